@@ -1,0 +1,85 @@
+# lockstep build.  `make run` answers a chat question with the default model;
+# `make test` builds and runs every test.  See README.md.
+#
+# Floating point: -ffp-contract=off everywhere (the canonical recipes place every
+# fma explicitly), and never -ffast-math: the parity contract depends on it.
+
+CC      ?= cc
+PYTHON  ?= python3
+BUILD   ?= build
+OPT     ?= -O2
+SAN     ?=
+CFLAGS_COMMON = -std=c11 -D_GNU_SOURCE $(OPT) -g -Wall -Wextra -Wno-unused-parameter \
+                -ffp-contract=off -fno-math-errno -fPIC -pthread -Isrc -Iinclude $(SAN)
+CFLAGS  ?=
+ALL_CFLAGS = $(CFLAGS_COMMON) $(CFLAGS) $(shell pkg-config --cflags libpcre2-8 2>/dev/null)
+LDLIBS  = $(shell pkg-config --libs libpcre2-8 2>/dev/null || echo -lpcre2-8) -lm -pthread $(SAN)
+
+MODEL   ?= models/SmolLM2-135M-Instruct.Q4_1.gguf
+
+LIB_SRC  := $(shell find src -name '*.c' -not -path 'src/cli/*' | sort)
+CLI_SRC  := $(shell find src/cli -name '*.c' | sort)
+TEST_SRC := $(sort $(wildcard tests/unit/test_*.c))
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
+TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+
+# Per-ISA kernel files get their instruction set; everything else is baseline x86-64.
+ISA_AVX2   = -mavx2 -mfma -mf16c
+ISA_AVX512 = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni $(ISA_AVX2)
+
+.PHONY: all lib cli tests test test-c test-py run model deps clean
+all: cli lib tests
+
+lib: $(BUILD)/liblockstep.a $(BUILD)/liblockstep.so
+cli: $(BUILD)/lockstep
+tests: $(TEST_BIN)
+
+$(BUILD)/obj/%_avx2.o: %_avx2.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(ISA_AVX2) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/%_avx512.o: %_avx512.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(ISA_AVX512) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/liblockstep.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/liblockstep.so: $(LIB_OBJ)
+	$(CC) -shared -o $@ $^ $(LDLIBS)
+
+$(BUILD)/lockstep: $(CLI_OBJ) $(BUILD)/liblockstep.a
+	$(CC) -o $@ $(CLI_OBJ) $(BUILD)/liblockstep.a $(LDLIBS)
+
+$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/liblockstep.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Itests/unit -o $@ $< $(BUILD)/liblockstep.a -lcmocka $(LDLIBS)
+
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
+
+# ---- the README's two commands -------------------------------------------
+deps:
+	@bash scripts/install-deps.sh
+
+model: $(MODEL)
+$(MODEL):
+	@bash scripts/fetch-model.sh $@
+
+run: deps
+	@$(MAKE) --no-print-directory cli model
+	$(BUILD)/lockstep run -m $(MODEL) --chat "What is the capital of France? Answer in one sentence." -n 64
+
+test: all model
+	@LOCKSTEP_BUILD=$(BUILD) MODEL=$(MODEL) PYTHON=$(PYTHON) bash scripts/run-tests.sh
+
+test-c: all
+	@LOCKSTEP_BUILD=$(BUILD) MODEL=$(MODEL) PYTHON=$(PYTHON) bash scripts/run-tests.sh --c-only
+
+clean:
+	rm -rf $(BUILD)

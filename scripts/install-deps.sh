@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs what lockstep needs on Debian, skipping what is already there.
+#   install-deps.sh          build + run: a C compiler, make, pkg-config, PCRE2, pip
+#   install-deps.sh --test   also the test tools: cmocka, and the Python references
+#                            (gguf, tokenizers, numpy, pytest, llama-cpp-python from sdist)
+set -euo pipefail
+want_test=0; [ "${1:-}" = "--test" ] && want_test=1
+pkgs=(gcc make pkg-config libpcre2-dev)
+[ $want_test = 1 ] && pkgs+=(libcmocka-dev cmake g++ clang)
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+PYTHON=${PYTHON:-python3}
+if ! command -v "$PYTHON" >/dev/null 2>&1; then missing+=(python3 python3-pip)
+elif ! "$PYTHON" -m pip --version >/dev/null 2>&1; then missing+=(python3-pip); fi
+if [ ${#missing[@]} -gt 0 ]; then
+    if [ "$(id -u)" != 0 ]; then
+        echo "install-deps: missing packages: ${missing[*]} (run as root, or install them)" >&2; exit 1
+    fi
+    echo "install-deps: apt-get install ${missing[*]}" >&2
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+if [ $want_test = 1 ]; then
+    # Pinned so the independent references do not move under the tests.
+    pyreq=(gguf==0.19.0 tokenizers==0.23.3 numpy pytest llama-cpp-python==0.3.36)
+    if ! "$PYTHON" - <<'PY' 2>/dev/null
+import importlib.metadata as m, sys
+need = {"gguf": "0.19.0", "tokenizers": "0.23.3", "llama_cpp_python": "0.3.36"}
+for k, v in need.items():
+    if m.version(k) != v: sys.exit(1)
+import numpy, pytest
+PY
+    then
+        echo "install-deps: pip install ${pyreq[*]} (llama-cpp-python builds from source: several minutes)" >&2
+        CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) "$PYTHON" -m pip install -q --no-binary llama-cpp-python \
+            "${pyreq[@]}" 2>&1 | grep -v 'Running pip as the' || true
+        "$PYTHON" -c 'import gguf, tokenizers, numpy, pytest, llama_cpp' \
+            || { echo "install-deps: python test references failed to install" >&2; exit 1; }
+    fi
+fi

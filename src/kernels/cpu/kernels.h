@@ -1,0 +1,102 @@
+/* kernels.h - the CPU kernel layer: canonical recipes, one per operation.
+ *
+ * The scalar C implementation of each recipe is its definition (docs/numerics.md).
+ * The AVX2 and AVX-512 paths, the narrow (M=1), wide and GEMM paths, and every
+ * thread count produce the same bits for a given row.  Threads split N only.
+ * Selection is per call (the ls_kctx passed in), never a process-wide switch. */
+#ifndef LS_KERNELS_CPU_KERNELS_H
+#define LS_KERNELS_CPU_KERNELS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/err.h"
+
+/* ---- instruction sets --------------------------------------------------- */
+typedef enum { LS_ISA_SCALAR = 0, LS_ISA_AVX2 = 1, LS_ISA_AVX512 = 2 } ls_isa;
+
+bool ls_isa_supported(ls_isa isa);  /* CPUID (+ OS xsave support) */
+ls_isa ls_isa_best(void);
+const char *ls_isa_name(ls_isa isa);
+/* LOCKSTEP_ISA=scalar|avx2|avx512 forces one; unset means the best the CPU has.
+ * Forcing one the CPU lacks, or an unknown name, is LS_E_UNSUPPORTED/LS_E_INVALID. */
+ls_status ls_isa_from_env(ls_isa *out, ls_err *err);
+ls_status ls_isa_from_name(const char *name, ls_isa *out, ls_err *err);
+
+/* ---- thread pool: persistent workers; nothing allocates per call --------- */
+typedef struct ls_pool ls_pool;
+ls_pool *ls_pool_create(int n_threads, ls_err *err); /* n_threads >= 1; caller owns */
+void ls_pool_free(ls_pool *p);
+int ls_pool_size(const ls_pool *p);
+/* Runs fn(arg, ith, nth) for ith in [0, nth) on the pool (the caller is thread 0)
+ * and returns when all are done. */
+void ls_pool_run(ls_pool *p, void (*fn)(void *arg, int ith, int nth), void *arg);
+
+/* ---- execution context: what one call runs with ------------------------- */
+typedef struct {
+    ls_isa isa;
+    ls_pool *pool;      /* NULL = single-threaded */
+    void *scratch;      /* activation-quantization scratch, see ls_matmul_scratch_bytes */
+    size_t scratch_bytes;
+} ls_kctx;
+
+/* ---- weight matrices ------------------------------------------------------ */
+/* W is N rows of K elements in ggml layout (row n at data + n*row_bytes).
+ * Creation may repack into a kernel-friendly layout (owned by the ls_wmat);
+ * otherwise it points into `data`, which must outlive it. */
+typedef struct ls_wmat ls_wmat;
+ls_wmat *ls_wmat_create(uint32_t type, int64_t N, int64_t K, const void *data, ls_err *err);
+void ls_wmat_free(ls_wmat *w);
+bool ls_matmul_type_supported(uint32_t type);
+int64_t ls_wmat_rows(const ls_wmat *w);
+int64_t ls_wmat_cols(const ls_wmat *w);
+
+/* Scratch needed by ls_matmul for up to M rows of K columns (any supported type). */
+size_t ls_matmul_scratch_bytes(int64_t M, int64_t K);
+
+/* y[m*N + n] = sum_k x[m*K + k] * W[n][k]  for m < M, n < N   (x: M×K, y: M×N).
+ * Every y row is bit-identical to what M=1 gives for that x row, on any ISA and
+ * any pool size. */
+void ls_matmul(const ls_kctx *kc, const ls_wmat *w, const float *x, int64_t M, float *y);
+
+/* ---- per-row operations (each row independent of the others in the call) -- */
+/* out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i]   for M rows of n  */
+void ls_rmsnorm(const ls_kctx *kc, const float *x, const float *w, float eps, int64_t M, int64_t n,
+                float *out);
+/* out[i] = silu(gate[i]) * up[i] for M rows of n */
+void ls_swiglu(const ls_kctx *kc, const float *gate, const float *up, int64_t M, int64_t n, float *out);
+
+/* RoPE tables, computed once: cos/sin for positions [0, n_ctx) and head_dim/2 freqs.
+ * NeoX-style (neox=true) rotates pairs (i, i+d/2); normal style rotates (2i, 2i+1). */
+typedef struct ls_rope ls_rope;
+typedef struct {
+    int32_t n_ctx;
+    int32_t head_dim;      /* rotated dims (rope.dimension_count) */
+    float freq_base;       /* rope.freq_base */
+    float freq_scale;      /* 1/rope.scaling.factor for linear scaling, else 1 */
+    bool neox;
+} ls_rope_params;
+ls_rope *ls_rope_create(ls_rope_params p, ls_err *err);
+void ls_rope_free(ls_rope *r);
+/* Rotates, in place, M rows each holding n_heads heads of head_stride floats, row m
+ * at position pos[m].  Rotates the first head_dim dims of each head. */
+void ls_rope_apply(const ls_kctx *kc, const ls_rope *r, float *x, int64_t M, int n_heads,
+                   int head_stride, const int32_t *pos);
+
+/* Attention for M query rows.  Row m is at position pos[m] and attends keys
+ * 0..pos[m] of its own cache (k_cache[m], v_cache[m], laid out [pos][n_kv_head][head_dim],
+ * contiguous).  q: M rows of n_head*head_dim; out likewise.  GQA: query head h uses
+ * kv head h / (n_head/n_kv_head).  Keys are reduced in chunks of a fixed size
+ * (LS_ATTN_CHUNK), so a row's result does not depend on the other rows.
+ * scratch: at least ls_attention_scratch_floats(max_pos+1) floats per pool thread. */
+#define LS_ATTN_CHUNK 64
+size_t ls_attention_scratch_floats(int64_t n_keys);
+void ls_attention(const ls_kctx *kc, const float *q, int64_t M, const int32_t *pos,
+                  const float *const *k_cache, const float *const *v_cache, int n_head, int n_kv_head,
+                  int head_dim, float scale, float *out, float *scratch, size_t scratch_floats_per_thread);
+
+/* The project's own transcendentals: identical bits on every ISA. */
+float ls_expf(float x);
+
+#endif

@@ -1,0 +1,49 @@
+/* chat.h - chat templates: the common families, detected from the GGUF
+ * `tokenizer.chat_template` source, applied to system/user/assistant messages. */
+#ifndef LS_TOKENIZER_CHAT_H
+#define LS_TOKENIZER_CHAT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "util/err.h"
+
+typedef enum {
+    LS_CHAT_UNKNOWN = 0,
+    LS_CHAT_CHATML,   /* <|im_start|>role\n...<|im_end|>\n  (SmolLM2, Qwen, ...) */
+    LS_CHAT_LLAMA2,   /* [INST] <<SYS>> ... */
+    LS_CHAT_LLAMA3,   /* <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|> */
+    LS_CHAT_MISTRAL,  /* [INST] ... [/INST] without <<SYS>> */
+    LS_CHAT_GEMMA,    /* <start_of_turn>user ... <end_of_turn> */
+    LS_CHAT_PHI3,     /* <|user|>\n...<|end|>\n */
+    LS_CHAT_ZEPHYR,   /* <|user|>\n...</s>\n */
+} ls_chat_family;
+
+typedef struct {
+    const char *role;    /* "system", "user" or "assistant" */
+    const char *content;
+} ls_chat_msg;
+
+typedef struct {
+    ls_chat_family family;
+    /* System prompt the template inserts when the conversation has none
+     * (SmolLM2's template does this); NULL when it inserts none.  Owned. */
+    char *default_system;
+} ls_chat_template;
+
+/* Detects the family from template source (NULL or empty source: LS_E_UNSUPPORTED
+ * "model has no chat template; pass --chat-template"). Unknown source: LS_E_UNSUPPORTED
+ * naming that, suggesting --chat-template.  Caller frees with ls_chat_template_free. */
+ls_status ls_chat_template_detect(const char *src, size_t len, ls_chat_template *out, ls_err *err);
+/* By name for the --chat-template override: "chatml", "llama2", "llama3", "mistral",
+ * "gemma", "phi3", "zephyr". Unknown name: LS_E_INVALID listing the valid names. */
+ls_status ls_chat_template_by_name(const char *name, ls_chat_template *out, ls_err *err);
+void ls_chat_template_free(ls_chat_template *t);
+const char *ls_chat_family_name(ls_chat_family f);
+
+/* Renders messages into a prompt string (caller frees *out with free()).
+ * add_generation_prompt appends the assistant turn header. Bad role: LS_E_INVALID. */
+ls_status ls_chat_apply(const ls_chat_template *t, const ls_chat_msg *msgs, size_t n,
+                        bool add_generation_prompt, char **out, ls_err *err);
+
+#endif

@@ -1,0 +1,81 @@
+/* tokenizer.h - GPT-2 byte-level BPE built from a GGUF vocab and merges,
+ * with the pre-tokenizer that the file names (tokenizer.ggml.pre), special and
+ * control tokens, BOS/EOS flags, and streaming-safe detokenization. */
+#ifndef LS_TOKENIZER_TOKENIZER_H
+#define LS_TOKENIZER_TOKENIZER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gguf/gguf.h"
+#include "util/err.h"
+
+/* GGUF tokenizer.ggml.token_type values */
+enum {
+    LS_TOKTYPE_NORMAL = 1,
+    LS_TOKTYPE_UNKNOWN = 2,
+    LS_TOKTYPE_CONTROL = 3,
+    LS_TOKTYPE_USER_DEFINED = 4,
+    LS_TOKTYPE_UNUSED = 5,
+    LS_TOKTYPE_BYTE = 6,
+};
+
+typedef struct {
+    uint32_t n_vocab;
+    const gguf_str *tokens;     /* n_vocab token strings (byte-level encoded, as in the file) */
+    const int32_t *token_types; /* n_vocab entries, or NULL (all normal) */
+    uint32_t n_merges;
+    const gguf_str *merges;     /* "left right", in rank order */
+    const char *pre;            /* pre-tokenizer name, e.g. "smollm", "gpt2", "llama3"; NULL = "gpt2" */
+    int32_t bos_id, eos_id;     /* -1 when absent */
+    int32_t eot_id;             /* extra end-of-turn token (e.g. <|im_end|>), -1 when absent */
+    bool add_bos, add_eos;
+} ls_tokenizer_params;
+
+typedef struct ls_tokenizer ls_tokenizer;
+
+/* Copies what it needs from params.  Caller owns the result (ls_tokenizer_free). */
+ls_tokenizer *ls_tokenizer_create(const ls_tokenizer_params *p, ls_err *err);
+/* Reads tokenizer.ggml.* from a GGUF file. Unsupported models/pre-tokenizers give a clear error. */
+ls_tokenizer *ls_tokenizer_from_gguf(const gguf_file *f, ls_err *err);
+void ls_tokenizer_free(ls_tokenizer *t);
+
+uint32_t ls_tokenizer_n_vocab(const ls_tokenizer *t);
+int32_t ls_tokenizer_bos(const ls_tokenizer *t);
+int32_t ls_tokenizer_eos(const ls_tokenizer *t);
+/* true for EOS, EOT and any other token that ends generation (e.g. <|im_end|>, <|eot_id|>) */
+bool ls_tokenizer_is_eog(const ls_tokenizer *t, int32_t id);
+/* Id of an exact token string (e.g. "<|im_end|>"), or -1. */
+int32_t ls_tokenizer_find(const ls_tokenizer *t, const char *piece);
+
+/* Tokenizes len bytes of text.
+ *   add_special:   prepend BOS / append EOS as the file's flags say
+ *   parse_special: recognise control/user-defined token strings in the text
+ *                  (e.g. "<|im_start|>") as single tokens
+ * Writes up to cap ids; *n_out gets the full count even when it exceeds cap
+ * (then LS_E_RANGE is returned and the caller can retry with a larger buffer). */
+ls_status ls_tokenize(const ls_tokenizer *t, const char *text, size_t len, bool add_special,
+                      bool parse_special, int32_t *out, size_t cap, size_t *n_out, ls_err *err);
+
+/* The raw bytes a token stands for (byte-level decoded; control tokens render as
+ * their text when `special` is true, else as nothing).  Returns the byte count,
+ * which may exceed cap (then only cap bytes were written). Invalid id: returns 0. */
+size_t ls_token_bytes(const ls_tokenizer *t, int32_t id, bool special, char *buf, size_t cap);
+
+/* Streaming detokenizer: holds back an incomplete UTF-8 sequence at a token
+ * boundary until the bytes that complete it arrive. */
+typedef struct {
+    char pending[8];
+    int n_pending;
+} ls_detok_stream;
+
+void ls_detok_init(ls_detok_stream *s);
+/* Appends the printable text for token id to out (cap bytes); returns bytes written.
+ * Only complete UTF-8 sequences are emitted; a byte that can never become valid
+ * UTF-8 is emitted as U+FFFD. */
+size_t ls_detok_push(ls_detok_stream *s, const ls_tokenizer *t, int32_t id, char *out, size_t cap);
+/* Flushes whatever is still pending (incomplete sequences become U+FFFD). */
+size_t ls_detok_flush(ls_detok_stream *s, char *out, size_t cap);
+
+#endif
