@@ -1,0 +1,23 @@
+/* cli.h - the lockstep command line: one file per subcommand. */
+#ifndef LS_CLI_CLI_H
+#define LS_CLI_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define LS_DEFAULT_MODEL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
+#define LS_EXIT_USAGE 2 /* bad flags, a missing or bad file, a prompt too long */
+
+int cli_run(int argc, char **argv);
+int cli_info(int argc, char **argv);
+int cli_tokenize(int argc, char **argv);
+
+/* Strict numeric flag parsing: the whole string must be a number in range.
+ * On failure prints "lockstep CMD: invalid value 'S' for FLAG (...)" and returns false. */
+bool cli_parse_int(const char *cmd, const char *flag, const char *s, long long lo, long long hi, long long *out);
+bool cli_parse_float(const char *cmd, const char *flag, const char *s, double lo, double hi, double *out);
+bool cli_parse_u64(const char *cmd, const char *flag, const char *s, uint64_t *out);
+/* Prints "lockstep CMD: MSG" and returns LS_EXIT_USAGE. */
+int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif

@@ -1,0 +1,86 @@
+/* tokenize.c - `lockstep tokenize`: token ids of a text. */
+#include <cjson/cJSON.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "model/model.h"
+
+static const char *tok_help =
+    "usage: lockstep tokenize [-m MODEL] [--json] [--no-special] [--add-special] TEXT\n"
+    "\n"
+    "  -m, --model PATH   GGUF model (default " LS_DEFAULT_MODEL ")\n"
+    "      --json         one JSON object {\"tokens\": [...], \"pieces\": [...]}\n"
+    "      --no-special   treat special-token text like <|im_start|> as plain text\n"
+    "      --add-special  add BOS/EOS as the model's flags say\n"
+    "  -h, --help         this help\n";
+
+int cli_tokenize(int argc, char **argv) {
+    const char *cmd = "tokenize", *model_path = LS_DEFAULT_MODEL;
+    bool json = false, parse_special = true, add_special = false;
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'}, {"json", no_argument, 0, 'j'},
+        {"no-special", no_argument, 0, 'S'},  {"add-special", no_argument, 0, 'A'},
+        {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
+    optind = 1;
+    opterr = 0;
+    int o;
+    while ((o = getopt_long(argc, argv, ":m:h", opts, NULL)) != -1) {
+        switch (o) {
+        case 'm': model_path = optarg; break;
+        case 'j': json = true; break;
+        case 'S': parse_special = false; break;
+        case 'A': add_special = true; break;
+        case 'h': fputs(tok_help, stdout); return 0;
+        case ':': return cli_usage_error(cmd, "flag %s needs a value", argv[optind - 1]);
+        default: return cli_usage_error(cmd, "unknown flag '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind != argc - 1) return cli_usage_error(cmd, "give exactly one TEXT argument");
+    const char *text = argv[optind];
+    if (access(model_path, R_OK) != 0) return cli_usage_error(cmd, "cannot read model file '%s'", model_path);
+    ls_err err;
+    ls_model *m = ls_model_load((ls_model_params){.path = model_path}, &err);
+    if (!m) {
+        fprintf(stderr, "lockstep tokenize: cannot load '%s': %s\n", model_path, err.msg);
+        return LS_EXIT_USAGE;
+    }
+    const ls_tokenizer *tok = ls_model_tokenizer(m);
+    size_t len = strlen(text), n = 0, cap = len + 8;
+    int32_t *ids = malloc(cap * sizeof *ids);
+    int rc = 1;
+    if (!ids || ls_tokenize(tok, text, len, add_special, parse_special, ids, cap, &n, &err)) {
+        fprintf(stderr, "lockstep tokenize: %s\n", ids ? err.msg : "out of memory");
+        goto out;
+    }
+    char buf[512];
+    if (json) {
+        cJSON *o2 = cJSON_CreateObject();
+        cJSON *a = cJSON_AddArrayToObject(o2, "tokens");
+        cJSON *p = cJSON_AddArrayToObject(o2, "pieces");
+        for (size_t i = 0; i < n; i++) {
+            cJSON_AddItemToArray(a, cJSON_CreateNumber(ids[i]));
+            size_t b = ls_token_bytes(tok, ids[i], true, buf, sizeof buf - 1);
+            buf[b < sizeof buf - 1 ? b : sizeof buf - 1] = '\0';
+            cJSON_AddItemToArray(p, cJSON_CreateString(buf));
+        }
+        char *s = cJSON_PrintUnformatted(o2);
+        if (s) puts(s);
+        free(s);
+        cJSON_Delete(o2);
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            size_t b = ls_token_bytes(tok, ids[i], true, buf, sizeof buf);
+            printf("%6d  '%.*s'\n", ids[i], (int)(b < sizeof buf ? b : sizeof buf), buf);
+        }
+        printf("%zu tokens\n", n);
+    }
+    rc = 0;
+out:
+    free(ids);
+    ls_model_free(m);
+    return rc;
+}

@@ -1,0 +1,42 @@
+/* generate.h - single-sequence generation: prefill, then sample and decode one
+ * token at a time until EOS/EOT, a stop, n_predict tokens, or the context end. */
+#ifndef LS_ENGINE_GENERATE_H
+#define LS_ENGINE_GENERATE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "model/model.h"
+#include "sample/sample.h"
+
+typedef struct {
+    ls_sampler_params sampler;
+    int32_t n_predict;  /* max new tokens; < 0 = until the context is full */
+    /* Called for each generated token with its newly complete UTF-8 text
+     * (possibly empty while a multi-byte character is split across tokens). */
+    void (*on_text)(void *ud, int32_t token, const char *text, size_t len);
+    void *ud;
+} ls_gen_params;
+
+typedef enum { LS_FINISH_STOP = 0, LS_FINISH_LENGTH = 1 } ls_finish;
+
+typedef struct {
+    int32_t *tokens;    /* generated ids (malloc'd, caller frees); EOS/EOT not included */
+    int32_t n_gen;
+    char *text;         /* generated text, NUL-terminated (malloc'd, caller frees) */
+    size_t text_len;
+    double prefill_ms;
+    double decode_ms;   /* from the first sampled token to the last forward */
+    ls_finish finish;
+} ls_gen_result;
+
+/* Runs the prompt at position 0 of c.  The prompt must leave room for at least one
+ * new token (else LS_E_RANGE naming both sizes). */
+ls_status ls_generate(ls_ctx *c, const int32_t *prompt, int32_t n_prompt, const ls_gen_params *gp,
+                      ls_gen_result *res, ls_err *err);
+void ls_gen_result_free(ls_gen_result *r);
+const char *ls_finish_name(ls_finish f);
+
+double ls_now_ms(void);
+
+#endif

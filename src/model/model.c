@@ -1,0 +1,300 @@
+/* model.c - loading a Llama-architecture model from GGUF: hyperparameters from
+ * metadata, weight views over the mmap, the tokenizer and the chat template. */
+#include "model/model_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Reads "{arch}.suffix" as u32.  A missing key is an error unless def is given. */
+static ls_status get_arch_u32(const gguf_file *f, const char *arch, const char *suffix, uint32_t *out,
+                              const uint32_t *def, ls_err *err) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    if (def && !gguf_find(f, key)) {
+        *out = *def;
+        return LS_OK;
+    }
+    return gguf_get_u32(f, key, out, err);
+}
+
+static ls_status get_arch_f32(const gguf_file *f, const char *arch, const char *suffix, float *out,
+                              const float *def, ls_err *err) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    if (def && !gguf_find(f, key)) {
+        *out = *def;
+        return LS_OK;
+    }
+    return gguf_get_f32(f, key, out, err);
+}
+
+static void copy_str(char *dst, size_t cap, gguf_str s) {
+    size_t n = s.len < cap - 1 ? (size_t)s.len : cap - 1;
+    memcpy(dst, s.ptr, n);
+    dst[n] = '\0';
+}
+
+static ls_status read_hparams(const gguf_file *f, ls_hparams *hp, ls_err *err) {
+    gguf_str arch;
+    ls_status st = gguf_get_str(f, "general.architecture", &arch, err);
+    if (st) return st;
+    copy_str(hp->arch, sizeof hp->arch, arch);
+    /* Architectures whose graph is exactly the Llama one (pre-norm, RoPE, GQA, SwiGLU). */
+    if (strcmp(hp->arch, "llama") != 0 && strcmp(hp->arch, "mistral") != 0)
+        return ls_err_set(err, LS_E_UNSUPPORTED,
+                          "unsupported architecture '%s' (supported: llama, mistral)", hp->arch);
+    gguf_str name;
+    if (gguf_find(f, "general.name") && gguf_get_str(f, "general.name", &name, NULL) == LS_OK)
+        copy_str(hp->name, sizeof hp->name, name);
+    const char *a = hp->arch;
+    if ((st = get_arch_u32(f, a, "embedding_length", &hp->n_embd, NULL, err))) return st;
+    if ((st = get_arch_u32(f, a, "block_count", &hp->n_layer, NULL, err))) return st;
+    if ((st = get_arch_u32(f, a, "attention.head_count", &hp->n_head, NULL, err))) return st;
+    if ((st = get_arch_u32(f, a, "attention.head_count_kv", &hp->n_head_kv, &hp->n_head, err))) return st;
+    if ((st = get_arch_u32(f, a, "feed_forward_length", &hp->n_ff, NULL, err))) return st;
+    const uint32_t ctx_def = 4096;
+    if ((st = get_arch_u32(f, a, "context_length", &hp->n_ctx_train, &ctx_def, err))) return st;
+    if ((st = get_arch_f32(f, a, "attention.layer_norm_rms_epsilon", &hp->norm_eps, NULL, err))) return st;
+    const float base_def = 10000.0f;
+    if ((st = get_arch_f32(f, a, "rope.freq_base", &hp->rope_base, &base_def, err))) return st;
+
+    if (hp->n_embd == 0 || hp->n_layer == 0 || hp->n_head == 0 || hp->n_head_kv == 0 || hp->n_ff == 0)
+        return ls_err_set(err, LS_E_FORMAT, "hyperparameter is zero (embd %u, layers %u, heads %u/%u, ff %u)",
+                          hp->n_embd, hp->n_layer, hp->n_head, hp->n_head_kv, hp->n_ff);
+    if (hp->n_embd % hp->n_head != 0)
+        return ls_err_set(err, LS_E_FORMAT, "embedding_length %u is not a multiple of head_count %u",
+                          hp->n_embd, hp->n_head);
+    if (hp->n_head % hp->n_head_kv != 0)
+        return ls_err_set(err, LS_E_FORMAT, "head_count %u is not a multiple of head_count_kv %u", hp->n_head,
+                          hp->n_head_kv);
+    uint32_t hd_def = hp->n_embd / hp->n_head;
+    if ((st = get_arch_u32(f, a, "attention.key_length", &hp->head_dim, &hd_def, err))) return st;
+    uint32_t vlen = hp->head_dim;
+    if ((st = get_arch_u32(f, a, "attention.value_length", &vlen, &hp->head_dim, err))) return st;
+    if (vlen != hp->head_dim)
+        return ls_err_set(err, LS_E_UNSUPPORTED, "key_length %u != value_length %u is not supported",
+                          hp->head_dim, vlen);
+    if (hp->head_dim == 0 || hp->head_dim % 2 != 0 || hp->head_dim > 1024)
+        return ls_err_set(err, LS_E_FORMAT, "bad head dimension %u", hp->head_dim);
+    if ((st = get_arch_u32(f, a, "rope.dimension_count", &hp->rope_dim, &hp->head_dim, err))) return st;
+    if (hp->rope_dim == 0 || hp->rope_dim > hp->head_dim || hp->rope_dim % 2 != 0)
+        return ls_err_set(err, LS_E_FORMAT, "rope.dimension_count %u is invalid for head dimension %u",
+                          hp->rope_dim, hp->head_dim);
+
+    /* RoPE scaling: none or linear.  Others change the rotation and are refused
+     * rather than silently run wrong. */
+    hp->rope_freq_scale = 1.0f;
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", a);
+    gguf_str stype = {0, NULL};
+    if (gguf_find(f, key) && (st = gguf_get_str(f, key, &stype, err))) return st;
+    float factor = 1.0f;
+    snprintf(key, sizeof key, "%s.rope.scaling.factor", a);
+    if (gguf_find(f, key) && (st = gguf_get_f32(f, key, &factor, err))) return st;
+    bool linear = stype.ptr ? gguf_str_eq(stype, "linear") : (factor != 1.0f && factor != 0.0f);
+    if (stype.ptr && !gguf_str_eq(stype, "none") && !gguf_str_eq(stype, "linear"))
+        return ls_err_set(err, LS_E_UNSUPPORTED, "rope scaling type '%.*s' is not supported (none, linear)",
+                          (int)(stype.len > 32 ? 32 : stype.len), stype.ptr);
+    if (linear) {
+        if (!(factor > 0.0f))
+            return ls_err_set(err, LS_E_FORMAT, "rope.scaling.factor %g is invalid", (double)factor);
+        hp->rope_freq_scale = 1.0f / factor;
+    }
+    if (gguf_find_tensor(f, "rope_freqs.weight"))
+        return ls_err_set(err, LS_E_UNSUPPORTED,
+                          "tensor 'rope_freqs.weight' (Llama 3.1 RoPE frequency factors) is not supported yet");
+    return LS_OK;
+}
+
+/* Finds a tensor and checks its shape: ne0 (contiguous) x ne1. */
+static ls_status find_tensor(const gguf_file *f, const char *name, uint64_t ne0, uint64_t ne1,
+                             const gguf_tensor **out, ls_err *err) {
+    const gguf_tensor *t = gguf_find_tensor(f, name);
+    if (!t) return ls_err_set(err, LS_E_FORMAT, "missing tensor '%s'", name);
+    uint64_t want1 = ne1 ? ne1 : 1;
+    if (t->ne[0] != ne0 || t->ne[1] != want1 || t->ne[2] != 1 || t->ne[3] != 1)
+        return ls_err_set(err, LS_E_FORMAT,
+                          "tensor '%s' has shape [%llu, %llu, %llu, %llu], expected [%llu, %llu]", name,
+                          (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+                          (unsigned long long)t->ne[2], (unsigned long long)t->ne[3],
+                          (unsigned long long)ne0, (unsigned long long)want1);
+    *out = t;
+    return LS_OK;
+}
+
+static ls_status load_matrix(ls_model *m, const char *name, uint64_t K, uint64_t N, ls_wmat **out,
+                             ls_err *err) {
+    const gguf_tensor *t;
+    ls_status st = find_tensor(m->gguf, name, K, N, &t, err);
+    if (st) return st;
+    if (!ls_matmul_type_supported(t->type)) {
+        const ls_type_info *ti = ls_type_get(t->type);
+        return ls_err_set(err, LS_E_UNSUPPORTED, "tensor '%s' has type %s, which has no matmul kernel", name,
+                          ti ? ti->name : "?");
+    }
+    *out = ls_wmat_create(t->type, (int64_t)N, (int64_t)K, t->data, err);
+    if (!*out) return err ? err->code : LS_E_NOMEM;
+    m->weight_bytes += t->nbytes;
+    return LS_OK;
+}
+
+/* Norm weights are dequantized into owned float arrays (they are tiny). */
+static ls_status load_vector(ls_model *m, const char *name, uint64_t n, float **out, ls_err *err) {
+    const gguf_tensor *t;
+    ls_status st = find_tensor(m->gguf, name, n, 0, &t, err);
+    if (st) return st;
+    const ls_type_info *ti = ls_type_get(t->type);
+    if (!ti || !ti->can_dequant)
+        return ls_err_set(err, LS_E_UNSUPPORTED, "tensor '%s' has unsupported type %s", name,
+                          ti ? ti->name : "?");
+    float *v = malloc(n * sizeof *v);
+    if (!v) return ls_err_set(err, LS_E_NOMEM, "out of memory loading '%s'", name);
+    ls_dequant_row(t->type, t->data, v, (int64_t)n);
+    *out = v;
+    return LS_OK;
+}
+
+static ls_status load_weights(ls_model *m, ls_err *err) {
+    const ls_hparams *hp = &m->hp;
+    const gguf_file *f = m->gguf;
+    ls_status st;
+    const uint64_t E = hp->n_embd, D = hp->head_dim, Hq = hp->n_head, Hkv = hp->n_head_kv, F = hp->n_ff;
+
+    const gguf_tensor *emb;
+    if ((st = find_tensor(f, "token_embd.weight", E, hp->n_vocab, &emb, err))) return st;
+    const ls_type_info *ti = ls_type_get(emb->type);
+    if (!ti || !ti->can_dequant)
+        return ls_err_set(err, LS_E_UNSUPPORTED, "tensor 'token_embd.weight' has unsupported type %s",
+                          ti ? ti->name : "?");
+    m->tok_embd = emb;
+    m->tok_embd_row_bytes = emb->nbytes / hp->n_vocab;
+
+    if ((st = load_vector(m, "output_norm.weight", E, &m->out_norm, err))) return st;
+    hp = &m->hp;
+    if (gguf_find_tensor(f, "output.weight")) {
+        m->hp.tied_output = false;
+        if ((st = load_matrix(m, "output.weight", E, hp->n_vocab, &m->output, err))) return st;
+    } else {
+        m->hp.tied_output = true;
+        if (!ls_matmul_type_supported(emb->type))
+            return ls_err_set(err, LS_E_UNSUPPORTED,
+                              "tied output head: token_embd.weight type %s has no matmul kernel", ti->name);
+        m->output = ls_wmat_create(emb->type, hp->n_vocab, (int64_t)E, emb->data, err);
+        if (!m->output) return err ? err->code : LS_E_NOMEM;
+        m->weight_bytes += emb->nbytes;
+    }
+
+    m->layers = calloc(hp->n_layer, sizeof *m->layers);
+    if (!m->layers) return ls_err_set(err, LS_E_NOMEM, "out of memory");
+    char name[96];
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        ls_layer *L = &m->layers[l];
+#define MAT(field, suffix, k, n)                                               \
+    snprintf(name, sizeof name, "blk.%u." suffix ".weight", l);               \
+    if ((st = load_matrix(m, name, (k), (n), &L->field, err))) return st;
+#define VEC(field, suffix, n)                                                  \
+    snprintf(name, sizeof name, "blk.%u." suffix ".weight", l);               \
+    if ((st = load_vector(m, name, (n), &L->field, err))) return st;
+        VEC(attn_norm, "attn_norm", E);
+        MAT(wq, "attn_q", E, Hq * D);
+        MAT(wk, "attn_k", E, Hkv * D);
+        MAT(wv, "attn_v", E, Hkv * D);
+        MAT(wo, "attn_output", Hq * D, E);
+        VEC(ffn_norm, "ffn_norm", E);
+        MAT(w_gate, "ffn_gate", E, F);
+        MAT(w_up, "ffn_up", E, F);
+        MAT(w_down, "ffn_down", F, E);
+#undef MAT
+#undef VEC
+    }
+    return LS_OK;
+}
+
+ls_model *ls_model_load(ls_model_params p, ls_err *err) {
+    if (!p.path) {
+        ls_err_set(err, LS_E_INVALID, "no model path given");
+        return NULL;
+    }
+    ls_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        ls_err_set(err, LS_E_NOMEM, "out of memory");
+        return NULL;
+    }
+    m->gguf = gguf_open(p.path, err);
+    if (!m->gguf) goto fail;
+    if (read_hparams(m->gguf, &m->hp, err)) goto fail;
+    m->tok = ls_tokenizer_from_gguf(m->gguf, err);
+    if (!m->tok) goto fail;
+    m->hp.n_vocab = ls_tokenizer_n_vocab(m->tok);
+    uint32_t nv;
+    char key[128];
+    snprintf(key, sizeof key, "%s.vocab_size", m->hp.arch);
+    if (gguf_find(m->gguf, key) && gguf_get_u32(m->gguf, key, &nv, NULL) == LS_OK && nv != m->hp.n_vocab) {
+        ls_err_set(err, LS_E_FORMAT, "%s = %u but the tokenizer has %u tokens", key, nv, m->hp.n_vocab);
+        goto fail;
+    }
+    if (load_weights(m, err)) goto fail;
+
+    ls_rope_params rp = {
+        .n_ctx = (int32_t)(m->hp.n_ctx_train > 0 ? m->hp.n_ctx_train : 4096),
+        .head_dim = (int32_t)m->hp.rope_dim,
+        .freq_base = m->hp.rope_base,
+        .freq_scale = m->hp.rope_freq_scale,
+        .neox = false, /* llama: adjacent pairs (the converter permutes Q/K for this) */
+    };
+    m->rope_params = rp;
+
+    /* Chat template: an override by name, else detection from the file.  A model
+     * without a usable template still loads: plain prompts work, --chat reports why. */
+    ls_err terr;
+    ls_err_clear(&terr);
+    if (p.chat_template) {
+        if (ls_chat_template_by_name(p.chat_template, &m->tmpl, err)) goto fail;
+        m->has_tmpl = true;
+    } else {
+        gguf_str src = {0, NULL};
+        if (gguf_find(m->gguf, "tokenizer.chat_template"))
+            gguf_get_str(m->gguf, "tokenizer.chat_template", &src, NULL);
+        if (ls_chat_template_detect(src.ptr, (size_t)src.len, &m->tmpl, &terr) == LS_OK)
+            m->has_tmpl = true;
+        else
+            snprintf(m->tmpl_err, sizeof m->tmpl_err, "%s", terr.msg);
+    }
+    return m;
+fail:
+    ls_model_free(m);
+    return NULL;
+}
+
+void ls_model_free(ls_model *m) {
+    if (!m) return;
+    if (m->layers) {
+        for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+            ls_layer *L = &m->layers[l];
+            ls_wmat_free(L->wq);
+            ls_wmat_free(L->wk);
+            ls_wmat_free(L->wv);
+            ls_wmat_free(L->wo);
+            ls_wmat_free(L->w_gate);
+            ls_wmat_free(L->w_up);
+            ls_wmat_free(L->w_down);
+            free(L->attn_norm);
+            free(L->ffn_norm);
+        }
+        free(m->layers);
+    }
+    ls_wmat_free(m->output);
+    free(m->out_norm);
+    if (m->has_tmpl) ls_chat_template_free(&m->tmpl);
+    ls_tokenizer_free(m->tok);
+    gguf_close(m->gguf);
+    free(m);
+}
+
+const ls_hparams *ls_model_hparams(const ls_model *m) { return &m->hp; }
+const ls_tokenizer *ls_model_tokenizer(const ls_model *m) { return m->tok; }
+const gguf_file *ls_model_gguf(const ls_model *m) { return m->gguf; }
+const ls_chat_template *ls_model_chat_template(const ls_model *m) { return m->has_tmpl ? &m->tmpl : NULL; }
+const char *ls_model_template_error(const ls_model *m) { return m->tmpl_err; }
+uint64_t ls_model_weight_bytes(const ls_model *m) { return m->weight_bytes; }

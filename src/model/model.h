@@ -1,0 +1,83 @@
+/* model.h - a loaded model (weights, hyperparameters, tokenizer, chat template)
+ * and a context that runs the forward pass over a batch of rows.
+ *
+ * Supported: the Llama architecture (general.architecture = "llama"), which covers
+ * SmolLM2, Llama 2/3-style dense models, Mistral-style dense models.  Every
+ * hyperparameter comes from the GGUF metadata. */
+#ifndef LS_MODEL_MODEL_H
+#define LS_MODEL_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gguf/gguf.h"
+#include "kernels/cpu/kernels.h"
+#include "tokenizer/chat.h"
+#include "tokenizer/tokenizer.h"
+#include "util/err.h"
+
+typedef struct {
+    char arch[32];
+    char name[128];         /* general.name, or "" */
+    uint32_t n_vocab;
+    uint32_t n_ctx_train;   /* {arch}.context_length */
+    uint32_t n_embd;        /* {arch}.embedding_length */
+    uint32_t n_layer;       /* {arch}.block_count */
+    uint32_t n_head;        /* {arch}.attention.head_count */
+    uint32_t n_head_kv;     /* {arch}.attention.head_count_kv (default n_head) */
+    uint32_t n_ff;          /* {arch}.feed_forward_length */
+    uint32_t head_dim;      /* n_embd / n_head, or {arch}.attention.key_length */
+    uint32_t rope_dim;      /* {arch}.rope.dimension_count (default head_dim) */
+    float rope_base;        /* {arch}.rope.freq_base (default 10000) */
+    float rope_freq_scale;  /* 1 / {arch}.rope.scaling.factor for linear scaling, else 1 */
+    float norm_eps;         /* {arch}.attention.layer_norm_rms_epsilon */
+    bool tied_output;       /* no output.weight: the head reuses token_embd */
+} ls_hparams;
+
+typedef struct ls_model ls_model;
+
+typedef struct {
+    const char *path;
+    const char *chat_template;  /* NULL: detect from the file; else a family name (override) */
+} ls_model_params;
+
+/* Loads and validates a model.  Caller owns the result (ls_model_free). */
+ls_model *ls_model_load(ls_model_params p, ls_err *err);
+void ls_model_free(ls_model *m);
+
+const ls_hparams *ls_model_hparams(const ls_model *m);
+const ls_tokenizer *ls_model_tokenizer(const ls_model *m);
+const gguf_file *ls_model_gguf(const ls_model *m);
+/* NULL when the file has no usable template and no override was given;
+ * then ls_model_template_error says why. */
+const ls_chat_template *ls_model_chat_template(const ls_model *m);
+const char *ls_model_template_error(const ls_model *m);
+uint64_t ls_model_weight_bytes(const ls_model *m); /* bytes of weights read per token */
+
+/* ---- context: one sequence's KV cache plus scratch for batches of rows ---- */
+typedef struct ls_ctx ls_ctx;
+
+typedef struct {
+    int32_t n_ctx;     /* KV positions; 0 = min(model's n_ctx_train, 4096) */
+    int32_t n_batch;   /* max rows per forward; 0 = 512 */
+    int32_t n_threads; /* 0 = 1 */
+    int32_t isa;       /* -1 = from LOCKSTEP_ISA or the best the CPU has; else an ls_isa */
+} ls_ctx_params;
+
+ls_ctx *ls_ctx_create(const ls_model *m, ls_ctx_params p, ls_err *err);
+void ls_ctx_free(ls_ctx *c);
+int32_t ls_ctx_n_ctx(const ls_ctx *c);
+ls_isa ls_ctx_isa(const ls_ctx *c);
+const ls_model *ls_ctx_model(const ls_ctx *c);
+const ls_tokenizer *ls_ctx_tokenizer(const ls_ctx *c);
+int ls_ctx_n_threads(const ls_ctx *c);
+
+/* Runs tokens[0..n) at positions pos0..pos0+n-1 (in chunks of n_batch), writing
+ * their K/V into the cache.  If logits is non-NULL it receives n_vocab floats:
+ * all n rows when all_logits, else only the last row's.
+ * Positions past n_ctx give LS_E_RANGE. */
+ls_status ls_ctx_eval(ls_ctx *c, const int32_t *tokens, int32_t n, int32_t pos0, float *logits,
+                      bool all_logits, ls_err *err);
+
+#endif

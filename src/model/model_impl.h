@@ -1,0 +1,37 @@
+/* model_impl.h - the model's internals, shared by model.c (loading) and
+ * forward.c (the forward pass).  Not part of the public API. */
+#ifndef LS_MODEL_MODEL_IMPL_H
+#define LS_MODEL_MODEL_IMPL_H
+
+#include "model/model.h"
+#include "quant/quant.h"
+
+typedef struct {
+    float *attn_norm;  /* (n_embd) */
+    ls_wmat *wq;       /* (n_head*head_dim, n_embd) */
+    ls_wmat *wk;       /* (n_head_kv*head_dim, n_embd) */
+    ls_wmat *wv;       /* (n_head_kv*head_dim, n_embd) */
+    ls_wmat *wo;       /* (n_embd, n_head*head_dim) */
+    float *ffn_norm;   /* (n_embd) */
+    ls_wmat *w_gate;   /* (n_ff, n_embd) */
+    ls_wmat *w_up;     /* (n_ff, n_embd) */
+    ls_wmat *w_down;   /* (n_embd, n_ff) */
+} ls_layer;
+
+struct ls_model {
+    gguf_file *gguf;          /* owns the mmap every weight view points into */
+    ls_hparams hp;
+    ls_layer *layers;         /* (n_layer) */
+    const gguf_tensor *tok_embd; /* (n_vocab, n_embd), rows dequantized on lookup */
+    uint64_t tok_embd_row_bytes;
+    float *out_norm;          /* (n_embd) */
+    ls_wmat *output;          /* (n_vocab, n_embd); over token_embd when tied */
+    ls_rope_params rope_params;
+    ls_tokenizer *tok;
+    ls_chat_template tmpl;
+    bool has_tmpl;
+    char tmpl_err[512];
+    uint64_t weight_bytes;
+};
+
+#endif

@@ -1,0 +1,55 @@
+"""Shared pytest fixtures for the Python suites (independent references: the gguf
+package, HF tokenizers, llama-cpp-python).
+
+Environment:
+  LOCKSTEP_BUILD  build folder holding liblockstep.so (default: build), relative to the repo root
+  MODEL           GGUF model file (default: models/SmolLM2-135M-Instruct.Q4_1.gguf), relative to the repo root
+"""
+import ctypes
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_MODEL = "models/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+_report_lines: list[str] = []
+
+
+def _resolve(p: str) -> Path:
+    path = Path(p)
+    return path if path.is_absolute() else REPO_ROOT / path
+
+
+@pytest.fixture(scope="session")
+def lib() -> ctypes.CDLL:
+    """ctypes handle on $LOCKSTEP_BUILD/liblockstep.so (set argtypes in the test module)."""
+    so = _resolve(os.environ.get("LOCKSTEP_BUILD", "build")) / "liblockstep.so"
+    if not so.exists():
+        pytest.fail(f"{so} not found: run `make lib` first")
+    return ctypes.CDLL(str(so))
+
+
+@pytest.fixture(scope="session")
+def model_path() -> Path:
+    """Path of $MODEL (default model); skips the test if the file is absent."""
+    path = _resolve(os.environ.get("MODEL", DEFAULT_MODEL))
+    if not path.exists():
+        pytest.skip(f"model {path} not present (make model)")
+    return path
+
+
+@pytest.fixture
+def report(request):
+    """report(line): a line printed in the terminal summary of the run, pass or fail."""
+    def add(line: str) -> None:
+        _report_lines.append(f"{request.node.nodeid}: {line}")
+    return add
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _report_lines:
+        terminalreporter.section("lockstep report")
+        for line in _report_lines:
+            terminalreporter.write_line(line)

@@ -1,0 +1,148 @@
+"""The lockstep CLI: flags, errors (exit code 2 with a clear message), JSON output,
+and `info --json` checked against the gguf package's reading of the same file."""
+import json
+import os
+import subprocess
+
+import pytest
+
+from ls_ffi import ROOT, model_path
+
+BIN = ROOT / os.environ.get("LOCKSTEP_BUILD", "build") / "lockstep"
+
+
+def run(*args, timeout=300):
+    return subprocess.run([str(BIN), *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+@pytest.fixture(scope="module")
+def model():
+    p = model_path()
+    if not p.exists():
+        pytest.skip(f"model {p} missing (make model)")
+    return str(p)
+
+
+@pytest.mark.parametrize("cmd", [[], ["run"], ["info"], ["tokenize"]])
+def test_help(cmd):
+    r = run(*cmd, "--help")
+    assert r.returncode == 0, r.stderr
+    assert "usage: lockstep" in r.stdout
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["frobnicate"], "unknown command 'frobnicate'"),
+        (["run", "--bogus"], "unknown flag '--bogus'"),
+        (["run", "-p", "hi", "--temp", "abc"], "invalid value 'abc' for --temp"),
+        (["run", "-p", "hi", "--temp", "-1"], "invalid value '-1' for --temp"),
+        (["run", "-p", "hi", "--top-p", "1.5"], "invalid value '1.5' for --top-p"),
+        (["run", "-p", "hi", "-t", "0"], "invalid value '0' for --threads"),
+        (["run", "-p", "hi", "-n", "12x"], "invalid value '12x' for --n-predict"),
+        (["run", "-p", "hi", "--seed", "-3"], "invalid value '-3' for --seed"),
+        (["run"], "give exactly one of -p PROMPT or --chat MESSAGE"),
+        (["run", "-p", "a", "--chat", "b"], "give exactly one of -p PROMPT or --chat MESSAGE"),
+        (["run", "-p", "a", "--system", "s"], "--system needs --chat"),
+        (["run", "-m", "/nonexistent/x.gguf", "-p", "hi"], "cannot read model file '/nonexistent/x.gguf'"),
+        (["info", "-m", "/nonexistent/x.gguf"], "cannot read model file"),
+        (["tokenize"], "give exactly one TEXT argument"),
+        (["run", "-p"], "flag -p needs a value"),
+    ],
+)
+def test_bad_flags_exit_2(args, needle):
+    r = run(*args)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert needle in r.stderr, r.stderr
+
+
+def test_not_a_gguf_file(tmp_path):
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"NOPE" + b"\0" * 60)
+    r = run("run", "-m", str(bad), "-p", "hi")
+    assert r.returncode == 2
+    assert "bad magic" in r.stderr and str(bad) in r.stderr, r.stderr
+
+
+def test_prompt_longer_than_context(model):
+    r = run("run", "-m", model, "-c", "16", "-p", "one two three four five six seven eight nine ten " * 3)
+    assert r.returncode == 2, r.stderr
+    assert "context holds 16" in r.stderr, r.stderr
+
+
+def test_bad_chat_template_override(model):
+    r = run("run", "-m", model, "--chat", "hi", "--chat-template", "nosuch")
+    assert r.returncode == 2
+    assert "nosuch" in r.stderr and "chatml" in r.stderr, r.stderr
+
+
+def test_run_json_schema(model):
+    r = run("run", "-m", model, "--chat", "Say hello.", "-n", "8", "--temp", "0", "--json")
+    assert r.returncode == 0, r.stderr
+    lines = [l for l in r.stdout.splitlines() if l.strip()]
+    assert len(lines) == 1, r.stdout
+    o = json.loads(lines[0])
+    for k in ("text", "tokens", "n_prompt", "n_gen", "prefill_ms", "decode_ms", "decode_tok_s", "finish_reason"):
+        assert k in o, k
+    assert o["n_gen"] == len(o["tokens"]) and 1 <= o["n_gen"] <= 8
+    assert o["finish_reason"] in ("stop", "length")
+    assert o["parity"] == "verified"
+    assert o["n_prompt"] > 5
+
+
+def test_run_is_reproducible_with_seed(model):
+    a = run("run", "-m", model, "-p", "Once upon a time", "-n", "16", "--temp", "0.9", "--seed", "7", "--json", "--no-probe")
+    b = run("run", "-m", model, "-p", "Once upon a time", "-n", "16", "--temp", "0.9", "--seed", "7", "--json", "--no-probe", "-t", "1")
+    c = run("run", "-m", model, "-p", "Once upon a time", "-n", "16", "--temp", "0.9", "--seed", "8", "--json", "--no-probe")
+    ta, tb, tc = (json.loads(x.stdout)["tokens"] for x in (a, b, c))
+    assert ta == tb
+    assert ta != tc  # a different seed draws differently (16 tokens at T=0.9)
+
+
+def test_run_streams_text_and_summary(model):
+    r = run("run", "-m", model, "--chat", "What is 2+2?", "-n", "16", "--temp", "0")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip()
+    assert "decode" in r.stderr and "tok/s" in r.stderr and "prefill" in r.stderr
+    assert "parity: verified" in r.stderr
+
+
+def test_tokenize_json(model):
+    r = run("tokenize", "-m", model, "--json", "<|im_start|>user\nHello 123")
+    assert r.returncode == 0, r.stderr
+    o = json.loads(r.stdout)
+    assert o["tokens"][0] == 1  # <|im_start|> is id 1 in SmolLM2's vocab
+    assert "".join(o["pieces"]) == "<|im_start|>user\nHello 123"
+
+
+def test_info_json_matches_gguf_package(model):
+    gguf = pytest.importorskip("gguf")
+    r = run("info", "-m", model, "--json")
+    assert r.returncode == 0, r.stderr
+    o = json.loads(r.stdout)
+    rd = gguf.GGUFReader(model)
+    assert o["architecture"] == "llama"
+    assert o["hparams"]["n_layer"] == 30 and o["hparams"]["n_embd"] == 576 and o["hparams"]["n_head_kv"] == 3
+    assert o["hparams"]["tied_output"] is True
+    assert o["vocab_size"] == 49152
+    assert o["chat_template"] == "chatml"
+    assert o["file_size"] == os.path.getsize(model)
+    ts = {t["name"]: t for t in o["tensors"]}
+    assert len(ts) == len(rd.tensors)
+    for t in rd.tensors:
+        mine = ts[t.name]
+        assert mine["type"] == t.tensor_type.name
+        assert mine["shape"] == [int(x) for x in t.shape]
+        assert mine["nbytes"] == int(t.n_bytes)
+    # every scalar and string metadata value
+    md = o["metadata"]
+    for k, f in rd.fields.items():
+        if k.startswith("GGUF."):
+            continue
+        v = f.contents()
+        if isinstance(v, list):
+            assert md[k]["n"] == len(v), k
+        elif isinstance(v, float):
+            assert md[k] == pytest.approx(v, rel=1e-7), k
+        else:
+            assert md[k] == v, k
