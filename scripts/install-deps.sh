@@ -24,13 +24,13 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 if [ $want_test = 1 ]; then
     # Pinned so the independent references do not move under the tests.
-    pyreq=(gguf==0.19.0 tokenizers==0.23.3 numpy pytest llama-cpp-python==0.3.36)
+    pyreq=(gguf==0.19.0 tokenizers==0.23.3 numpy pytest jinja2 llama-cpp-python==0.3.36)
     if ! "$PYTHON" - <<'PY' 2>/dev/null
 import importlib.metadata as m, sys
 need = {"gguf": "0.19.0", "tokenizers": "0.23.3", "llama_cpp_python": "0.3.36"}
 for k, v in need.items():
     if m.version(k) != v: sys.exit(1)
-import numpy, pytest
+import numpy, pytest, jinja2
 PY
     then
         echo "install-deps: pip install ${pyreq[*]} (llama-cpp-python builds from source: several minutes)" >&2

@@ -40,10 +40,15 @@ ls_tokenizer *ls_tokenizer_create(const ls_tokenizer_params *p, ls_err *err);
 /* Reads tokenizer.ggml.* from a GGUF file. Unsupported models/pre-tokenizers give a clear error. */
 ls_tokenizer *ls_tokenizer_from_gguf(const gguf_file *f, ls_err *err);
 void ls_tokenizer_free(ls_tokenizer *t);
+/* Convenience (tests, ctypes): gguf_open + ls_tokenizer_from_gguf + gguf_close. */
+ls_tokenizer *ls_tokenizer_open_file(const char *path, ls_err *err);
 
 uint32_t ls_tokenizer_n_vocab(const ls_tokenizer *t);
 int32_t ls_tokenizer_bos(const ls_tokenizer *t);
 int32_t ls_tokenizer_eos(const ls_tokenizer *t);
+int32_t ls_tokenizer_eot(const ls_tokenizer *t); /* -1 when none */
+/* The token's LS_TOKTYPE_*, or 0 for an invalid id. */
+int32_t ls_tokenizer_token_type(const ls_tokenizer *t, int32_t id);
 /* true for EOS, EOT and any other token that ends generation (e.g. <|im_end|>, <|eot_id|>) */
 bool ls_tokenizer_is_eog(const ls_tokenizer *t, int32_t id);
 /* Id of an exact token string (e.g. "<|im_end|>"), or -1. */

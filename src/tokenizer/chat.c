@@ -1,0 +1,313 @@
+/* chat.c - chat template families (see chat.h).
+ *
+ * No Jinja interpreter: the family is recognised from distinctive markers in
+ * the template source, and each family is rendered by hand exactly as its
+ * reference template (and llama.cpp's llm_chat_apply_template) renders it.
+ * BOS is never written into the prompt text: the tokenizer adds it when the
+ * file's add_bos flag says so.
+ *
+ *   chatml   <|im_start|>{role}\n{content}<|im_end|>\n ...  gen: <|im_start|>assistant\n
+ *   llama3   <|start_header_id|>{role}<|end_header_id|>\n\n{trim(content)}<|eot_id|>
+ *            gen: <|start_header_id|>assistant<|end_header_id|>\n\n
+ *   gemma    <start_of_turn>{user|model}\n{trim(content)}<end_of_turn>\n; system text is
+ *            prepended to the next user turn as "{system}\n\n"   gen: <start_of_turn>model\n
+ *   phi3     <|{role}|>\n{content}<|end|>\n              gen: <|assistant|>\n
+ *   zephyr   <|{role}|>\n{content}</s>\n                 gen: <|assistant|>\n
+ *   llama2   [INST] <<SYS>>\n{system}\n<</SYS>>\n\n{trim(user)} [/INST] {trim(assistant)} </s>
+ *            later user turns start with <s>[INST]; no generation header
+ *   mistral  [INST] {system\n\n}{user} [/INST]{assistant}</s>; no generation header */
+#include "tokenizer/chat.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const k_family_names[] = {"unknown", "chatml", "llama2", "llama3",
+                                             "mistral", "gemma",  "phi3",   "zephyr"};
+
+const char *ls_chat_family_name(ls_chat_family f) {
+    if ((unsigned)f < sizeof k_family_names / sizeof k_family_names[0]) return k_family_names[f];
+    return "unknown";
+}
+
+static bool has(const char *src, size_t len, const char *needle) {
+    return memmem(src, len, needle, strlen(needle)) != NULL;
+}
+
+void ls_chat_template_free(ls_chat_template *t) {
+    if (!t) return;
+    free(t->default_system);
+    t->default_system = NULL;
+    t->family = LS_CHAT_UNKNOWN;
+}
+
+/* The system prompt a ChatML template writes as one string literal,
+ * '<|im_start|>system\n...<|im_end|>', when the conversation has none
+ * (SmolLM2, Qwen2.5).  A literal that is concatenated with the message
+ * content ('<|im_start|>system\n' + message['content'] + ...) is not one. */
+static char *chatml_default_system(const char *src, size_t len) {
+    static const char head[] = "<|im_start|>system";
+    static const char tail[] = "<|im_end|>";
+    const char *end = src + len, *p = src;
+    while ((p = memmem(p, (size_t)(end - p), head, sizeof head - 1)) != NULL) {
+        const char *q = p + sizeof head - 1;
+        p = q;
+        if (q < end && *q == '\n') q++;
+        else if (end - q >= 2 && q[0] == '\\' && q[1] == 'n') q += 2;
+        else continue;
+        const char *e = memmem(q, (size_t)(end - q), tail, sizeof tail - 1);
+        if (!e || e <= q) continue;
+        /* the text must be one literal: no unescaped quote, no Jinja markup */
+        bool ok = true;
+        for (const char *c = q; c < e && ok; c++) {
+            if (*c == '\\') {
+                c++;
+                continue;
+            }
+            if (*c == '\'' || *c == '"') ok = false;
+            if (*c == '{' && c + 1 < e && (c[1] == '{' || c[1] == '%')) ok = false;
+        }
+        if (!ok) continue;
+        char *out = malloc((size_t)(e - q) + 1);
+        if (!out) return NULL;
+        size_t n = 0;
+        for (const char *c = q; c < e; c++) {
+            if (*c == '\\' && c + 1 < e) {
+                c++;
+                switch (*c) {
+                case 'n': out[n++] = '\n'; break;
+                case 't': out[n++] = '\t'; break;
+                case 'r': out[n++] = '\r'; break;
+                default: out[n++] = *c; break;
+                }
+            } else {
+                out[n++] = *c;
+            }
+        }
+        out[n] = '\0';
+        return out;
+    }
+    return NULL;
+}
+
+ls_status ls_chat_template_detect(const char *src, size_t len, ls_chat_template *out, ls_err *err) {
+    out->family = LS_CHAT_UNKNOWN;
+    out->default_system = NULL;
+    if (!src || len == 0)
+        return ls_err_set(err, LS_E_UNSUPPORTED, "model has no chat template; pass --chat-template");
+    ls_chat_family f = LS_CHAT_UNKNOWN;
+    if (has(src, len, "<|im_start|>")) f = LS_CHAT_CHATML;
+    else if (has(src, len, "<|start_header_id|>")) f = LS_CHAT_LLAMA3;
+    else if (has(src, len, "<start_of_turn>")) f = LS_CHAT_GEMMA;
+    else if (has(src, len, "<|user|>") && has(src, len, "<|end|>")) f = LS_CHAT_PHI3;
+    else if (has(src, len, "<|user|>") && (has(src, len, "</s>") || has(src, len, "eos_token")))
+        f = LS_CHAT_ZEPHYR;
+    else if (has(src, len, "[INST]") && has(src, len, "<<SYS>>")) f = LS_CHAT_LLAMA2;
+    else if (has(src, len, "[INST]")) f = LS_CHAT_MISTRAL;
+    if (f == LS_CHAT_UNKNOWN) {
+        char head[61];
+        size_t k = 0;
+        for (size_t i = 0; i < len && k < sizeof head - 1; i++)
+            head[k++] = (src[i] == '\n' || src[i] == '\r' || src[i] == '\t') ? ' ' : src[i];
+        head[k] = '\0';
+        return ls_err_set(err, LS_E_UNSUPPORTED,
+                          "unrecognised chat template (starts \"%s%s\"); pass --chat-template with one of "
+                          "chatml, llama2, llama3, mistral, gemma, phi3, zephyr",
+                          head, len > k ? "..." : "");
+    }
+    out->family = f;
+    if (f == LS_CHAT_CHATML) out->default_system = chatml_default_system(src, len);
+    return LS_OK;
+}
+
+ls_status ls_chat_template_by_name(const char *name, ls_chat_template *out, ls_err *err) {
+    out->family = LS_CHAT_UNKNOWN;
+    out->default_system = NULL;
+    for (size_t i = 1; name && i < sizeof k_family_names / sizeof k_family_names[0]; i++)
+        if (strcmp(name, k_family_names[i]) == 0) {
+            out->family = (ls_chat_family)i;
+            return LS_OK;
+        }
+    return ls_err_set(err, LS_E_INVALID,
+                      "unknown chat template '%s'; valid names: chatml, llama2, llama3, mistral, gemma, "
+                      "phi3, zephyr",
+                      name ? name : "(null)");
+}
+
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+    char *p;
+    size_t n, cap;
+    bool nomem;
+} sbuf;
+
+static void sb_addn(sbuf *b, const char *s, size_t k) {
+    if (b->nomem) return;
+    if (b->n + k + 1 > b->cap) {
+        size_t c = b->cap ? b->cap : 256;
+        while (c < b->n + k + 1) c *= 2;
+        char *np = realloc(b->p, c);
+        if (!np) {
+            b->nomem = true;
+            return;
+        }
+        b->p = np;
+        b->cap = c;
+    }
+    memcpy(b->p + b->n, s, k);
+    b->n += k;
+    b->p[b->n] = '\0';
+}
+
+static void sb_add(sbuf *b, const char *s) { sb_addn(b, s, strlen(s)); }
+
+static bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+
+/* Jinja's |trim / str.strip() on ASCII whitespace. */
+static void sb_add_trim(sbuf *b, const char *s) {
+    size_t n = strlen(s), i = 0;
+    while (i < n && is_ws(s[i])) i++;
+    while (n > i && is_ws(s[n - 1])) n--;
+    sb_addn(b, s + i, n - i);
+}
+
+typedef enum { ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT } role_t;
+
+ls_status ls_chat_apply(const ls_chat_template *t, const ls_chat_msg *msgs, size_t n,
+                        bool add_generation_prompt, char **out, ls_err *err) {
+    *out = NULL;
+    if (!t || t->family == LS_CHAT_UNKNOWN || (size_t)t->family >= sizeof k_family_names / sizeof k_family_names[0])
+        return ls_err_set(err, LS_E_UNSUPPORTED, "no chat template; pass --chat-template");
+    if (n && !msgs) return ls_err_set(err, LS_E_INVALID, "chat: messages missing");
+    role_t *roles = malloc((n ? n : 1) * sizeof *roles);
+    if (!roles) return ls_err_set(err, LS_E_NOMEM, "chat: out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const char *r = msgs[i].role;
+        if (r && strcmp(r, "system") == 0) roles[i] = ROLE_SYSTEM;
+        else if (r && strcmp(r, "user") == 0) roles[i] = ROLE_USER;
+        else if (r && strcmp(r, "assistant") == 0) roles[i] = ROLE_ASSISTANT;
+        else {
+            free(roles);
+            return ls_err_set(err, LS_E_INVALID,
+                              "chat: message %zu has role '%s'; expected system, user or assistant", i,
+                              r ? r : "(null)");
+        }
+    }
+
+    sbuf b = {0};
+    sb_addn(&b, "", 0);
+    /* the template's own system prompt when the conversation has none */
+    bool add_default = t->default_system && n > 0 && roles[0] != ROLE_SYSTEM;
+    size_t total = n + (add_default ? 1 : 0);
+    sbuf sys = {0}; /* llama2 / mistral / gemma: system text waiting for the next user turn */
+    bool first_user = true;
+
+    for (size_t k = 0; k < total; k++) {
+        role_t role;
+        const char *content;
+        if (add_default && k == 0) {
+            role = ROLE_SYSTEM;
+            content = t->default_system;
+        } else {
+            size_t i = k - (add_default ? 1 : 0);
+            role = roles[i];
+            content = msgs[i].content ? msgs[i].content : "";
+        }
+        const char *rname = role == ROLE_SYSTEM ? "system" : role == ROLE_USER ? "user" : "assistant";
+        switch (t->family) {
+        case LS_CHAT_CHATML:
+            sb_add(&b, "<|im_start|>");
+            sb_add(&b, rname);
+            sb_add(&b, "\n");
+            sb_add(&b, content);
+            sb_add(&b, "<|im_end|>\n");
+            break;
+        case LS_CHAT_LLAMA3:
+            sb_add(&b, "<|start_header_id|>");
+            sb_add(&b, rname);
+            sb_add(&b, "<|end_header_id|>\n\n");
+            sb_add_trim(&b, content);
+            sb_add(&b, "<|eot_id|>");
+            break;
+        case LS_CHAT_PHI3:
+        case LS_CHAT_ZEPHYR:
+            sb_add(&b, "<|");
+            sb_add(&b, rname);
+            sb_add(&b, "|>\n");
+            sb_add(&b, content);
+            sb_add(&b, t->family == LS_CHAT_PHI3 ? "<|end|>\n" : "</s>\n");
+            break;
+        case LS_CHAT_GEMMA:
+            if (role == ROLE_SYSTEM) {
+                sb_add_trim(&sys, content);
+                break;
+            }
+            sb_add(&b, "<start_of_turn>");
+            sb_add(&b, role == ROLE_USER ? "user" : "model");
+            sb_add(&b, "\n");
+            if (role == ROLE_USER && sys.n) {
+                sb_add(&b, sys.p);
+                sb_add(&b, "\n\n");
+                sys.n = 0;
+            }
+            sb_add_trim(&b, content);
+            sb_add(&b, "<end_of_turn>\n");
+            break;
+        case LS_CHAT_LLAMA2:
+        case LS_CHAT_MISTRAL:
+            if (role == ROLE_SYSTEM) {
+                if (sys.n) sb_add(&sys, "\n\n");
+                if (t->family == LS_CHAT_LLAMA2) sb_add_trim(&sys, content);
+                else sb_add(&sys, content);
+                break;
+            }
+            if (role == ROLE_USER) {
+                if (t->family == LS_CHAT_LLAMA2 && !first_user) sb_add(&b, "<s>");
+                sb_add(&b, "[INST] ");
+                if (sys.n) {
+                    if (t->family == LS_CHAT_LLAMA2) {
+                        sb_add(&b, "<<SYS>>\n");
+                        sb_add(&b, sys.p);
+                        sb_add(&b, "\n<</SYS>>\n\n");
+                    } else {
+                        sb_add(&b, sys.p);
+                        sb_add(&b, "\n\n");
+                    }
+                    sys.n = 0;
+                }
+                if (t->family == LS_CHAT_LLAMA2) sb_add_trim(&b, content);
+                else sb_add(&b, content);
+                sb_add(&b, " [/INST]");
+                first_user = false;
+            } else if (t->family == LS_CHAT_LLAMA2) {
+                sb_add(&b, " ");
+                sb_add_trim(&b, content);
+                sb_add(&b, " </s>");
+            } else {
+                sb_add(&b, content);
+                sb_add(&b, "</s>");
+            }
+            break;
+        case LS_CHAT_UNKNOWN:
+            break;
+        }
+    }
+    if (add_generation_prompt) {
+        switch (t->family) {
+        case LS_CHAT_CHATML: sb_add(&b, "<|im_start|>assistant\n"); break;
+        case LS_CHAT_LLAMA3: sb_add(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n"); break;
+        case LS_CHAT_GEMMA: sb_add(&b, "<start_of_turn>model\n"); break;
+        case LS_CHAT_PHI3:
+        case LS_CHAT_ZEPHYR: sb_add(&b, "<|assistant|>\n"); break;
+        default: break; /* llama2 / mistral: the prompt ends with [/INST] */
+        }
+    }
+    free(roles);
+    free(sys.p);
+    if (b.nomem) {
+        free(b.p);
+        return ls_err_set(err, LS_E_NOMEM, "chat: out of memory");
+    }
+    *out = b.p;
+    return LS_OK;
+}

@@ -1,0 +1,979 @@
+/* tokenizer.c - GPT-2 byte-level BPE (see tokenizer.h).
+ *
+ * Pipeline for ls_tokenize:
+ *   1. special-token partition (parse_special): control / user-defined token
+ *      strings are matched literally, leftmost-longest (as HF's added-vocabulary
+ *      matcher does), and the text between them is tokenized as plain text;
+ *   2. UTF-8 validation: the plain text is split into maximal valid UTF-8 runs;
+ *      every byte that is not part of a valid sequence becomes a piece of its
+ *      own, encoded as its single byte-level token -- or, when the vocabulary
+ *      has no token for that byte (SmolLM2 has none for 0xC0, 0xC1, 0xF5..0xFF
+ *      among others), as the tokens of U+FFFD.  Each valid run is pre-tokenized independently,
+ *      as if the invalid bytes were separators.  (HF tokenizers only takes valid
+ *      Unicode strings, so there is no reference behaviour to follow here);
+ *   3. pre-tokenization (pretok.c): the file's pre-tokenizer, via PCRE2;
+ *   4. BPE per piece: symbols start as the byte-level tokens of the piece's
+ *      bytes and the adjacent pair of lowest merge rank is merged (ties: the
+ *      leftmost) until no pair has a rank -- a heap of (rank, position).
+ *      A byte of valid text that has no token (SmolLM2 lacks 0x04, 0xF1, ...)
+ *      becomes the UNKNOWN-type token if there is one, else it is left out
+ *      before merging, exactly as HF's BPE without an unk_token does.
+ *      Llama-3 vocabularies (pre "llama3") use ignore_merges, as their
+ *      tokenizer.json does: a piece that is itself a token is emitted whole.
+ *
+ * parse_special=false treats control AND user-defined tokens as plain text
+ * (llama.cpp would still match user-defined ones).  Tested for exact equality
+ * with HF tokenizers in tests/python/test_tokenizer.py.
+ *
+ * Nothing here is global and mutable: ls_tokenize only reads the tokenizer
+ * and allocates its scratch (including the PCRE2 match data) per call, so one
+ * tokenizer can be used from several threads at once. */
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/tok_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------ */
+/* hashing                                                                  */
+
+static uint64_t hash_bytes(const char *p, size_t n) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (size_t i = 0; i < n; i++) {
+        h ^= (unsigned char)p[i];
+        h *= 1099511628211ull;
+    }
+    return h ^ (h >> 29);
+}
+
+static uint64_t hash_u64(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    return x;
+}
+
+static uint32_t pow2_at_least(uint64_t n) {
+    uint32_t c = 16;
+    while (c < n) c <<= 1;
+    return c;
+}
+
+typedef struct {
+    uint64_t key; /* (left << 32) | right; UINT64_MAX = empty */
+    int32_t rank;
+    int32_t id;   /* the merged token */
+} merge_slot;
+
+struct ls_tokenizer {
+    uint32_t n_vocab;
+    char *text;          /* token strings as in the file, concatenated */
+    uint64_t *text_off;  /* n_vocab + 1 */
+    char *dec;           /* byte-level decoded bytes of each token */
+    uint64_t *dec_off;   /* n_vocab + 1 */
+    int32_t *types;      /* n_vocab */
+
+    int32_t *str_slots;  /* string -> id, open addressing; -1 empty */
+    uint32_t str_mask;
+    merge_slot *merges;
+    uint32_t merge_mask;
+    uint32_t n_merges;   /* usable merges */
+
+    int32_t byte_tok[256]; /* token of each byte's byte-level char, or -1 */
+    uint32_t byte_cp[256]; /* bytes_to_unicode */
+
+    int32_t *special;    /* control/user-defined ids, by first byte, longest first */
+    uint32_t special_start[257];
+
+    ls_pretok pretok;
+    bool ignore_merges;
+
+    int32_t bos, eos, eot, unk;
+    bool add_bos, add_eos;
+    int32_t eog[8];
+    int n_eog;
+};
+
+/* ------------------------------------------------------------------------ */
+/* GPT-2 bytes_to_unicode: the printable Latin-1 bytes map to themselves, the
+ * other bytes to 256, 257, ... in increasing byte order. */
+
+static bool gpt2_printable(int b) {
+    return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+}
+
+static void byte_to_cp_table(uint32_t cp[256]) {
+    uint32_t n = 0;
+    for (int b = 0; b < 256; b++) cp[b] = gpt2_printable(b) ? (uint32_t)b : 256 + n++;
+}
+
+static int utf8_put(char *out, uint32_t cp) {
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        out[0] = (char)(0xC0 | (cp >> 6));
+        out[1] = (char)(0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        out[0] = (char)(0xE0 | (cp >> 12));
+        out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        out[2] = (char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    out[0] = (char)(0xF0 | (cp >> 18));
+    out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+    out[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
+    out[3] = (char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+/* Length of the valid UTF-8 sequence at p (n bytes available), 0 if the bytes
+ * there do not start a complete valid sequence.  Rejects overlongs, surrogates
+ * and code points above U+10FFFF. */
+size_t ls_utf8_valid_len(const unsigned char *p, size_t n) {
+    unsigned c = p[0];
+    if (c < 0x80) return 1;
+    size_t len;
+    unsigned lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) len = 2;
+    else if (c == 0xE0) { len = 3; lo = 0xA0; }
+    else if (c >= 0xE1 && c <= 0xEC) len = 3;
+    else if (c == 0xED) { len = 3; hi = 0x9F; }
+    else if (c >= 0xEE && c <= 0xEF) len = 3;
+    else if (c == 0xF0) { len = 4; lo = 0x90; }
+    else if (c >= 0xF1 && c <= 0xF3) len = 4;
+    else if (c == 0xF4) { len = 4; hi = 0x8F; }
+    else return 0;
+    if (n < len) return 0;
+    if (p[1] < lo || p[1] > hi) return 0;
+    for (size_t i = 2; i < len; i++)
+        if (p[i] < 0x80 || p[i] > 0xBF) return 0;
+    return len;
+}
+
+/* Decodes one code point of valid UTF-8 (len from ls_utf8_valid_len). */
+static uint32_t utf8_cp(const unsigned char *p, size_t len) {
+    switch (len) {
+    case 1: return p[0];
+    case 2: return ((uint32_t)(p[0] & 0x1F) << 6) | (p[1] & 0x3F);
+    case 3: return ((uint32_t)(p[0] & 0x0F) << 12) | ((uint32_t)(p[1] & 0x3F) << 6) | (p[2] & 0x3F);
+    default:
+        return ((uint32_t)(p[0] & 0x07) << 18) | ((uint32_t)(p[1] & 0x3F) << 12) |
+               ((uint32_t)(p[2] & 0x3F) << 6) | (p[3] & 0x3F);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* lookup tables                                                            */
+
+static int32_t str_lookup(const ls_tokenizer *t, const char *p, size_t n) {
+    uint32_t i = (uint32_t)hash_bytes(p, n) & t->str_mask;
+    for (;;) {
+        int32_t id = t->str_slots[i];
+        if (id < 0) return -1;
+        uint64_t off = t->text_off[id], len = t->text_off[id + 1] - off;
+        if (len == n && memcmp(t->text + off, p, n) == 0) return id;
+        i = (i + 1) & t->str_mask;
+    }
+}
+
+/* Later duplicates replace earlier ones (as llama.cpp and a Python dict do). */
+static void str_insert(ls_tokenizer *t, int32_t id) {
+    const char *p = t->text + t->text_off[id];
+    size_t n = t->text_off[id + 1] - t->text_off[id];
+    uint32_t i = (uint32_t)hash_bytes(p, n) & t->str_mask;
+    for (;;) {
+        int32_t cur = t->str_slots[i];
+        if (cur < 0) {
+            t->str_slots[i] = id;
+            return;
+        }
+        uint64_t off = t->text_off[cur], len = t->text_off[cur + 1] - off;
+        if (len == n && memcmp(t->text + off, p, n) == 0) {
+            t->str_slots[i] = id;
+            return;
+        }
+        i = (i + 1) & t->str_mask;
+    }
+}
+
+static const merge_slot *merge_lookup(const ls_tokenizer *t, int32_t left, int32_t right) {
+    if (left < 0 || right < 0) return NULL;
+    uint64_t key = ((uint64_t)(uint32_t)left << 32) | (uint32_t)right;
+    uint32_t i = (uint32_t)hash_u64(key) & t->merge_mask;
+    for (;;) {
+        const merge_slot *s = &t->merges[i];
+        if (s->key == UINT64_MAX) return NULL;
+        if (s->key == key) return s;
+        i = (i + 1) & t->merge_mask;
+    }
+}
+
+/* First occurrence wins (the lower rank). */
+static void merge_insert(ls_tokenizer *t, int32_t left, int32_t right, int32_t rank, int32_t id) {
+    uint64_t key = ((uint64_t)(uint32_t)left << 32) | (uint32_t)right;
+    uint32_t i = (uint32_t)hash_u64(key) & t->merge_mask;
+    for (;;) {
+        merge_slot *s = &t->merges[i];
+        if (s->key == UINT64_MAX) {
+            s->key = key;
+            s->rank = rank;
+            s->id = id;
+            t->n_merges++;
+            return;
+        }
+        if (s->key == key) return;
+        i = (i + 1) & t->merge_mask;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* create / free                                                            */
+
+static bool is_special_type(int32_t ty) {
+    return ty == LS_TOKTYPE_CONTROL || ty == LS_TOKTYPE_USER_DEFINED;
+}
+
+typedef struct {
+    int32_t id;
+    unsigned char first;
+    uint64_t len;
+} special_ent;
+
+static int special_cmp(const void *a, const void *b) {
+    const special_ent *x = a, *y = b;
+    if (x->first != y->first) return x->first < y->first ? -1 : 1;
+    if (x->len != y->len) return x->len > y->len ? -1 : 1; /* longest first */
+    return x->id < y->id ? -1 : (x->id > y->id);
+}
+
+void ls_tokenizer_free(ls_tokenizer *t) {
+    if (!t) return;
+    ls_pretok_free(&t->pretok);
+    free(t->text);
+    free(t->text_off);
+    free(t->dec);
+    free(t->dec_off);
+    free(t->types);
+    free(t->str_slots);
+    free(t->merges);
+    free(t->special);
+    free(t);
+}
+
+static bool id_ok(const ls_tokenizer *t, int32_t id) { return id >= 0 && (uint32_t)id < t->n_vocab; }
+
+static void add_eog(ls_tokenizer *t, int32_t id) {
+    if (!id_ok(t, id)) return;
+    for (int i = 0; i < t->n_eog; i++)
+        if (t->eog[i] == id) return;
+    if (t->n_eog < (int)(sizeof t->eog / sizeof t->eog[0])) t->eog[t->n_eog++] = id;
+}
+
+/* End-of-turn token strings recognised by name (also the eot_id fallback order). */
+static const char *const k_eot_names[] = {"<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>"};
+
+ls_tokenizer *ls_tokenizer_create(const ls_tokenizer_params *p, ls_err *err) {
+    if (!p || p->n_vocab == 0 || !p->tokens) {
+        ls_err_set(err, LS_E_INVALID, "tokenizer: empty vocabulary");
+        return NULL;
+    }
+    if (p->n_vocab > (uint32_t)INT32_MAX - 1) {
+        ls_err_set(err, LS_E_RANGE, "tokenizer: vocabulary of %u tokens is too large", p->n_vocab);
+        return NULL;
+    }
+    ls_tokenizer *t = calloc(1, sizeof *t);
+    if (!t) goto nomem;
+    uint32_t n = p->n_vocab;
+    t->n_vocab = n;
+
+    ls_pretok_kind kind;
+    if (ls_pretok_lookup(p->pre ? p->pre : "gpt2", &kind, &t->ignore_merges) != 0) {
+        ls_err_set(err, LS_E_UNSUPPORTED,
+                   "tokenizer: pre-tokenizer '%s' (tokenizer.ggml.pre) is not supported; "
+                   "supported: %s",
+                   p->pre, ls_pretok_supported_names());
+        ls_tokenizer_free(t);
+        return NULL;
+    }
+    if (ls_pretok_init(&t->pretok, kind, err) != LS_OK) {
+        ls_tokenizer_free(t);
+        return NULL;
+    }
+
+    /* token strings */
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (p->tokens[i].len > UINT32_MAX || (p->tokens[i].len && !p->tokens[i].ptr)) {
+            ls_err_set(err, LS_E_FORMAT, "tokenizer: token %u has an invalid string", i);
+            ls_tokenizer_free(t);
+            return NULL;
+        }
+        total += p->tokens[i].len;
+    }
+    t->text = malloc(total ? total : 1);
+    t->text_off = malloc((size_t)(n + 1) * sizeof *t->text_off);
+    /* decoded bytes are never longer than the token text */
+    t->dec = malloc(total ? total : 1);
+    t->dec_off = malloc((size_t)(n + 1) * sizeof *t->dec_off);
+    t->types = malloc((size_t)n * sizeof *t->types);
+    if (!t->text || !t->text_off || !t->dec || !t->dec_off || !t->types) goto nomem;
+    uint64_t off = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        t->text_off[i] = off;
+        if (p->tokens[i].len) memcpy(t->text + off, p->tokens[i].ptr, p->tokens[i].len);
+        off += p->tokens[i].len;
+        t->types[i] = p->token_types ? p->token_types[i] : LS_TOKTYPE_NORMAL;
+    }
+    t->text_off[n] = off;
+
+    /* string -> id */
+    t->str_mask = pow2_at_least((uint64_t)n * 2) - 1;
+    t->str_slots = malloc(((size_t)t->str_mask + 1) * sizeof *t->str_slots);
+    if (!t->str_slots) goto nomem;
+    memset(t->str_slots, 0xff, ((size_t)t->str_mask + 1) * sizeof *t->str_slots);
+    for (uint32_t i = 0; i < n; i++) str_insert(t, (int32_t)i);
+
+    /* byte-level tables */
+    uint32_t *cp = t->byte_cp;
+    byte_to_cp_table(cp);
+    int16_t cp_to_byte[512];
+    for (int i = 0; i < 512; i++) cp_to_byte[i] = -1;
+    for (int b = 0; b < 256; b++) {
+        char buf[4];
+        int k = utf8_put(buf, cp[b]);
+        t->byte_tok[b] = str_lookup(t, buf, (size_t)k);
+        cp_to_byte[cp[b]] = (int16_t)b;
+    }
+
+    /* decoded bytes: each char of the byte-level alphabet gives its byte; any
+     * other char (or invalid UTF-8) is kept as it is. */
+    off = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        t->dec_off[i] = off;
+        const unsigned char *s = (const unsigned char *)t->text + t->text_off[i];
+        size_t len = t->text_off[i + 1] - t->text_off[i];
+        for (size_t j = 0; j < len;) {
+            size_t k = ls_utf8_valid_len(s + j, len - j);
+            if (k == 0) {
+                t->dec[off++] = (char)s[j++];
+                continue;
+            }
+            uint32_t c = utf8_cp(s + j, k);
+            if (c < 512 && cp_to_byte[c] >= 0) {
+                t->dec[off++] = (char)cp_to_byte[c];
+            } else {
+                memcpy(t->dec + off, s + j, k);
+                off += k;
+            }
+            j += k;
+        }
+    }
+    t->dec_off[n] = off;
+
+    /* merges */
+    if (p->n_merges && !p->merges) {
+        ls_err_set(err, LS_E_INVALID, "tokenizer: n_merges without merges");
+        ls_tokenizer_free(t);
+        return NULL;
+    }
+    if (p->n_merges > (uint32_t)INT32_MAX) {
+        ls_err_set(err, LS_E_RANGE, "tokenizer: too many merges (%u)", p->n_merges);
+        ls_tokenizer_free(t);
+        return NULL;
+    }
+    t->merge_mask = pow2_at_least((uint64_t)p->n_merges * 2) - 1;
+    t->merges = malloc(((size_t)t->merge_mask + 1) * sizeof *t->merges);
+    if (!t->merges) goto nomem;
+    for (uint32_t i = 0; i <= t->merge_mask; i++) t->merges[i].key = UINT64_MAX;
+    {
+        char *cat = NULL;
+        size_t cat_cap = 0;
+        for (uint32_t r = 0; r < p->n_merges; r++) {
+            gguf_str m = p->merges[r];
+            if (m.len < 3 || !m.ptr) continue;
+            const char *sp = memchr(m.ptr + 1, ' ', m.len - 1);
+            if (!sp) continue;
+            size_t ll = (size_t)(sp - m.ptr), rl = m.len - ll - 1;
+            if (rl == 0) continue;
+            int32_t a = str_lookup(t, m.ptr, ll), b = str_lookup(t, sp + 1, rl);
+            if (a < 0 || b < 0) continue;
+            if (ll + rl > cat_cap) {
+                cat_cap = (ll + rl) * 2;
+                char *nc = realloc(cat, cat_cap);
+                if (!nc) {
+                    free(cat);
+                    goto nomem;
+                }
+                cat = nc;
+            }
+            memcpy(cat, m.ptr, ll);
+            memcpy(cat + ll, sp + 1, rl);
+            int32_t c = str_lookup(t, cat, ll + rl);
+            if (c < 0) continue; /* a merge whose result is not a token can never apply */
+            merge_insert(t, a, b, (int32_t)r, c);
+        }
+        free(cat);
+    }
+
+    /* special tokens, grouped by first byte, longest first */
+    {
+        uint32_t ns = 0;
+        for (uint32_t i = 0; i < n; i++)
+            if (is_special_type(t->types[i]) && t->text_off[i + 1] > t->text_off[i]) ns++;
+        special_ent *ents = malloc((ns ? ns : 1) * sizeof *ents);
+        t->special = malloc((ns ? ns : 1) * sizeof *t->special);
+        if (!ents || !t->special) {
+            free(ents);
+            goto nomem;
+        }
+        uint32_t k = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            uint64_t len = t->text_off[i + 1] - t->text_off[i];
+            if (is_special_type(t->types[i]) && len > 0)
+                ents[k++] = (special_ent){(int32_t)i, (unsigned char)t->text[t->text_off[i]], len};
+        }
+        qsort(ents, ns, sizeof *ents, special_cmp);
+        uint32_t j = 0;
+        for (int b = 0; b < 256; b++) {
+            t->special_start[b] = j;
+            while (j < ns && ents[j].first == b) {
+                t->special[j] = ents[j].id;
+                j++;
+            }
+        }
+        t->special_start[256] = ns;
+        free(ents);
+    }
+
+    t->bos = id_ok(t, p->bos_id) ? p->bos_id : -1;
+    t->eos = id_ok(t, p->eos_id) ? p->eos_id : -1;
+    t->eot = id_ok(t, p->eot_id) ? p->eot_id : -1;
+    t->add_bos = p->add_bos;
+    t->add_eos = p->add_eos;
+    t->unk = -1;
+    for (uint32_t i = 0; i < n; i++)
+        if (t->types[i] == LS_TOKTYPE_UNKNOWN) {
+            t->unk = (int32_t)i;
+            break;
+        }
+    add_eog(t, t->eos);
+    add_eog(t, t->eot);
+    for (size_t i = 0; i < sizeof k_eot_names / sizeof k_eot_names[0]; i++)
+        add_eog(t, ls_tokenizer_find(t, k_eot_names[i]));
+    /* <|endoftext|> ends generation only when it is a control token (as in llama.cpp) */
+    {
+        int32_t id = ls_tokenizer_find(t, "<|endoftext|>");
+        if (id >= 0 && t->types[id] == LS_TOKTYPE_CONTROL) add_eog(t, id);
+    }
+    return t;
+
+nomem:
+    ls_tokenizer_free(t);
+    ls_err_set(err, LS_E_NOMEM, "tokenizer: out of memory");
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* GGUF                                                                     */
+
+static ls_status opt_i32(const gguf_file *f, const char *key, int32_t *out, ls_err *err) {
+    if (!gguf_find(f, key)) return LS_OK;
+    return gguf_get_i32(f, key, out, err);
+}
+
+static ls_status opt_bool(const gguf_file *f, const char *key, bool *out, ls_err *err) {
+    if (!gguf_find(f, key)) return LS_OK;
+    return gguf_get_bool(f, key, out, err);
+}
+
+static char *dup_gstr(gguf_str s) {
+    char *c = malloc(s.len + 1);
+    if (!c) return NULL;
+    if (s.len) memcpy(c, s.ptr, s.len);
+    c[s.len] = '\0';
+    return c;
+}
+
+ls_tokenizer *ls_tokenizer_from_gguf(const gguf_file *f, ls_err *err) {
+    ls_tokenizer_params p;
+    memset(&p, 0, sizeof p);
+    p.bos_id = p.eos_id = p.eot_id = -1;
+    ls_tokenizer *t = NULL;
+    int32_t *types = NULL;
+    char *pre = NULL;
+
+    gguf_str model;
+    if (gguf_get_str(f, "tokenizer.ggml.model", &model, err) != LS_OK) return NULL;
+    if (!gguf_str_eq(model, "gpt2")) {
+        char name[64];
+        snprintf(name, sizeof name, "%.*s", (int)(model.len < 60 ? model.len : 60), model.ptr);
+        ls_err_set(err, LS_E_UNSUPPORTED,
+                   "tokenizer model '%s' (tokenizer.ggml.model) is not supported; "
+                   "only 'gpt2' (byte-level BPE) is",
+                   name);
+        return NULL;
+    }
+    const gguf_value *tokens, *merges = NULL;
+    if (gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_VT_STRING, &tokens, err) != LS_OK) return NULL;
+    if (tokens->v.arr.n == 0 || tokens->v.arr.n > (uint64_t)INT32_MAX - 1) {
+        ls_err_set(err, LS_E_FORMAT, "tokenizer.ggml.tokens has %llu entries",
+                   (unsigned long long)tokens->v.arr.n);
+        return NULL;
+    }
+    p.n_vocab = (uint32_t)tokens->v.arr.n;
+    p.tokens = tokens->v.arr.strs;
+    if (gguf_find(f, "tokenizer.ggml.merges")) {
+        if (gguf_get_arr(f, "tokenizer.ggml.merges", GGUF_VT_STRING, &merges, err) != LS_OK) return NULL;
+        if (merges->v.arr.n > (uint64_t)INT32_MAX) {
+            ls_err_set(err, LS_E_FORMAT, "tokenizer.ggml.merges has too many entries");
+            return NULL;
+        }
+        p.n_merges = (uint32_t)merges->v.arr.n;
+        p.merges = merges->v.arr.strs;
+    }
+    if (gguf_find(f, "tokenizer.ggml.token_type")) {
+        const gguf_value *tt;
+        if (gguf_get_arr(f, "tokenizer.ggml.token_type", GGUF_VT_COUNT, &tt, err) != LS_OK) return NULL;
+        if (tt->v.arr.n != p.n_vocab || !tt->v.arr.raw) {
+            ls_err_set(err, LS_E_FORMAT,
+                       "tokenizer.ggml.token_type has %llu integer entries, expected %u (one per token)",
+                       (unsigned long long)tt->v.arr.n, p.n_vocab);
+            return NULL;
+        }
+        switch (tt->v.arr.elem_type) {
+        case GGUF_VT_INT8: case GGUF_VT_UINT8: case GGUF_VT_INT16: case GGUF_VT_UINT16:
+        case GGUF_VT_INT32: case GGUF_VT_UINT32: case GGUF_VT_INT64: case GGUF_VT_UINT64:
+            break;
+        default:
+            ls_err_set(err, LS_E_FORMAT, "tokenizer.ggml.token_type has elements of type %s",
+                       gguf_vtype_name(tt->v.arr.elem_type));
+            return NULL;
+        }
+        types = malloc((size_t)p.n_vocab * sizeof *types);
+        if (!types) {
+            ls_err_set(err, LS_E_NOMEM, "tokenizer: out of memory");
+            return NULL;
+        }
+        for (uint32_t i = 0; i < p.n_vocab; i++) {
+            int64_t v = gguf_arr_i64(tt, i);
+            types[i] = (v < INT32_MIN || v > INT32_MAX) ? 0 : (int32_t)v;
+        }
+        p.token_types = types;
+    }
+    if (gguf_find(f, "tokenizer.ggml.pre")) {
+        gguf_str s;
+        if (gguf_get_str(f, "tokenizer.ggml.pre", &s, err) != LS_OK) goto out;
+        pre = dup_gstr(s);
+        if (!pre) {
+            ls_err_set(err, LS_E_NOMEM, "tokenizer: out of memory");
+            goto out;
+        }
+        p.pre = pre;
+    }
+    if (opt_i32(f, "tokenizer.ggml.bos_token_id", &p.bos_id, err) != LS_OK) goto out;
+    if (opt_i32(f, "tokenizer.ggml.eos_token_id", &p.eos_id, err) != LS_OK) goto out;
+    if (opt_i32(f, "tokenizer.ggml.eot_token_id", &p.eot_id, err) != LS_OK) goto out;
+    /* llama3-style vocabularies add BOS unless the file says otherwise (as llama.cpp) */
+    p.add_bos = pre && (strcmp(pre, "llama3") == 0 || strcmp(pre, "llama-bpe") == 0);
+    if (opt_bool(f, "tokenizer.ggml.add_bos_token", &p.add_bos, err) != LS_OK) goto out;
+    if (opt_bool(f, "tokenizer.ggml.add_eos_token", &p.add_eos, err) != LS_OK) goto out;
+    if ((p.bos_id >= 0 && (uint32_t)p.bos_id >= p.n_vocab) ||
+        (p.eos_id >= 0 && (uint32_t)p.eos_id >= p.n_vocab) ||
+        (p.eot_id >= 0 && (uint32_t)p.eot_id >= p.n_vocab)) {
+        ls_err_set(err, LS_E_FORMAT, "tokenizer: bos/eos/eot token id out of range (n_vocab %u)",
+                   p.n_vocab);
+        goto out;
+    }
+
+    t = ls_tokenizer_create(&p, err);
+    if (t && t->eot < 0) {
+        for (size_t i = 0; i < sizeof k_eot_names / sizeof k_eot_names[0] && t->eot < 0; i++)
+            t->eot = ls_tokenizer_find(t, k_eot_names[i]);
+    }
+out:
+    free(types);
+    free(pre);
+    return t;
+}
+
+ls_tokenizer *ls_tokenizer_open_file(const char *path, ls_err *err) {
+    gguf_file *f = gguf_open(path, err);
+    if (!f) return NULL;
+    ls_tokenizer *t = ls_tokenizer_from_gguf(f, err);
+    gguf_close(f);
+    return t;
+}
+
+/* ------------------------------------------------------------------------ */
+/* queries                                                                  */
+
+uint32_t ls_tokenizer_n_vocab(const ls_tokenizer *t) { return t->n_vocab; }
+int32_t ls_tokenizer_bos(const ls_tokenizer *t) { return t->bos; }
+int32_t ls_tokenizer_eos(const ls_tokenizer *t) { return t->eos; }
+int32_t ls_tokenizer_eot(const ls_tokenizer *t) { return t->eot; }
+
+bool ls_tokenizer_is_eog(const ls_tokenizer *t, int32_t id) {
+    if (!id_ok(t, id)) return false;
+    for (int i = 0; i < t->n_eog; i++)
+        if (t->eog[i] == id) return true;
+    return false;
+}
+
+int32_t ls_tokenizer_find(const ls_tokenizer *t, const char *piece) {
+    if (!piece) return -1;
+    return str_lookup(t, piece, strlen(piece));
+}
+
+int32_t ls_tokenizer_token_type(const ls_tokenizer *t, int32_t id) {
+    return id_ok(t, id) ? t->types[id] : 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* tokenize                                                                 */
+
+typedef struct {
+    int32_t rank, pos, left, right, id;
+} heap_ent;
+
+static bool heap_less(const heap_ent *a, const heap_ent *b) {
+    return a->rank != b->rank ? a->rank < b->rank : a->pos < b->pos;
+}
+
+struct ls_tok_run {
+    const ls_tokenizer *t;
+    int32_t *out;
+    size_t cap, n;
+    /* BPE scratch */
+    int32_t *sym, *prev, *next;
+    heap_ent *heap;
+    size_t sym_cap; /* heap holds 3 * sym_cap */
+    char *enc; /* byte-level encoded piece (ignore_merges lookups) */
+    size_t enc_cap;
+    bool nomem;
+};
+
+static void emit(ls_tok_run *r, int32_t id) {
+    if (r->n < r->cap) r->out[r->n] = id;
+    r->n++;
+}
+
+static void heap_push(heap_ent *h, size_t *n, heap_ent e) {
+    size_t i = (*n)++;
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (!heap_less(&e, &h[parent])) break;
+        h[i] = h[parent];
+        i = parent;
+    }
+    h[i] = e;
+}
+
+static heap_ent heap_pop(heap_ent *h, size_t *n) {
+    heap_ent top = h[0], last = h[--*n];
+    size_t i = 0, m = *n;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= m) break;
+        if (c + 1 < m && heap_less(&h[c + 1], &h[c])) c++;
+        if (!heap_less(&h[c], &last)) break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (m) h[i] = last;
+    return top;
+}
+
+static void emit_sym(ls_tok_run *r, int32_t id) {
+    if (id >= 0) emit(r, id);
+    else if (r->t->unk >= 0) emit(r, r->t->unk);
+    /* else: a byte with no token in the vocabulary is left out (see ls_tok_bpe) */
+}
+
+static void try_pair(ls_tok_run *r, size_t *nh, int32_t pos) {
+    int32_t q = r->next[pos];
+    if (q < 0) return;
+    const merge_slot *m = merge_lookup(r->t, r->sym[pos], r->sym[q]);
+    if (!m) return;
+    heap_push(r->heap, nh, (heap_ent){m->rank, pos, r->sym[pos], r->sym[q], m->id});
+}
+
+/* BPE over one pre-tokenized piece of raw bytes. */
+void ls_tok_bpe(ls_tok_run *r, const char *piece, size_t n) {
+    const ls_tokenizer *t = r->t;
+    if (n == 0 || r->nomem) return;
+    if (n == 1) {
+        emit_sym(r, t->byte_tok[(unsigned char)piece[0]]);
+        return;
+    }
+    if (t->ignore_merges) {
+        if (2 * n > r->enc_cap) {
+            char *e = realloc(r->enc, 4 * n);
+            if (!e) {
+                r->nomem = true;
+                return;
+            }
+            r->enc = e;
+            r->enc_cap = 4 * n;
+        }
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++) k += (size_t)utf8_put(r->enc + k, t->byte_cp[(unsigned char)piece[i]]);
+        int32_t id = str_lookup(t, r->enc, k);
+        if (id >= 0) {
+            emit(r, id);
+            return;
+        }
+    }
+    if (n > r->sym_cap) {
+        size_t c = r->sym_cap ? r->sym_cap : 64;
+        while (c < n) c *= 2;
+        int32_t *a = realloc(r->sym, c * sizeof *a);
+        if (a) r->sym = a;
+        int32_t *b = realloc(r->prev, c * sizeof *b);
+        if (b) r->prev = b;
+        int32_t *d = realloc(r->next, c * sizeof *d);
+        if (d) r->next = d;
+        heap_ent *h = realloc(r->heap, 3 * c * sizeof *h);
+        if (h) r->heap = h;
+        if (!a || !b || !d || !h) {
+            r->nomem = true;
+            return;
+        }
+        r->sym_cap = c;
+    }
+    /* A byte without a token in the vocabulary becomes the unknown token when
+     * the vocabulary has one, else it is left out before merging -- as HF's BPE
+     * does without an unk_token (SmolLM2 lacks e.g. the tokens of 0x04, 0xF1). */
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        int32_t id = t->byte_tok[(unsigned char)piece[i]];
+        if (id < 0) id = t->unk;
+        if (id >= 0) r->sym[m++] = id;
+    }
+    if (m == 0) return;
+    for (size_t i = 0; i < m; i++) {
+        r->prev[i] = (int32_t)i - 1;
+        r->next[i] = i + 1 < m ? (int32_t)i + 1 : -1;
+    }
+    size_t nh = 0;
+    for (size_t i = 0; i + 1 < m; i++) try_pair(r, &nh, (int32_t)i);
+    while (nh) {
+        heap_ent e = heap_pop(r->heap, &nh);
+        int32_t p = e.pos;
+        if (r->sym[p] != e.left) continue; /* stale: p was merged away or changed */
+        int32_t q = r->next[p];
+        if (q < 0 || r->sym[q] != e.right) continue;
+        /* merge q into p */
+        r->sym[p] = e.id;
+        r->sym[q] = -2; /* dead */
+        r->next[p] = r->next[q];
+        if (r->next[q] >= 0) r->prev[r->next[q]] = p;
+        if (r->prev[p] >= 0) try_pair(r, &nh, r->prev[p]);
+        try_pair(r, &nh, p);
+    }
+    for (int32_t i = 0; i >= 0; i = r->next[i]) emit(r, r->sym[i]);
+}
+
+/* Plain text (no special tokens): validate UTF-8, pre-tokenize the valid runs,
+ * and make each invalid byte a piece of its own. */
+static void tokenize_plain(ls_tok_run *r, void *md, const char *s, size_t n) {
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0, run = 0;
+    while (i < n) {
+        if (u[i] < 0x80) {
+            i++;
+            continue;
+        }
+        size_t k = ls_utf8_valid_len(u + i, n - i);
+        if (k) {
+            i += k;
+            continue;
+        }
+        if (i > run) ls_pretok_run(&r->t->pretok, md, s + run, i - run, r);
+        if (r->t->byte_tok[u[i]] >= 0) ls_tok_bpe(r, s + i, 1);
+        else ls_tok_bpe(r, "\xEF\xBF\xBD", 3); /* no token for the byte: U+FFFD instead */
+        i++;
+        run = i;
+    }
+    if (n > run) ls_pretok_run(&r->t->pretok, md, s + run, n - run, r);
+}
+
+/* Length of the longest special token starting at s (n bytes left), id in *id. */
+static size_t match_special(const ls_tokenizer *t, const char *s, size_t n, int32_t *id) {
+    unsigned char b = (unsigned char)s[0];
+    for (uint32_t j = t->special_start[b]; j < t->special_start[b + 1]; j++) {
+        int32_t sid = t->special[j];
+        uint64_t off = t->text_off[sid], len = t->text_off[sid + 1] - off;
+        if (len <= n && memcmp(t->text + off, s, len) == 0) {
+            *id = sid;
+            return len;
+        }
+    }
+    return 0;
+}
+
+ls_status ls_tokenize(const ls_tokenizer *t, const char *text, size_t len, bool add_special,
+                      bool parse_special, int32_t *out, size_t cap, size_t *n_out, ls_err *err) {
+    if (n_out) *n_out = 0;
+    if (!t || (!text && len) || (!out && cap)) return ls_err_set(err, LS_E_INVALID, "ls_tokenize: bad arguments");
+    ls_tok_run r;
+    memset(&r, 0, sizeof r);
+    r.t = t;
+    r.out = out;
+    r.cap = cap;
+    void *md = ls_pretok_match_data(&t->pretok);
+    if (!md) return ls_err_set(err, LS_E_NOMEM, "tokenizer: out of memory");
+
+    if (add_special && t->add_bos && t->bos >= 0) emit(&r, t->bos);
+    if (parse_special && t->special_start[256] > 0) {
+        size_t seg = 0;
+        for (size_t i = 0; i < len;) {
+            int32_t id;
+            size_t k = match_special(t, text + i, len - i, &id);
+            if (!k) {
+                i++;
+                continue;
+            }
+            if (i > seg) tokenize_plain(&r, md, text + seg, i - seg);
+            emit(&r, id);
+            i += k;
+            seg = i;
+        }
+        if (len > seg) tokenize_plain(&r, md, text + seg, len - seg);
+    } else if (len) {
+        tokenize_plain(&r, md, text, len);
+    }
+    if (add_special && t->add_eos && t->eos >= 0) emit(&r, t->eos);
+
+    ls_pretok_match_data_free(md);
+    free(r.sym);
+    free(r.prev);
+    free(r.next);
+    free(r.heap);
+    free(r.enc);
+    if (r.nomem) return ls_err_set(err, LS_E_NOMEM, "tokenizer: out of memory");
+    if (n_out) *n_out = r.n;
+    if (r.n > cap)
+        return ls_err_set(err, LS_E_RANGE, "tokenize: %zu tokens do not fit in a buffer of %zu", r.n, cap);
+    return LS_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* detokenize                                                               */
+
+size_t ls_token_bytes(const ls_tokenizer *t, int32_t id, bool special, char *buf, size_t cap) {
+    if (!t || !id_ok(t, id)) return 0;
+    const char *src;
+    size_t n;
+    int32_t ty = t->types[id];
+    if (ty == LS_TOKTYPE_CONTROL || ty == LS_TOKTYPE_UNKNOWN || ty == LS_TOKTYPE_UNUSED) {
+        if (!special) return 0;
+        src = t->text + t->text_off[id];
+        n = t->text_off[id + 1] - t->text_off[id];
+    } else if (ty == LS_TOKTYPE_USER_DEFINED) {
+        src = t->text + t->text_off[id]; /* literal text, not byte-level encoded */
+        n = t->text_off[id + 1] - t->text_off[id];
+    } else {
+        src = t->dec + t->dec_off[id];
+        n = t->dec_off[id + 1] - t->dec_off[id];
+    }
+    if (buf) memcpy(buf, src, n < cap ? n : cap);
+    return n;
+}
+
+void ls_detok_init(ls_detok_stream *s) {
+    memset(s, 0, sizeof *s);
+}
+
+typedef struct {
+    char *out;
+    size_t cap, n;
+} outbuf;
+
+static void put(outbuf *o, const char *p, size_t k) {
+    if (o->n + k > o->cap) return; /* truncate at a character boundary */
+    memcpy(o->out + o->n, p, k);
+    o->n += k;
+}
+
+static const char k_fffd[3] = {(char)0xEF, (char)0xBF, (char)0xBD};
+
+/* How many bytes at p (n of them) form a valid prefix of a UTF-8 sequence:
+ * returns need (the full length) and sets *ok to the length of the longest
+ * valid prefix (the "maximal subpart"). */
+static size_t utf8_prefix(const unsigned char *p, size_t n, size_t *ok) {
+    unsigned c = p[0];
+    size_t need;
+    unsigned lo = 0x80, hi = 0xBF;
+    if (c < 0x80) { *ok = 1; return 1; }
+    if (c >= 0xC2 && c <= 0xDF) need = 2;
+    else if (c == 0xE0) { need = 3; lo = 0xA0; }
+    else if (c >= 0xE1 && c <= 0xEC) need = 3;
+    else if (c == 0xED) { need = 3; hi = 0x9F; }
+    else if (c >= 0xEE && c <= 0xEF) need = 3;
+    else if (c == 0xF0) { need = 4; lo = 0x90; }
+    else if (c >= 0xF1 && c <= 0xF3) need = 4;
+    else if (c == 0xF4) { need = 4; hi = 0x8F; }
+    else { *ok = 0; return 1; }
+    size_t k = 1;
+    if (k < n && k < need) {
+        if (p[1] < lo || p[1] > hi) { *ok = 1; return need; }
+        k = 2;
+        while (k < n && k < need && p[k] >= 0x80 && p[k] <= 0xBF) k++;
+    }
+    *ok = k;
+    return need;
+}
+
+/* Emits the complete sequences of p[0..n), returns how many trailing bytes form
+ * an incomplete (still possibly valid) sequence. */
+static size_t emit_utf8(outbuf *o, const unsigned char *p, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        size_t ok, need = utf8_prefix(p + i, n - i, &ok);
+        if (ok == need) {
+            put(o, (const char *)p + i, need);
+            i += need;
+        } else if (ok == 0) {
+            put(o, k_fffd, 3);
+            i++;
+        } else if (i + ok == n) {
+            return n - i; /* incomplete at the end: wait for more */
+        } else {
+            put(o, k_fffd, 3); /* the maximal subpart becomes one U+FFFD */
+            i += ok;
+        }
+    }
+    return 0;
+}
+
+/* Output that does not fit in cap is dropped at a character boundary; a cap of
+ * 3 * (token bytes + 3) always suffices (every byte may become a U+FFFD). */
+size_t ls_detok_push(ls_detok_stream *s, const ls_tokenizer *t, int32_t id, char *out, size_t cap) {
+    outbuf o = {out, cap, 0};
+    char stackbuf[256];
+    size_t nb = ls_token_bytes(t, id, false, NULL, 0);
+    if (nb == 0) return 0;
+    size_t total = (size_t)s->n_pending + nb;
+    unsigned char *buf = total <= sizeof stackbuf ? (unsigned char *)stackbuf : malloc(total);
+    if (!buf) return 0;
+    memcpy(buf, s->pending, (size_t)s->n_pending);
+    ls_token_bytes(t, id, false, (char *)buf + s->n_pending, nb);
+    size_t keep = emit_utf8(&o, buf, total);
+    memcpy(s->pending, buf + total - keep, keep);
+    s->n_pending = (int)keep;
+    if ((char *)buf != stackbuf) free(buf);
+    return o.n;
+}
+
+size_t ls_detok_flush(ls_detok_stream *s, char *out, size_t cap) {
+    outbuf o = {out, cap, 0};
+    if (s->n_pending > 0) put(&o, k_fffd, 3);
+    s->n_pending = 0;
+    return o.n;
+}

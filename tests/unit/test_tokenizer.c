@@ -1,0 +1,526 @@
+/* test_tokenizer.c - the byte-level BPE tokenizer on tiny hand-built vocabularies
+ * (no model needed): merge order and ties, pre-tokenizers, special-token splitting,
+ * BOS/EOS, invalid UTF-8, token bytes, streaming detokenization, GGUF loading and
+ * its errors.  The exact comparison with HF tokenizers on the real vocabulary is
+ * tests/python/test_tokenizer.py. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf/gguf.h"
+#include "gguf/gguf_write.h"
+#include "tokenizer/tokenizer.h"
+
+/* ---- a tiny vocabulary ---------------------------------------------------------
+ * ids 0..255: the byte-level char of byte i (GPT-2 bytes_to_unicode), unless
+ * skip_byte says otherwise; then the extra tokens, then specials. */
+
+#define MAXV 400
+
+typedef struct {
+    char *tok[MAXV];
+    int32_t type[MAXV];
+    uint32_t n;
+    char *merge[64];
+    uint32_t n_merges;
+    gguf_str toks[MAXV], merges[64];
+} vocab;
+
+static void byte_level(unsigned char b, char out[3]) {
+    /* bytes_to_unicode, from its definition */
+    uint32_t n = 0, cp = 0;
+    for (int x = 0; x < 256; x++) {
+        bool printable = (x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE && x <= 0xFF);
+        uint32_t c = printable ? (uint32_t)x : 256 + n++;
+        if (x == b) cp = c;
+    }
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        out[1] = 0;
+    } else {
+        out[0] = (char)(0xC0 | (cp >> 6));
+        out[1] = (char)(0x80 | (cp & 0x3F));
+        out[2] = 0;
+    }
+}
+
+static int32_t add_tok(vocab *v, const char *s, int32_t type) {
+    assert_true(v->n < MAXV);
+    v->tok[v->n] = strdup(s);
+    v->type[v->n] = type;
+    return (int32_t)v->n++;
+}
+
+static void add_merge(vocab *v, const char *m) { v->merge[v->n_merges++] = strdup(m); }
+
+static void vocab_init(vocab *v, int skip_byte) {
+    memset(v, 0, sizeof *v);
+    for (int b = 0; b < 256; b++) {
+        char s[3];
+        byte_level((unsigned char)b, s);
+        if (b == skip_byte) s[0] = '#', s[1] = '#', s[2] = 0; /* placeholder that no merge uses */
+        add_tok(v, s, LS_TOKTYPE_NORMAL);
+    }
+}
+
+static void vocab_free(vocab *v) {
+    for (uint32_t i = 0; i < v->n; i++) free(v->tok[i]);
+    for (uint32_t i = 0; i < v->n_merges; i++) free(v->merge[i]);
+}
+
+static ls_tokenizer *vocab_build(vocab *v, const char *pre, ls_err *e) {
+    for (uint32_t i = 0; i < v->n; i++) v->toks[i] = (gguf_str){strlen(v->tok[i]), v->tok[i]};
+    for (uint32_t i = 0; i < v->n_merges; i++) v->merges[i] = (gguf_str){strlen(v->merge[i]), v->merge[i]};
+    ls_tokenizer_params p = {
+        .n_vocab = v->n, .tokens = v->toks, .token_types = v->type, .n_merges = v->n_merges,
+        .merges = v->merges, .pre = pre, .bos_id = -1, .eos_id = -1, .eot_id = -1,
+    };
+    return ls_tokenizer_create(&p, e);
+}
+
+static size_t tok(const ls_tokenizer *t, const char *s, bool parse_special, int32_t *out, size_t cap) {
+    size_t n = 0;
+    ls_err e;
+    ls_err_clear(&e);
+    assert_int_equal(ls_tokenize(t, s, strlen(s), false, parse_special, out, cap, &n, &e), LS_OK);
+    return n;
+}
+
+static void expect_ids(const ls_tokenizer *t, const char *s, bool ps, const int32_t *want, size_t nwant) {
+    int32_t got[256];
+    size_t n = tok(t, s, ps, got, 256);
+    if (n != nwant || memcmp(got, want, n * sizeof *got) != 0) {
+        fprintf(stderr, "text \"%s\": got", s);
+        for (size_t i = 0; i < n; i++) fprintf(stderr, " %d", got[i]);
+        fprintf(stderr, ", want");
+        for (size_t i = 0; i < nwant; i++) fprintf(stderr, " %d", want[i]);
+        fprintf(stderr, "\n");
+        fail();
+    }
+}
+#define EXPECT(t, s, ps, ...)                                                   \
+    do {                                                                        \
+        const int32_t w_[] = {__VA_ARGS__};                                     \
+        expect_ids(t, s, ps, w_, sizeof w_ / sizeof w_[0]);                     \
+    } while (0)
+
+/* ---- tests ----------------------------------------------------------------------- */
+
+static void test_merge_rank_order(void **state) {
+    (void)state;
+    for (int order = 0; order < 2; order++) {
+        vocab v;
+        vocab_init(&v, -1);
+        int32_t ab = add_tok(&v, "ab", LS_TOKTYPE_NORMAL);
+        int32_t bc = add_tok(&v, "bc", LS_TOKTYPE_NORMAL);
+        if (order == 0) {
+            add_merge(&v, "b c");
+            add_merge(&v, "a b");
+        } else {
+            add_merge(&v, "a b");
+            add_merge(&v, "b c");
+        }
+        ls_err e;
+        ls_tokenizer *t = vocab_build(&v, "gpt2", &e);
+        assert_non_null(t);
+        if (order == 0) EXPECT(t, "abc", true, 'a', bc);  /* "b c" has the lower rank */
+        else EXPECT(t, "abc", true, ab, 'c');
+        ls_tokenizer_free(t);
+        vocab_free(&v);
+    }
+}
+
+static void test_merge_ties_leftmost_and_chains(void **state) {
+    (void)state;
+    vocab v;
+    vocab_init(&v, -1);
+    int32_t aa = add_tok(&v, "aa", LS_TOKTYPE_NORMAL);
+    int32_t aaaa = add_tok(&v, "aaaa", LS_TOKTYPE_NORMAL);
+    int32_t he = add_tok(&v, "he", LS_TOKTYPE_NORMAL);
+    int32_t ll = add_tok(&v, "ll", LS_TOKTYPE_NORMAL);
+    int32_t hell = add_tok(&v, "hell", LS_TOKTYPE_NORMAL);
+    int32_t hello = add_tok(&v, "hello", LS_TOKTYPE_NORMAL);
+    int32_t sp_w = add_tok(&v, "\xC4\xA0w", LS_TOKTYPE_NORMAL); /* "Ġw" */
+    add_merge(&v, "a a");
+    add_merge(&v, "aa aa");
+    add_merge(&v, "h e");
+    add_merge(&v, "l l");
+    add_merge(&v, "he ll");
+    add_merge(&v, "hell o");
+    add_merge(&v, "\xC4\xA0 w");
+    add_merge(&v, "x y"); /* "xy" is not a token: the merge is ignored */
+    add_merge(&v, "bad");  /* malformed: ignored */
+    ls_err e;
+    ls_tokenizer *t = vocab_build(&v, "gpt2", &e);
+    assert_non_null(t);
+    EXPECT(t, "aaa", true, aa, 'a');
+    EXPECT(t, "aaaaa", true, aaaa, 'a');
+    EXPECT(t, "hello", true, hello);
+    EXPECT(t, "hello world", true, hello, sp_w, 'o', 'r', 'l', 'd');
+    EXPECT(t, "hell", true, hell);
+    EXPECT(t, "ll he", true, ll, ' ', he); /* " he" is one piece: Ġ h e -> Ġ he */
+    ls_tokenizer_free(t);
+    vocab_free(&v);
+}
+
+static void test_pretokenizers(void **state) {
+    (void)state;
+    vocab v;
+    vocab_init(&v, -1);
+    int32_t n12 = add_tok(&v, "12", LS_TOKTYPE_NORMAL);
+    int32_t sp1 = add_tok(&v, "\xC4\xA0" "1", LS_TOKTYPE_NORMAL);
+    int32_t sp_sp = add_tok(&v, "\xC4\xA0\xC4\xA0", LS_TOKTYPE_NORMAL);
+    int32_t ds = add_tok(&v, "'s", LS_TOKTYPE_NORMAL);
+    add_merge(&v, "\xC4\xA0 1"); /* ranks: " 1" before "12" */
+    add_merge(&v, "1 2");
+    add_merge(&v, "\xC4\xA0 \xC4\xA0");
+    add_merge(&v, "' s");
+    ls_err e;
+    /* gpt2: digits merge, " 1" is one piece */
+    ls_tokenizer *t = vocab_build(&v, "gpt2", &e);
+    assert_non_null(t);
+    EXPECT(t, "12", true, n12);
+    EXPECT(t, "a 12", true, 'a', sp1, '2');
+    EXPECT(t, "it's", true, 'i', 't', ds);
+    /* "   x": \s+(?!\S) takes two spaces, the third goes with x */
+    EXPECT(t, "   x", true, sp_sp, ' ', 'x');
+    ls_tokenizer_free(t);
+    /* smollm: every digit alone, and the regex runs separately on each side of it */
+    t = vocab_build(&v, "smollm", &e);
+    assert_non_null(t);
+    EXPECT(t, "12", true, '1', '2');
+    EXPECT(t, "a 12", true, 'a', ' ', '1', '2');
+    EXPECT(t, "x  1", true, 'x', sp_sp, '1'); /* "  " ends its stretch: one piece */
+    ls_tokenizer_free(t);
+    /* llama3 and qwen2 compile and run */
+    t = vocab_build(&v, "llama3", &e);
+    assert_non_null(t);
+    EXPECT(t, "IT'S", true, 'I', 'T', '\'', 'S');
+    ls_tokenizer_free(t);
+    t = vocab_build(&v, "qwen2", &e);
+    assert_non_null(t);
+    EXPECT(t, "12", true, '1', '2');
+    ls_tokenizer_free(t);
+    vocab_free(&v);
+}
+
+static void test_unknown_pretokenizer(void **state) {
+    (void)state;
+    vocab v;
+    vocab_init(&v, -1);
+    ls_err e;
+    ls_err_clear(&e);
+    ls_tokenizer *t = vocab_build(&v, "deepseek-coder", &e);
+    assert_null(t);
+    assert_int_equal(e.code, LS_E_UNSUPPORTED);
+    assert_non_null(strstr(e.msg, "'deepseek-coder'"));
+    assert_non_null(strstr(e.msg, "tokenizer.ggml.pre"));
+    /* NULL means gpt2 */
+    t = vocab_build(&v, NULL, &e);
+    assert_non_null(t);
+    ls_tokenizer_free(t);
+    vocab_free(&v);
+}
+
+static void test_special_tokens(void **state) {
+    (void)state;
+    vocab v;
+    vocab_init(&v, -1);
+    int32_t ims = add_tok(&v, "<|im_start|>", LS_TOKTYPE_CONTROL);
+    int32_t ime = add_tok(&v, "<|im_end|>", LS_TOKTYPE_CONTROL);
+    int32_t im = add_tok(&v, "<|im", LS_TOKTYPE_CONTROL);   /* prefix of both: longest wins */
+    int32_t tool = add_tok(&v, "<tool>", LS_TOKTYPE_USER_DEFINED);
+    ls_err e;
+    ls_tokenizer *t = vocab_build(&v, "gpt2", &e);
+    assert_non_null(t);
+    EXPECT(t, "<|im_start|>hi<|im_end|>", true, ims, 'h', 'i', ime);
+    EXPECT(t, "<|im<|im_end|", true, im, im, '_', 'e', 'n', 'd', '|');
+    EXPECT(t, "a<tool>b", true, 'a', tool, 'b');
+    EXPECT(t, "<|im_start|>", false, '<', '|', 'i', 'm', '_', 's', 't', 'a', 'r', 't', '|', '>');
+    EXPECT(t, "<tool>", false, '<', 't', 'o', 'o', 'l', '>');
+    assert_int_equal(ls_tokenizer_find(t, "<|im_end|>"), ime);
+    assert_int_equal(ls_tokenizer_find(t, "nope"), -1);
+    /* <|im_end|> ends generation even when the file names no eot */
+    assert_true(ls_tokenizer_is_eog(t, ime));
+    assert_false(ls_tokenizer_is_eog(t, ims));
+    assert_false(ls_tokenizer_is_eog(t, -5));
+
+    /* bytes: control tokens only with special; user-defined always, as literal text */
+    char buf[32];
+    assert_int_equal(ls_token_bytes(t, ims, false, buf, sizeof buf), 0);
+    assert_int_equal(ls_token_bytes(t, ims, true, buf, sizeof buf), 12);
+    assert_memory_equal(buf, "<|im_start|>", 12);
+    assert_int_equal(ls_token_bytes(t, tool, false, buf, sizeof buf), 6);
+    assert_int_equal(ls_token_bytes(t, ims, true, buf, 3), 12); /* full size even when cap is short */
+    assert_int_equal(ls_token_bytes(t, 1 << 20, true, buf, sizeof buf), 0);
+    assert_int_equal(ls_token_bytes(t, ' ', true, buf, sizeof buf), 1);
+    assert_int_equal(buf[0], ' ');
+    ls_tokenizer_free(t);
+    vocab_free(&v);
+}
+
+static void test_bos_eos_and_range(void **state) {
+    (void)state;
+    vocab v;
+    vocab_init(&v, -1);
+    int32_t bos = add_tok(&v, "<s>", LS_TOKTYPE_CONTROL);
+    int32_t eos = add_tok(&v, "</s>", LS_TOKTYPE_CONTROL);
+    for (uint32_t i = 0; i < v.n; i++) v.toks[i] = (gguf_str){strlen(v.tok[i]), v.tok[i]};
+    ls_tokenizer_params p = {.n_vocab = v.n, .tokens = v.toks, .token_types = v.type, .pre = "gpt2",
+                             .bos_id = bos, .eos_id = eos, .eot_id = -1, .add_bos = true, .add_eos = true};
+    ls_err e;
+    ls_tokenizer *t = ls_tokenizer_create(&p, &e);
+    assert_non_null(t);
+    assert_int_equal(ls_tokenizer_bos(t), bos);
+    assert_int_equal(ls_tokenizer_eos(t), eos);
+    assert_true(ls_tokenizer_is_eog(t, eos));
+    int32_t out[8];
+    size_t n;
+    assert_int_equal(ls_tokenize(t, "ab", 2, true, true, out, 8, &n, &e), LS_OK);
+    assert_int_equal(n, 4);
+    assert_int_equal(out[0], bos);
+    assert_int_equal(out[3], eos);
+    assert_int_equal(ls_tokenize(t, "ab", 2, false, true, out, 8, &n, &e), LS_OK);
+    assert_int_equal(n, 2);
+    /* too small: the full count comes back with LS_E_RANGE */
+    assert_int_equal(ls_tokenize(t, "abcdef", 6, true, true, out, 3, &n, &e), LS_E_RANGE);
+    assert_int_equal(n, 8);
+    assert_int_equal(out[0], bos);
+    assert_int_equal(out[2], 'b');
+    /* counting only */
+    assert_int_equal(ls_tokenize(t, "abcdef", 6, false, true, NULL, 0, &n, &e), LS_E_RANGE);
+    assert_int_equal(n, 6);
+    assert_int_equal(ls_tokenize(t, "", 0, false, true, NULL, 0, &n, &e), LS_OK);
+    assert_int_equal(n, 0);
+    ls_tokenizer_free(t);
+    vocab_free(&v);
+}
+
+static void test_invalid_utf8(void **state) {
+    (void)state;
+    vocab v;
+    vocab_init(&v, 0xFF); /* no token for byte 0xFF */
+    int32_t ab = add_tok(&v, "ab", LS_TOKTYPE_NORMAL);
+    add_merge(&v, "a b");
+    ls_err e;
+    ls_tokenizer *t = vocab_build(&v, "smollm", &e);
+    assert_non_null(t);
+    /* each invalid byte is a piece of its own, the runs around it are tokenized apart */
+    EXPECT(t, "a\xFE" "b", true, 'a', 0xFE, 'b');
+    EXPECT(t, "ab\xC0\xAF" "ab", true, ab, 0xC0, 0xAF, ab);       /* overlong */
+    EXPECT(t, "\xE2\x82", true, 0xE2, 0x82);                      /* truncated */
+    EXPECT(t, "\xED\xA0\x80", true, 0xED, 0xA0, 0x80);            /* surrogate */
+    EXPECT(t, "\xE2\x82\xAC", true, 0xE2, 0x82, 0xAC);            /* valid: "€" */
+    /* a byte the vocabulary lacks becomes U+FFFD's bytes */
+    EXPECT(t, "a\xFF" "b", true, 'a', 0xEF, 0xBF, 0xBD, 'b');
+    /* every single byte and many random strings: no crash, deterministic */
+    uint32_t x = 12345;
+    for (int k = 0; k < 3000; k++) {
+        char s[24];
+        size_t len = (size_t)(k % 23) + 1;
+        for (size_t i = 0; i < len; i++) {
+            x = x * 1664525u + 1013904223u;
+            s[i] = (char)(k < 256 ? k : (int)(x >> 24));
+        }
+        if (k < 256) len = 1;
+        int32_t a[64], b[64];
+        size_t na, nb;
+        assert_int_equal(ls_tokenize(t, s, len, false, true, a, 64, &na, &e), LS_OK);
+        assert_int_equal(ls_tokenize(t, s, len, false, true, b, 64, &nb, &e), LS_OK);
+        assert_int_equal(na, nb);
+        assert_memory_equal(a, b, na * sizeof *a);
+        assert_true(na >= 1);
+    }
+    ls_tokenizer_free(t);
+    vocab_free(&v);
+}
+
+static size_t push(ls_detok_stream *s, const ls_tokenizer *t, int32_t id, char *out) {
+    size_t n = ls_detok_push(s, t, id, out, 64);
+    out[n] = 0;
+    return n;
+}
+
+static void test_streaming_detok(void **state) {
+    (void)state;
+    vocab v;
+    vocab_init(&v, -1);
+    char e2[3], x82[3], halfs[8];
+    byte_level(0xE2, e2);
+    byte_level(0x82, x82);
+    snprintf(halfs, sizeof halfs, "%s%s", e2, x82);
+    int32_t half = add_tok(&v, halfs, LS_TOKTYPE_NORMAL); /* bytes E2 82: half of "€" */
+    int32_t ctl = add_tok(&v, "<|end|>", LS_TOKTYPE_CONTROL);
+    ls_err e;
+    ls_tokenizer *t = vocab_build(&v, "gpt2", &e);
+    assert_non_null(t);
+    char buf[8];
+    assert_int_equal(ls_token_bytes(t, half, false, buf, sizeof buf), 2);
+    assert_memory_equal(buf, "\xE2\x82", 2);
+
+    ls_detok_stream s;
+    char out[80];
+    ls_detok_init(&s);
+    assert_int_equal(push(&s, t, 'a', out), 1);
+    assert_int_equal(push(&s, t, half, out), 0);   /* held back */
+    assert_int_equal(push(&s, t, ctl, out), 0);    /* control: prints nothing, keeps pending */
+    assert_int_equal(push(&s, t, 0xAC, out), 3);
+    assert_string_equal(out, "\xE2\x82\xAC");
+    /* one byte at a time: 4-byte emoji */
+    const unsigned char emoji[4] = {0xF0, 0x9F, 0x98, 0x80};
+    for (int i = 0; i < 3; i++) assert_int_equal(push(&s, t, emoji[i], out), 0);
+    assert_int_equal(push(&s, t, emoji[3], out), 4);
+    assert_memory_equal(out, emoji, 4);
+    /* a byte that can never be valid: U+FFFD at once */
+    assert_int_equal(push(&s, t, 0xFF, out), 3);
+    assert_string_equal(out, "\xEF\xBF\xBD");
+    /* a lead byte followed by a non-continuation: FFFD then the ASCII char */
+    assert_int_equal(push(&s, t, 0xE2, out), 0);
+    assert_int_equal(push(&s, t, 'x', out), 4);
+    assert_string_equal(out, "\xEF\xBF\xBDx");
+    /* E0 needs A0..BF next: E0 80 is two errors */
+    assert_int_equal(push(&s, t, 0xE0, out), 0);
+    assert_int_equal(push(&s, t, 0x80, out), 6);
+    /* flush of an incomplete sequence: one U+FFFD */
+    assert_int_equal(push(&s, t, half, out), 0);
+    assert_int_equal(ls_detok_flush(&s, out, sizeof out), 3);
+    assert_int_equal(ls_detok_flush(&s, out, sizeof out), 0);
+    ls_tokenizer_free(t);
+    vocab_free(&v);
+}
+
+/* ---- GGUF ----------------------------------------------------------------------- */
+
+static gguf_file *gguf_from_writer(gguf_writer *w, void **mem) {
+    size_t size;
+    ls_err e;
+    assert_int_equal(gguf_writer_serialize(w, mem, &size, &e), LS_OK);
+    gguf_file *f = gguf_open_mem(*mem, size, &e);
+    if (!f) fail_msg("gguf_open_mem: %s", e.msg);
+    return f;
+}
+
+static gguf_writer *tiny_gguf(const char *model, const char *pre, bool with_eot) {
+    vocab v;
+    vocab_init(&v, -1);
+    add_tok(&v, "ab", LS_TOKTYPE_NORMAL);
+    add_tok(&v, "<|im_start|>", LS_TOKTYPE_CONTROL);
+    add_tok(&v, "<|im_end|>", LS_TOKTYPE_CONTROL);
+    add_merge(&v, "a b");
+    gguf_writer *w = gguf_writer_create();
+    assert_non_null(w);
+    gguf_writer_add_str(w, "general.architecture", "llama");
+    gguf_writer_add_str(w, "tokenizer.ggml.model", model);
+    if (pre) gguf_writer_add_str(w, "tokenizer.ggml.pre", pre);
+    gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v.tok, v.n);
+    gguf_writer_add_arr(w, "tokenizer.ggml.token_type", GGUF_VT_INT32, v.type, v.n);
+    gguf_writer_add_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v.merge, v.n_merges);
+    gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 257);
+    gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 258);
+    if (with_eot) gguf_writer_add_u32(w, "tokenizer.ggml.eot_token_id", 256);
+    gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", true);
+    vocab_free(&v);
+    return w;
+}
+
+static void test_from_gguf(void **state) {
+    (void)state;
+    void *mem;
+    gguf_writer *w = tiny_gguf("gpt2", "smollm", false);
+    gguf_file *f = gguf_from_writer(w, &mem);
+    ls_err e;
+    ls_err_clear(&e);
+    ls_tokenizer *t = ls_tokenizer_from_gguf(f, &e);
+    assert_non_null(t);
+    assert_int_equal(ls_tokenizer_n_vocab(t), 259);
+    assert_int_equal(ls_tokenizer_bos(t), 257);
+    assert_int_equal(ls_tokenizer_eos(t), 258);
+    assert_int_equal(ls_tokenizer_eot(t), 258); /* no eot key: found by name <|im_end|> */
+    int32_t out[8];
+    size_t n;
+    assert_int_equal(ls_tokenize(t, "ab1", 3, true, true, out, 8, &n, &e), LS_OK);
+    assert_int_equal(n, 3);
+    assert_int_equal(out[0], 257);
+    assert_int_equal(out[1], 256);
+    assert_int_equal(out[2], '1');
+    ls_tokenizer_free(t);
+    gguf_close(f);
+    free(mem);
+    gguf_writer_free(w);
+
+    w = tiny_gguf("gpt2", "smollm", true);
+    f = gguf_from_writer(w, &mem);
+    t = ls_tokenizer_from_gguf(f, &e);
+    assert_non_null(t);
+    assert_int_equal(ls_tokenizer_eot(t), 256);
+    assert_true(ls_tokenizer_is_eog(t, 256));
+    assert_true(ls_tokenizer_is_eog(t, 258));
+    ls_tokenizer_free(t);
+    gguf_close(f);
+    free(mem);
+    gguf_writer_free(w);
+}
+
+static void test_from_gguf_errors(void **state) {
+    (void)state;
+    void *mem;
+    ls_err e;
+    gguf_writer *w = tiny_gguf("llama", "default", false);
+    gguf_file *f = gguf_from_writer(w, &mem);
+    ls_err_clear(&e);
+    assert_null(ls_tokenizer_from_gguf(f, &e));
+    assert_int_equal(e.code, LS_E_UNSUPPORTED);
+    assert_non_null(strstr(e.msg, "'llama'"));
+    gguf_close(f);
+    free(mem);
+    gguf_writer_free(w);
+
+    w = tiny_gguf("gpt2", "mystery-pre", false);
+    f = gguf_from_writer(w, &mem);
+    ls_err_clear(&e);
+    assert_null(ls_tokenizer_from_gguf(f, &e));
+    assert_int_equal(e.code, LS_E_UNSUPPORTED);
+    assert_non_null(strstr(e.msg, "'mystery-pre'"));
+    gguf_close(f);
+    free(mem);
+    gguf_writer_free(w);
+
+    /* no tokenizer at all */
+    w = gguf_writer_create();
+    gguf_writer_add_str(w, "general.architecture", "llama");
+    f = gguf_from_writer(w, &mem);
+    ls_err_clear(&e);
+    assert_null(ls_tokenizer_from_gguf(f, &e));
+    assert_int_equal(e.code, LS_E_FORMAT);
+    assert_non_null(strstr(e.msg, "tokenizer.ggml.model"));
+    gguf_close(f);
+    free(mem);
+    gguf_writer_free(w);
+
+    ls_err_clear(&e);
+    assert_null(ls_tokenizer_open_file("/nonexistent/model.gguf", &e));
+    assert_int_equal(e.code, LS_E_IO);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_merge_rank_order),
+        cmocka_unit_test(test_merge_ties_leftmost_and_chains),
+        cmocka_unit_test(test_pretokenizers),
+        cmocka_unit_test(test_unknown_pretokenizer),
+        cmocka_unit_test(test_special_tokens),
+        cmocka_unit_test(test_bos_eos_and_range),
+        cmocka_unit_test(test_invalid_utf8),
+        cmocka_unit_test(test_streaming_detok),
+        cmocka_unit_test(test_from_gguf),
+        cmocka_unit_test(test_from_gguf_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
