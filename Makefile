@@ -28,7 +28,7 @@ TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 ISA_AVX2   = -mavx2 -mfma -mf16c
 ISA_AVX512 = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni $(ISA_AVX2)
 
-.PHONY: all lib cli tests test test-c test-py run model deps clean
+.PHONY: all lib cli tests test test-c test-asan run model deps clean
 all: cli lib tests
 
 lib: $(BUILD)/liblockstep.a $(BUILD)/liblockstep.so
@@ -81,5 +81,11 @@ test: all model
 test-c: all
 	@LOCKSTEP_BUILD=$(BUILD) MODEL=$(MODEL) PYTHON=$(PYTHON) bash scripts/run-tests.sh --c-only
 
+# The C suite under AddressSanitizer + UndefinedBehaviorSanitizer (own build dir).
+ASAN_FLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+test-asan: model
+	@$(MAKE) --no-print-directory BUILD=build-asan SAN="$(ASAN_FLAGS)" OPT=-O1 all
+	@LOCKSTEP_BUILD=build-asan MODEL=$(MODEL) bash scripts/run-tests.sh --c-only
+
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) build-asan

@@ -22,6 +22,11 @@ if [ ${#missing[@]} -gt 0 ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+avx512_flags() {
+    if grep -qw avx512_vnni /proc/cpuinfo; then
+        echo "-DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_BF16=ON"
+    fi
+}
 if [ $want_test = 1 ]; then
     # Pinned so the independent references do not move under the tests.
     pyreq=(gguf==0.19.0 tokenizers==0.23.3 numpy pytest jinja2 llama-cpp-python==0.3.36)
@@ -34,6 +39,10 @@ import numpy, pytest, jinja2
 PY
     then
         echo "install-deps: pip install ${pyreq[*]} (llama-cpp-python builds from source: several minutes)" >&2
+        # Explicit ISA flags instead of GGML_NATIVE: -march=native also turns on AMX on
+        # CPUs that report it, and ggml's AMX path dies with SIGILL where the kernel
+        # has not granted the tile state (seen on this project's VMs).
+        CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON $(avx512_flags)" \
         CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) "$PYTHON" -m pip install -q --no-binary llama-cpp-python \
             "${pyreq[@]}" 2>&1 | grep -v 'Running pip as the' || true
         "$PYTHON" -c 'import gguf, tokenizers, numpy, pytest, llama_cpp' \

@@ -110,8 +110,10 @@ static void test_logits_identical_across_isa_threads_chunks(void **state) {
     free(ref);
 }
 
-/* The greedy token after the prompt is a real word: a sanity check that the
- * forward pass computes a language model, not just a consistent function. */
+/* The greedy token after the prompt: a sanity check that the forward pass computes
+ * the language model, not just a consistent function.  llama.cpp 0.3.36 picks
+ * " blue" here too, 1.3 logits ahead of " is" (tests/python/test_vs_llamacpp.py
+ * does the full comparison). */
 static void test_greedy_next_token_is_plausible(void **state) {
     fixture *f = *state;
     if (!f) skip();
@@ -127,7 +129,7 @@ static void test_greedy_next_token_is_plausible(void **state) {
     size_t b = ls_token_bytes(ls_model_tokenizer(f->m), (int32_t)best, true, buf, sizeof buf - 1);
     buf[b] = '\0';
     fprintf(stderr, "greedy continuation of 'The sky': '%s'\n", buf);
-    assert_string_equal(buf, " appears");
+    assert_string_equal(buf, " blue");
     free(lg);
     ls_ctx_free(c);
 }

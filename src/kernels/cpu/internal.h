@@ -1,0 +1,193 @@
+/* internal.h - shared by the CPU kernel files only (not part of the contract).
+ *
+ * Repacked weight layout (quantized types), see docs/numerics.md:
+ *   A row of K elements is nb = K/32 "units" of 32 elements (the recipe's blocks b).
+ *   Units are grouped 16 at a time (group G holds units 16G..16G+15; the last group
+ *   holds L = nb - 16*G < 16 units when nb is not a multiple of 16).  A group is a
+ *   record of per-unit scale fields followed by the integer weights, "transposed"
+ *   so that one 32-bit lane l holds 4 consecutive elements of unit l:
+ *     NIB (4-bit):  4 planes r=0..3, plane r = L lanes x 4 bytes; byte j of lane l
+ *                   holds u[4r+j] (low nibble) and u[16+4r+j] (high nibble).
+ *     BYTE (8-bit): 8 planes s=0..7, byte j of lane l holds u[4s+j].
+ *     Q6 (6-bit):   a NIB part (low 4 bits) + 2 planes h=0..1 of 2-bit fields:
+ *                   byte j of lane l, bits 2k..2k+1 hold u[4(4h+k)+j] >> 4.
+ *   u are unsigned codes (see ls_rec / docs: value = u - offset, or a table).
+ *   Activations are stored in the same transposed order (8 planes of L lanes x 4),
+ *   so a group's integer dot product is lane-wise (VNNI dpbusd, 16 lanes at once).
+ */
+#ifndef LS_KERNELS_CPU_INTERNAL_H
+#define LS_KERNELS_CPU_INTERNAL_H
+
+#include <string.h>
+
+#include "kernels/cpu/kernels.h"
+#include "quant/quant.h"
+
+#define LS_GROUP 16     /* units per group record (one zmm of int32 lanes) */
+#define LS_NGRP 32      /* accumulation groups of the canonical recipe */
+#define LS_FLANES 16    /* lanes of the float (F32/F16/BF16) recipe */
+
+/* Per-group record field offsets for L units; sizes in bytes. */
+typedef struct {
+    uint32_t d, m, e;       /* per-unit fp16 d / fp16 m / E8M0 byte (MXFP4) */
+    uint32_t dk, dmk;       /* per-super-block fp16 d / dmin (K-quants): L/8 of each */
+    uint32_t sc, mn;        /* per-unit u8 scale / u8 min (Q4_K, Q5_K); Q6_K: sc = 2L int8 */
+    uint32_t bits, hb;      /* integer weights (NIB or BYTE planes) / Q6 2-bit planes */
+    uint32_t size;
+} ls_rec;
+
+typedef enum { LS_ST_NIB, LS_ST_BYTE, LS_ST_Q6, LS_ST_FLOAT } ls_storage;
+
+struct ls_wmat {
+    uint32_t type;
+    int64_t N, K;
+    int64_t nb;             /* units per row (quantized types) */
+    ls_storage st;
+    size_t row_bytes;       /* stride between rows in data */
+    ls_rec rec16, rec_tail; /* record layouts for a full group and for the last group */
+    int tail;               /* units in the last group (nb % 16), 0 if none */
+    const uint8_t *data;    /* repacked rows (owned) or the caller's data (float types) */
+    void *owned;
+};
+
+static inline ls_rec ls_rec_layout(uint32_t type, uint32_t L) {
+    ls_rec r;
+    memset(&r, 0, sizeof r);
+    switch (type) {
+    case LS_TYPE_Q4_0: r.d = 0; r.bits = 2 * L; r.size = r.bits + 16 * L; break;
+    case LS_TYPE_Q4_1: r.d = 0; r.m = 2 * L; r.bits = 4 * L; r.size = r.bits + 16 * L; break;
+    case LS_TYPE_MXFP4: r.e = 0; r.bits = L; r.size = r.bits + 16 * L; break;
+    case LS_TYPE_Q8_0:
+    case LS_TYPE_Q5_0: r.d = 0; r.bits = 2 * L; r.size = r.bits + 32 * L; break;
+    case LS_TYPE_Q5_1: r.d = 0; r.m = 2 * L; r.bits = 4 * L; r.size = r.bits + 32 * L; break;
+    case LS_TYPE_Q4_K:
+    case LS_TYPE_Q5_K:
+        r.dk = 0; r.dmk = L / 4; r.sc = L / 2; r.mn = L / 2 + L; r.bits = L / 2 + 2 * L;
+        r.size = r.bits + (type == LS_TYPE_Q4_K ? 16 : 32) * L;
+        break;
+    case LS_TYPE_Q6_K:
+        r.dk = 0; r.sc = L / 4; r.bits = L / 4 + 2 * L; r.hb = r.bits + 16 * L; r.size = r.hb + 8 * L;
+        break;
+    default: break;
+    }
+    return r;
+}
+
+/* Activation-quantization scratch, one row: transposed int8 q (K bytes, same plane
+ * order as BYTE weights), then per unit: dx (float), sx (float), sq = sum q (int32),
+ * sqlo = sum of the first 16 q (int32).  Rows are xq_row_bytes(K) apart. */
+static inline size_t ls_xq_row_bytes(int64_t K) {
+    size_t nb = (size_t)(K / 32);
+    return ((size_t)K + 16 * nb + 63) & ~(size_t)63;
+}
+typedef struct {
+    const int8_t *q;
+    const float *dx, *sx;
+    const int32_t *sq, *sqlo;
+} ls_xq;
+static inline ls_xq ls_xq_row(const void *scratch, int64_t K, int64_t m) {
+    const uint8_t *base = (const uint8_t *)scratch + (size_t)m * ls_xq_row_bytes(K);
+    size_t nb = (size_t)(K / 32);
+    ls_xq r;
+    r.q = (const int8_t *)base;
+    r.dx = (const float *)(base + K);
+    r.sx = r.dx + nb;
+    r.sq = (const int32_t *)(r.sx + nb);
+    r.sqlo = r.sq + nb;
+    return r;
+}
+/* Activation blocks with amax below this quantize to q = 0, d = 0 (as amax == 0). */
+#define LS_QX_TINY 0x1p-100f
+void ls_quantize_x_row(const float *x, int64_t K, void *row_out);
+
+/* One matmul call's work: all M rows, columns [n0, n1) per invocation. */
+typedef struct {
+    const ls_wmat *w;
+    const float *x;         /* M x K (float types) */
+    const void *xq;         /* quantized activations (quantized types) */
+    int64_t M;
+    float *y;               /* M x N */
+} ls_mm_job;
+
+typedef void (*ls_mm_fn)(const ls_mm_job *job, int64_t n0, int64_t n1);
+
+/* Per-row operation kernels (one row each). */
+typedef struct {
+    ls_mm_fn matmul;
+    void (*rmsnorm_row)(const float *x, const float *w, float eps, int64_t n, float *out);
+    void (*swiglu_row)(const float *g, const float *u, int64_t n, float *out);
+    void (*rope_row)(float *x, int n_heads, int head_stride, int head_dim, bool neox, const float *cs,
+                     const float *sn);
+    void (*attn_head)(const float *q, int64_t n_keys, const float *k, const float *v, int kv_stride,
+                      int head_dim, float scale, float *out, float *scores);
+    void (*expf_n)(const float *x, int64_t n, float *out);
+} ls_kvtab;
+
+/* The dispatch table: the one place that maps an ISA to its kernels. */
+const ls_kvtab *ls_kvtab_for(ls_isa isa);
+
+/* Per-ISA kernels (definitions in *_scalar.c / *_avx2.c / *_avx512.c). */
+#define LS_DECL_ISA(sfx)                                                                        \
+    void ls_mm_##sfx(const ls_mm_job *job, int64_t n0, int64_t n1);                             \
+    void ls_rmsnorm_row_##sfx(const float *x, const float *w, float eps, int64_t n, float *out); \
+    void ls_swiglu_row_##sfx(const float *g, const float *u, int64_t n, float *out);            \
+    void ls_rope_row_##sfx(float *x, int n_heads, int head_stride, int head_dim, bool neox,     \
+                           const float *cs, const float *sn);                                   \
+    void ls_attn_head_##sfx(const float *q, int64_t n_keys, const float *k, const float *v,     \
+                            int kv_stride, int head_dim, float scale, float *out, float *scores); \
+    void ls_expf_n_##sfx(const float *x, int64_t n, float *out);
+LS_DECL_ISA(scalar)
+LS_DECL_ISA(avx2)
+LS_DECL_ISA(avx512)
+
+/* ---- small exact helpers shared by all ISAs -------------------------------- */
+static inline float ls_k_fp16(uint16_t h) { /* exact IEEE half -> float */
+    uint32_t s = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff, bits;
+    if (e == 0) {
+        if (m == 0) {
+            bits = s;
+        } else { /* subnormal: normalise */
+            int sh = 0;
+            while (!(m & 0x400)) { m <<= 1; sh++; }
+            m &= 0x3ff;
+            bits = s | ((uint32_t)(127 - 15 + 1 - sh) << 23) | (m << 13);
+        }
+    } else if (e == 31) {
+        bits = s | 0x7f800000u | (m << 13);
+    } else {
+        bits = s | ((e + 127 - 15) << 23) | (m << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+static inline float ls_k_bits2f(uint32_t b) { float f; memcpy(&f, &b, 4); return f; }
+static inline uint32_t ls_k_f2bits(float f) { uint32_t b; memcpy(&b, &f, 4); return b; }
+static inline uint16_t ls_k_rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+/* ggml_e8m0_to_fp32_half: 2^(e-128) */
+static inline float ls_k_e8m0_half(uint8_t e) {
+    return ls_k_bits2f(e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23);
+}
+static const int8_t ls_kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+/* Adjacent pairwise tree over n (a power of two) values, in place; returns the sum. */
+static inline float ls_tree(float *v, int n) {
+    for (; n > 1; n /= 2)
+        for (int i = 0; i < n / 2; i++) v[i] = v[2 * i] + v[2 * i + 1];
+    return v[0];
+}
+
+/* ls_expf pieces shared by the SIMD files (see mathfn.c for the recipe). */
+#define LS_EXP_LOG2E 1.44269504088896341f
+#define LS_EXP_L2U 0.693145751953125f
+#define LS_EXP_L2L 1.428606765330187045e-06f
+#define LS_EXP_C5 0.000198527617612853646278381f
+#define LS_EXP_C4 0.00139304355252534151077271f
+#define LS_EXP_C3 0.00833336077630519866943359f
+#define LS_EXP_C2 0.0416664853692054748535156f
+#define LS_EXP_C1 0.166666671633720397949219f
+#define LS_EXP_C0 0.5f
+#define LS_EXP_HI 104.0f
+#define LS_EXP_LO -104.0f
+
+#endif

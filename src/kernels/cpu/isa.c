@@ -1,0 +1,98 @@
+/* isa.c - instruction-set detection (CPUID + XGETBV) and LOCKSTEP_ISA. */
+#include <cpuid.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/internal.h"
+
+static uint64_t ls_xgetbv0(void) {
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t)hi << 32) | lo;
+}
+
+/* Bitmask of supported ls_isa values (bit i = isa i).  Pure function of the CPU. */
+static unsigned ls_isa_mask(void) {
+    unsigned mask = 1u << LS_ISA_SCALAR;
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return mask;
+    bool osxsave = c & (1u << 27), avx = c & (1u << 28), fma = c & (1u << 12), f16c = c & (1u << 29);
+    if (!osxsave || !avx) return mask;
+    uint64_t xcr0 = ls_xgetbv0();
+    if ((xcr0 & 0x6) != 0x6) return mask; /* OS does not save XMM/YMM state */
+    if (__get_cpuid_max(0, NULL) < 7) return mask;
+    __cpuid_count(7, 0, a, b, c, d);
+    bool avx2 = b & (1u << 5);
+    if (avx2 && fma && f16c) mask |= 1u << LS_ISA_AVX2;
+    bool f = b & (1u << 16), dq = b & (1u << 17), bw = b & (1u << 30), vl = b & (1u << 31);
+    bool vnni = c & (1u << 11);
+    bool zmm_os = (xcr0 & 0xe6) == 0xe6; /* opmask, ZMM_Hi256, Hi16_ZMM */
+    if ((mask & (1u << LS_ISA_AVX2)) && f && dq && bw && vl && vnni && zmm_os) mask |= 1u << LS_ISA_AVX512;
+    return mask;
+}
+
+/* The CPU's answer never changes, so it is computed once (a cache, not a switch). */
+static unsigned ls_isa_mask_cached(void) {
+    static _Atomic unsigned cached; /* 0 = not yet computed; bit 31 marks "computed" */
+    unsigned m = cached;
+    if (!m) {
+        m = ls_isa_mask() | 0x80000000u;
+        cached = m;
+    }
+    return m;
+}
+
+bool ls_isa_supported(ls_isa isa) {
+    if ((unsigned)isa > LS_ISA_AVX512) return false;
+    return (ls_isa_mask_cached() >> isa) & 1u;
+}
+
+ls_isa ls_isa_best(void) {
+    unsigned m = ls_isa_mask_cached();
+    if (m & (1u << LS_ISA_AVX512)) return LS_ISA_AVX512;
+    if (m & (1u << LS_ISA_AVX2)) return LS_ISA_AVX2;
+    return LS_ISA_SCALAR;
+}
+
+const char *ls_isa_name(ls_isa isa) {
+    switch (isa) {
+    case LS_ISA_SCALAR: return "scalar";
+    case LS_ISA_AVX2: return "avx2";
+    case LS_ISA_AVX512: return "avx512";
+    }
+    return "unknown";
+}
+
+static const char *ls_isa_needs(ls_isa isa) {
+    switch (isa) {
+    case LS_ISA_AVX2: return "AVX2, FMA and F16C with OS support for YMM state";
+    case LS_ISA_AVX512: return "AVX-512 F/BW/VL/DQ/VNNI with OS support for ZMM state";
+    default: return "nothing";
+    }
+}
+
+ls_status ls_isa_from_name(const char *name, ls_isa *out, ls_err *err) {
+    static const ls_isa all[] = {LS_ISA_SCALAR, LS_ISA_AVX2, LS_ISA_AVX512};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        if (name && strcmp(name, ls_isa_name(all[i])) == 0) {
+            if (!ls_isa_supported(all[i]))
+                return ls_err_set(err, LS_E_UNSUPPORTED,
+                                  "LOCKSTEP_ISA=%s but this CPU lacks %s (%s); best available is %s", name,
+                                  all[i] == LS_ISA_AVX512 ? "AVX-512" : "AVX2", ls_isa_needs(all[i]),
+                                  ls_isa_name(ls_isa_best()));
+            *out = all[i];
+            return LS_OK;
+        }
+    }
+    return ls_err_set(err, LS_E_INVALID, "unknown instruction set '%s' (valid: scalar, avx2, avx512)",
+                      name ? name : "(null)");
+}
+
+ls_status ls_isa_from_env(ls_isa *out, ls_err *err) {
+    const char *v = getenv("LOCKSTEP_ISA");
+    if (!v || !*v) {
+        *out = ls_isa_best();
+        return LS_OK;
+    }
+    return ls_isa_from_name(v, out, err);
+}

@@ -1,0 +1,106 @@
+/* matmul.c - ls_matmul: activation quantization (once per row per call) and the
+ * split of N across the pool.  The per-ISA kernels live in matmul_<isa>.c. */
+#include <float.h>
+#include <math.h>
+
+#include "kernels/cpu/internal.h"
+
+size_t ls_matmul_scratch_bytes(int64_t M, int64_t K) {
+    return (size_t)M * ls_xq_row_bytes(K) + 64 + 128; /* alignment + slack for wide tail loads */
+}
+
+/* Rounds to nearest, ties to even, for |v| < 2^22 (same as nearbyintf). */
+static inline int32_t ls_rint_small(float v) {
+    float t = v + 12582912.0f; /* 1.5 * 2^23 */
+    return (int32_t)(ls_k_f2bits(t) - 0x4B400000u);
+}
+
+/* Step 1 of the canonical recipe for one row (docs/numerics.md). */
+void ls_quantize_x_row(const float *x, int64_t K, void *row_out) {
+    int64_t nb = K / 32;
+    uint8_t *base = row_out;
+    int8_t *q = (int8_t *)base;
+    float *dx = (float *)(base + K), *sx = dx + nb;
+    int32_t *sq = (int32_t *)(sx + nb), *sqlo = sq + nb;
+    for (int64_t b = 0; b < nb; b++) {
+        const float *xb = x + 32 * b;
+        float amax = 0.0f;
+        bool finite = true;
+        for (int i = 0; i < 32; i++) {
+            float a = fabsf(xb[i]);
+            finite = finite && a <= FLT_MAX; /* false for inf and NaN */
+            amax = a > amax ? a : amax;
+        }
+        int64_t G = b / LS_GROUP, l = b % LS_GROUP;
+        int64_t L = (G + 1) * LS_GROUP <= nb ? LS_GROUP : nb % LS_GROUP;
+        int8_t *qg = q + G * LS_GROUP * 32;
+        int32_t s = 0, slo = 0;
+        float d = 0.0f;
+        if (finite && amax >= LS_QX_TINY) {
+            d = amax / 127.0f;
+            float id = 127.0f / amax;
+            for (int i = 0; i < 32; i++) {
+                int32_t v = ls_rint_small(xb[i] * id); /* |x * id| <= 127 * (1 + 2^-23) */
+                qg[((i / 4) * L + l) * 4 + i % 4] = (int8_t)v;
+                s += v;
+                if (i < 16) slo += v;
+            }
+        } else { /* all zero or tiny (q = 0, d = 0), or non-finite input (q = 0, d = NaN) */
+            for (int i = 0; i < 32; i++) qg[((i / 4) * L + l) * 4 + i % 4] = 0;
+            if (!finite) d = NAN;
+        }
+        dx[b] = d;
+        sx[b] = d * (float)s;
+        sq[b] = s;
+        sqlo[b] = slo;
+    }
+}
+
+typedef struct {
+    const ls_kctx *kc;
+    const ls_kvtab *vt;
+    ls_mm_job job;
+    const float *x;
+    void *scratch;
+} ls_mm_call;
+
+static void ls_mm_quant_task(void *arg, int ith, int nth) {
+    ls_mm_call *c = arg;
+    int64_t M = c->job.M, K = c->job.w->K;
+    for (int64_t m = M * ith / nth; m < M * (ith + 1) / nth; m++)
+        ls_quantize_x_row(c->x + m * K, K, (uint8_t *)c->scratch + (size_t)m * ls_xq_row_bytes(K));
+}
+
+static void ls_mm_task(void *arg, int ith, int nth) {
+    ls_mm_call *c = arg;
+    int64_t N = c->job.w->N;
+    /* Contiguous column ranges in multiples of 16 (any split gives the same bits). */
+    int64_t per = ((N + nth - 1) / nth + 15) & ~(int64_t)15;
+    int64_t n0 = per * ith, n1 = n0 + per < N ? n0 + per : N;
+    if (n0 < n1) c->vt->matmul(&c->job, n0, n1);
+}
+
+void ls_matmul(const ls_kctx *kc, const ls_wmat *w, const float *x, int64_t M, float *y) {
+    LS_ASSERT(kc && w && x && y && M >= 0);
+    if (M == 0) return;
+    ls_mm_call c;
+    c.kc = kc;
+    c.vt = ls_kvtab_for(kc->isa);
+    c.job.w = w;
+    c.job.x = x;
+    c.job.xq = NULL;
+    c.job.M = M;
+    c.job.y = y;
+    c.x = x;
+    c.scratch = NULL;
+    if (w->st != LS_ST_FLOAT) {
+        LS_ASSERT(kc->scratch && kc->scratch_bytes >= ls_matmul_scratch_bytes(M, w->K));
+        c.scratch = (void *)(((uintptr_t)kc->scratch + 63) & ~(uintptr_t)63);
+        c.job.xq = c.scratch;
+        if (M >= 8 && kc->pool && ls_pool_size(kc->pool) > 1)
+            ls_pool_run(kc->pool, ls_mm_quant_task, &c);
+        else
+            ls_mm_quant_task(&c, 0, 1);
+    }
+    ls_pool_run(kc->pool, ls_mm_task, &c);
+}

@@ -1,0 +1,182 @@
+/* ops_avx512.c - per-row operations with AVX-512: the scalar recipes of
+ * ops_scalar.c / mathfn.c, lane for lane (each lane performs the scalar
+ * operation sequence of one element, so the bits are the same). */
+#include <immintrin.h>
+#include <math.h>
+
+#include "kernels/cpu/internal.h"
+
+#define AI static inline __attribute__((always_inline))
+
+/* ls_expf on 16 lanes (mathfn.c). */
+AI __m512 ls_z_expf(__m512 x) {
+    __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    __mmask16 hi = _mm512_cmp_ps_mask(x, _mm512_set1_ps(LS_EXP_HI), _CMP_GT_OQ);
+    __mmask16 lo = _mm512_cmp_ps_mask(x, _mm512_set1_ps(LS_EXP_LO), _CMP_LT_OQ);
+    __m512 xc = _mm512_mask_mov_ps(x, nan | hi | lo, _mm512_setzero_ps());
+    const __m512 magic = _mm512_set1_ps(12582912.0f);
+    __m512 n = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(xc, _mm512_set1_ps(LS_EXP_LOG2E)), magic), magic);
+    __m512 s = _mm512_fmadd_ps(n, _mm512_set1_ps(-LS_EXP_L2U), xc);
+    s = _mm512_fmadd_ps(n, _mm512_set1_ps(-LS_EXP_L2L), s);
+    __m512 u = _mm512_set1_ps(LS_EXP_C5);
+    u = _mm512_fmadd_ps(u, s, _mm512_set1_ps(LS_EXP_C4));
+    u = _mm512_fmadd_ps(u, s, _mm512_set1_ps(LS_EXP_C3));
+    u = _mm512_fmadd_ps(u, s, _mm512_set1_ps(LS_EXP_C2));
+    u = _mm512_fmadd_ps(u, s, _mm512_set1_ps(LS_EXP_C1));
+    u = _mm512_fmadd_ps(u, s, _mm512_set1_ps(LS_EXP_C0));
+    u = _mm512_add_ps(_mm512_set1_ps(1.0f), _mm512_fmadd_ps(_mm512_mul_ps(s, s), u, s));
+    __m512i ni = _mm512_cvtps_epi32(n);
+    __m512i n1 = _mm512_srai_epi32(ni, 1), n2 = _mm512_sub_epi32(ni, n1);
+    const __m512i bias = _mm512_set1_epi32(127);
+    u = _mm512_mul_ps(u, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n1, bias), 23)));
+    u = _mm512_mul_ps(u, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n2, bias), 23)));
+    u = _mm512_mask_mov_ps(u, hi, _mm512_set1_ps(INFINITY));
+    u = _mm512_mask_mov_ps(u, lo, _mm512_setzero_ps());
+    return _mm512_mask_mov_ps(u, nan, _mm512_add_ps(x, x));
+}
+
+AI __mmask16 ls_z_tailmask(int64_t r) { return (__mmask16)((1u << r) - 1); }
+
+void ls_expf_n_avx512(const float *x, int64_t n, float *out) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, ls_z_expf(_mm512_loadu_ps(x + i)));
+    if (i < n) {
+        __mmask16 m = ls_z_tailmask(n - i);
+        _mm512_mask_storeu_ps(out + i, m, ls_z_expf(_mm512_maskz_loadu_ps(m, x + i)));
+    }
+}
+
+AI float ls_z_tree16(__m512 t) {
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 2, 4, 6, 8, 10, 12, 14);
+    const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 1, 3, 5, 7, 9, 11, 13, 15);
+    for (int i = 0; i < 4; i++) t = _mm512_add_ps(_mm512_permutexvar_ps(ev, t), _mm512_permutexvar_ps(od, t));
+    return _mm512_cvtss_f32(t);
+}
+
+/* The float dot product recipe (16 fma lanes, tree). */
+AI float ls_z_dot16(const float *a, const float *b, int64_t n) {
+    __m512 acc = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 16 <= n; k += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + k), _mm512_loadu_ps(b + k), acc);
+    if (k < n) {
+        __mmask16 m = ls_z_tailmask(n - k);
+        acc = _mm512_mask3_fmadd_ps(_mm512_maskz_loadu_ps(m, a + k), _mm512_maskz_loadu_ps(m, b + k), acc, m);
+    }
+    return ls_z_tree16(acc);
+}
+
+void ls_rmsnorm_row_avx512(const float *x, const float *w, float eps, int64_t n, float *out) {
+    float ss = ls_z_dot16(x, x, n);
+    float mean = ss / (float)n;
+    float scale = 1.0f / sqrtf(mean + eps);
+    __m512 sc = _mm512_set1_ps(scale);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(x + i), sc), _mm512_loadu_ps(w + i)));
+    if (i < n) {
+        __mmask16 m = ls_z_tailmask(n - i);
+        _mm512_mask_storeu_ps(out + i, m,
+                              _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), sc), _mm512_maskz_loadu_ps(m, w + i)));
+    }
+}
+
+AI __m512 ls_z_swiglu(__m512 g, __m512 u) {
+    __m512 ng = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(g), _mm512_set1_epi32((int)0x80000000)));
+    __m512 silu = _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), ls_z_expf(ng)));
+    return _mm512_mul_ps(silu, u);
+}
+
+void ls_swiglu_row_avx512(const float *g, const float *u, int64_t n, float *out) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, ls_z_swiglu(_mm512_loadu_ps(g + i), _mm512_loadu_ps(u + i)));
+    if (i < n) {
+        __mmask16 m = ls_z_tailmask(n - i);
+        _mm512_mask_storeu_ps(out + i, m, ls_z_swiglu(_mm512_maskz_loadu_ps(m, g + i), _mm512_maskz_loadu_ps(m, u + i)));
+    }
+}
+
+/* x0' = fma(x0, c, -(x1*s)), x1' = fma(x0, s, x1*c) */
+AI void ls_z_rot(__m512 x0, __m512 x1, __m512 c, __m512 s, __m512 *o0, __m512 *o1) {
+    __m512 t = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(_mm512_mul_ps(x1, s)), _mm512_set1_epi32((int)0x80000000)));
+    *o0 = _mm512_fmadd_ps(x0, c, t);
+    *o1 = _mm512_fmadd_ps(x0, s, _mm512_mul_ps(x1, c));
+}
+
+void ls_rope_row_avx512(float *x, int n_heads, int head_stride, int head_dim, bool neox, const float *cs,
+                        const float *sn) {
+    int half = head_dim / 2;
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    for (int h = 0; h < n_heads; h++) {
+        float *xh = x + (int64_t)h * head_stride;
+        int i = 0;
+        for (; i + 16 <= half; i += 16) {
+            __m512 c = _mm512_loadu_ps(cs + i), s = _mm512_loadu_ps(sn + i), x0, x1, o0, o1;
+            if (neox) {
+                x0 = _mm512_loadu_ps(xh + i);
+                x1 = _mm512_loadu_ps(xh + i + half);
+            } else {
+                __m512 a = _mm512_loadu_ps(xh + 2 * i), b = _mm512_loadu_ps(xh + 2 * i + 16);
+                x0 = _mm512_permutex2var_ps(a, ev, b);
+                x1 = _mm512_permutex2var_ps(a, od, b);
+            }
+            ls_z_rot(x0, x1, c, s, &o0, &o1);
+            if (neox) {
+                _mm512_storeu_ps(xh + i, o0);
+                _mm512_storeu_ps(xh + i + half, o1);
+            } else {
+                _mm512_storeu_ps(xh + 2 * i, _mm512_permutex2var_ps(o0, lo, o1));
+                _mm512_storeu_ps(xh + 2 * i + 16, _mm512_permutex2var_ps(o0, hi, o1));
+            }
+        }
+        for (; i < half; i++) { /* same operations, one pair at a time */
+            int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+            float x0 = xh[i0], x1 = xh[i1], c = cs[i], s = sn[i];
+            xh[i0] = fmaf(x0, c, -(x1 * s));
+            xh[i1] = fmaf(x0, s, x1 * c);
+        }
+    }
+}
+
+void ls_attn_head_avx512(const float *q, int64_t n_keys, const float *k, const float *v, int kv_stride, int head_dim,
+                         float scale, float *out, float *scores) {
+    for (int64_t j = 0; j < n_keys; j++) scores[j] = ls_z_dot16(q, k + j * kv_stride, head_dim) * scale;
+    float mx = scores[0];
+    for (int64_t j = 1; j < n_keys; j++) mx = scores[j] > mx ? scores[j] : mx;
+    __m512 vmx = _mm512_set1_ps(mx);
+    int64_t j = 0;
+    for (; j + 16 <= n_keys; j += 16)
+        _mm512_storeu_ps(scores + j, ls_z_expf(_mm512_sub_ps(_mm512_loadu_ps(scores + j), vmx)));
+    if (j < n_keys) {
+        __mmask16 m = ls_z_tailmask(n_keys - j);
+        _mm512_mask_storeu_ps(scores + j, m, ls_z_expf(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, scores + j), vmx)));
+    }
+    float sum = 0.0f;
+    for (int64_t c = 0; c < n_keys; c += LS_ATTN_CHUNK) {
+        float part = 0.0f;
+        int64_t e = c + LS_ATTN_CHUNK < n_keys ? c + LS_ATTN_CHUNK : n_keys;
+        for (int64_t t = c; t < e; t++) part = part + scores[t];
+        sum = sum + part;
+    }
+    __m512 inv = _mm512_set1_ps(1.0f / sum);
+    for (int d0 = 0; d0 < head_dim; d0 += 64) { /* 4 zmm of output dims at a time */
+        int nd = head_dim - d0 < 64 ? head_dim - d0 : 64;
+        __mmask16 mk[4];
+        for (int t = 0; t < 4; t++) {
+            int r = nd - 16 * t;
+            mk[t] = r >= 16 ? 0xFFFF : r > 0 ? ls_z_tailmask(r) : 0;
+        }
+        __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+        for (int64_t jj = 0; jj < n_keys; jj++) {
+            const float *vj = v + jj * kv_stride + d0;
+            __m512 p = _mm512_set1_ps(scores[jj]);
+#pragma GCC unroll 4
+            for (int t = 0; t < 4; t++)
+                if (mk[t]) acc[t] = _mm512_fmadd_ps(p, _mm512_maskz_loadu_ps(mk[t], vj + 16 * t), acc[t]);
+        }
+        for (int t = 0; t < 4; t++)
+            if (mk[t]) _mm512_mask_storeu_ps(out + d0 + 16 * t, mk[t], _mm512_mul_ps(acc[t], inv));
+    }
+}
