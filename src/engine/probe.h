@@ -5,7 +5,7 @@
  *   P3 chunking:   one chunk vs chunks of 3 vs token by token (which is also P1's
  *                  block-vs-chain shape: a block of width n vs n single steps)
  *   P4 threads:    the live thread count vs 1 thread
- *   P5 ISA:        the live instruction set vs the scalar reference
+ *   P5 ISA:        the live instruction set vs the scalar reference (first 2 rows)
  * (Speculation and batch-mix axes join when those features exist.) */
 #ifndef LS_ENGINE_PROBE_H
 #define LS_ENGINE_PROBE_H
