@@ -16,6 +16,7 @@ static void usage(FILE *out) {
             "  run        generate text from a prompt or a chat message\n"
             "  info       show a model's architecture, hyperparameters and tensors\n"
             "  tokenize   show the token ids of a text\n"
+            "  bench      benchmarks (`lockstep bench kernels`)\n"
             "\n"
             "Run `lockstep <command> --help` for a command's flags.\n"
             "The default model is %s (`make model` fetches it).\n",
@@ -85,6 +86,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "run")) return cli_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "info")) return cli_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return cli_tokenize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench")) return cli_bench(argc - 1, argv + 1);
     fprintf(stderr, "lockstep: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return LS_EXIT_USAGE;
