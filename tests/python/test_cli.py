@@ -146,3 +146,24 @@ def test_info_json_matches_gguf_package(model):
             assert md[k] == pytest.approx(v, rel=1e-7), k
         else:
             assert md[k] == v, k
+
+
+def test_bench_kernels_json(model):
+    r = run("bench", "kernels", "-m", model, "--reps", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    o = json.loads(r.stdout)
+    assert o["dram_read_gbs"] > 0
+    shapes = {(c["type"], c["K"], c["N"]) for c in o["cases"]}
+    # every distinct matrix of SmolLM2-135M: q, k/v, o, gate/up, down, the tied Q8_0 head
+    assert shapes == {("Q4_1", 576, 576), ("Q4_1", 576, 192), ("Q4_1", 576, 1536), ("Q4_1", 1536, 576),
+                      ("Q8_0", 576, 49152)}
+    for s in shapes:
+        ms = sorted(c["M"] for c in o["cases"] if (c["type"], c["K"], c["N"]) == s)
+        assert ms == [1, 2, 4, 8, 16, 64, 512]
+    for c in o["cases"]:
+        assert c["gbs"] > 0 and c["gflops"] > 0 and c["path"] == ("narrow" if c["M"] == 1 else "wide" if c["M"] < 16 else "gemm")
+
+
+def test_bench_unknown_suite():
+    r = run("bench", "nosuch")
+    assert r.returncode == 2 and "unknown suite 'nosuch'" in r.stderr
