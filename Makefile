@@ -10,7 +10,7 @@ BUILD   ?= build
 OPT     ?= -O2
 SAN     ?=
 CFLAGS_COMMON = -std=c11 -D_GNU_SOURCE $(OPT) -g -Wall -Wextra -Wno-unused-parameter \
-                -ffp-contract=off -fno-math-errno -fPIC -pthread -Isrc -Iinclude $(SAN)
+                -ffp-contract=off -fno-math-errno -fPIC -pthread -Isrc $(SAN)
 CFLAGS  ?=
 ALL_CFLAGS = $(CFLAGS_COMMON) $(CFLAGS) $(shell pkg-config --cflags libpcre2-8 2>/dev/null)
 LDLIBS  = $(shell pkg-config --libs libpcre2-8 2>/dev/null || echo -lpcre2-8) -lcjson -lm -pthread $(SAN)

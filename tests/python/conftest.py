@@ -40,6 +40,11 @@ def model_path() -> Path:
     return path
 
 
+def add_report(line: str) -> None:
+    """For module-scoped fixtures: a line for the terminal summary."""
+    _report_lines.append(line)
+
+
 @pytest.fixture
 def report(request):
     """report(line): a line printed in the terminal summary of the run, pass or fail."""

@@ -26,6 +26,7 @@ The worst cosine and every first divergence position are printed."""
 import numpy as np
 import pytest
 
+from conftest import add_report
 from ls_ffi import Model, model_path
 
 llama_cpp = pytest.importorskip("llama_cpp")
@@ -129,9 +130,10 @@ def results():
     worst = min(cos(x["ours"], x["l32"]) for x in rows)
     same = sum(first_div(x["g_ours"], x["g_l32"]) is None for x in rows)
     self_same = sum(first_div(x["g_l16"], x["g_l32"]) is None for x in rows)
-    print("\n" + "\n".join(lines))
-    print(f"worst cosine vs llama.cpp {llama_cpp.__version__}: {worst:.7f}; greedy {N_GREEDY} tokens identical on "
-          f"{same}/{len(rows)} prompts (llama.cpp f16-KV vs f32-KV: {self_same}/{len(rows)})")
+    lines.append(f"worst cosine vs llama.cpp {llama_cpp.__version__}: {worst:.7f}; greedy {N_GREEDY} tokens identical "
+                 f"on {same}/{len(rows)} prompts (llama.cpp f16-KV vs f32-KV: {self_same}/{len(rows)})")
+    for line in lines:
+        add_report("vs llama.cpp: " + line)
     return rows
 
 
@@ -143,8 +145,9 @@ def test_same_tokenization_as_llamacpp(results):
 def test_as_accurate_as_llamacpp_against_exact_math(results):
     e_ours = np.array([1 - cos(x["ours"], x["exact"]) for x in results])
     e_ref = np.array([1 - cos(x["l32"], x["exact"]) for x in results])
-    print(f"\n1-cosine vs exact float64: lockstep median {np.median(e_ours):.2e} max {e_ours.max():.2e}; "
-          f"llama.cpp median {np.median(e_ref):.2e} max {e_ref.max():.2e}")
+    add_report(f"1-cosine vs exact float64: lockstep median {np.median(e_ours):.2e} p90 "
+               f"{np.percentile(e_ours, 90):.2e} max {e_ours.max():.2e}; llama.cpp median {np.median(e_ref):.2e} "
+               f"p90 {np.percentile(e_ref, 90):.2e} max {e_ref.max():.2e}")
     assert np.median(e_ours) <= 1.5 * np.median(e_ref)
     # The 90th percentile, not the max: one chaotic position (prompt 18's last, where
     # lockstep measured 1.3e-2 and llama.cpp 9e-4, while lockstep is closer to exact on
@@ -157,7 +160,7 @@ def test_llamacpp_self_spread(results):
     past 'cosine 0.9999 everywhere'.  If this ever fails, the model got less
     chaotic and the tolerances below should be tightened to the issue's."""
     spread = min(cos(x["l16"], x["l32"]) for x in results)
-    print(f"\nllama.cpp f16-KV vs f32-KV worst cosine: {spread:.7f}")
+    add_report(f"llama.cpp f16-KV vs f32-KV worst cosine: {spread:.7f}")
     assert spread < 0.9999
 
 
