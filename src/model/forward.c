@@ -161,9 +161,11 @@ static void forward_rows(ls_ctx *c, const int32_t *tokens, int32_t n, int32_t po
         float *vc_l = c->v_cache + (size_t)l * (size_t)c->n_ctx * KV;
 
         ls_rmsnorm(kc, c->x, L->attn_norm, hp->norm_eps, M, (int64_t)E, c->xn);
-        ls_matmul(kc, L->wq, c->xn, M, c->q);
-        ls_matmul(kc, L->wk, c->xn, M, c->k);
-        ls_matmul(kc, L->wv, c->xn, M, c->v);
+        { /* Q, K, V: one quantization of xn, one pool dispatch; same bits as three ls_matmul calls */
+            const ls_wmat *wqkv[3] = {L->wq, L->wk, L->wv};
+            float *yqkv[3] = {c->q, c->k, c->v};
+            ls_matmul_multi(kc, 3, wqkv, c->xn, M, yqkv);
+        }
         ls_rope_apply(kc, c->rope, c->q, M, (int)hp->n_head, (int)D, c->pos);
         ls_rope_apply(kc, c->rope, c->k, M, (int)hp->n_head_kv, (int)D, c->pos);
         /* Every row's K/V is in the cache before any query reads it. */
@@ -179,8 +181,11 @@ static void forward_rows(ls_ctx *c, const int32_t *tokens, int32_t n, int32_t po
         add_rows(c->x, c->tmp, (size_t)M * E);
 
         ls_rmsnorm(kc, c->x, L->ffn_norm, hp->norm_eps, M, (int64_t)E, c->xn);
-        ls_matmul(kc, L->w_gate, c->xn, M, c->gate);
-        ls_matmul(kc, L->w_up, c->xn, M, c->up);
+        {
+            const ls_wmat *wgu[2] = {L->w_gate, L->w_up};
+            float *ygu[2] = {c->gate, c->up};
+            ls_matmul_multi(kc, 2, wgu, c->xn, M, ygu);
+        }
         ls_swiglu(kc, c->gate, c->up, M, (int64_t)hp->n_ff, c->gate);
         ls_matmul(kc, L->w_down, c->gate, M, c->tmp);
         add_rows(c->x, c->tmp, (size_t)M * E);

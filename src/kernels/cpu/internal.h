@@ -99,6 +99,8 @@ static inline ls_xq ls_xq_row(const void *scratch, int64_t K, int64_t m) {
 /* Activation blocks with amax below this quantize to q = 0, d = 0 (as amax == 0). */
 #define LS_QX_TINY 0x1p-100f
 void ls_quantize_x_row(const float *x, int64_t K, void *row_out);
+/* The same with AVX-512 (same bits: every step is exact or one lane-wise rounding). */
+void ls_quantize_x_row_avx512(const float *x, int64_t K, void *row_out);
 
 /* One matmul call's work: all M rows, columns [n0, n1) per invocation. */
 typedef struct {
@@ -122,6 +124,12 @@ typedef struct {
                       int head_dim, float scale, float *out, float *scores);
     void (*expf_n)(const float *x, int64_t n, float *out);
 } ls_kvtab;
+
+/* Attention for up to LS_ATTN_HMAX query heads sharing a kv head (AVX-512; same bits as
+ * ls_attn_head_avx512 per head).  scores: nh x per floats. */
+#define LS_ATTN_HMAX 4
+void ls_attn_heads_avx512(int nh, const float *q, int q_stride, int64_t n_keys, const float *k, const float *v,
+                          int kv_stride, int head_dim, float scale, float *out, float *scores, size_t per);
 
 /* The dispatch table: the one place that maps an ISA to its kernels. */
 const ls_kvtab *ls_kvtab_for(ls_isa isa);

@@ -60,6 +60,14 @@ size_t ls_matmul_scratch_bytes(int64_t M, int64_t K);
  * any pool size. */
 void ls_matmul(const ls_kctx *kc, const ls_wmat *w, const float *x, int64_t M, float *y);
 
+/* Several matrices with the same K applied to the same x (e.g. the Q/K/V projections):
+ * y[i] = x · w[i]^T for i < n (n <= LS_MATMUL_MULTI_MAX).  x is quantized once and all
+ * matrices run in one pool dispatch; each y[i] is bit-identical to
+ * ls_matmul(kc, w[i], x, M, y[i]). */
+#define LS_MATMUL_MULTI_MAX 4
+void ls_matmul_multi(const ls_kctx *kc, int n, const ls_wmat *const *w, const float *x, int64_t M,
+                     float *const *y);
+
 /* ---- per-row operations (each row independent of the others in the call) -- */
 /* out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i]   for M rows of n  */
 void ls_rmsnorm(const ls_kctx *kc, const float *x, const float *w, float eps, int64_t M, int64_t n,

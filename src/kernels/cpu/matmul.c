@@ -59,48 +59,65 @@ void ls_quantize_x_row(const float *x, int64_t K, void *row_out) {
 typedef struct {
     const ls_kctx *kc;
     const ls_kvtab *vt;
-    ls_mm_job job;
+    int n;                          /* matrices sharing x */
+    ls_mm_job job[LS_MATMUL_MULTI_MAX];
     const float *x;
     void *scratch;
 } ls_mm_call;
 
 static void ls_mm_quant_task(void *arg, int ith, int nth) {
     ls_mm_call *c = arg;
-    int64_t M = c->job.M, K = c->job.w->K;
+    int64_t M = c->job[0].M, K = c->job[0].w->K;
+    void (*qrow)(const float *, int64_t, void *) =
+        c->kc->isa == LS_ISA_AVX512 ? ls_quantize_x_row_avx512 : ls_quantize_x_row; /* same bits */
     for (int64_t m = M * ith / nth; m < M * (ith + 1) / nth; m++)
-        ls_quantize_x_row(c->x + m * K, K, (uint8_t *)c->scratch + (size_t)m * ls_xq_row_bytes(K));
+        qrow(c->x + m * K, K, (uint8_t *)c->scratch + (size_t)m * ls_xq_row_bytes(K));
 }
 
 static void ls_mm_task(void *arg, int ith, int nth) {
     ls_mm_call *c = arg;
-    int64_t N = c->job.w->N;
-    /* Contiguous column ranges in multiples of 16 (any split gives the same bits). */
-    int64_t per = ((N + nth - 1) / nth + 15) & ~(int64_t)15;
-    int64_t n0 = per * ith, n1 = n0 + per < N ? n0 + per : N;
-    if (n0 < n1) c->vt->matmul(&c->job, n0, n1);
+    for (int i = 0; i < c->n; i++) {
+        int64_t N = c->job[i].w->N;
+        /* Contiguous column ranges in multiples of 16 (any split gives the same bits). */
+        int64_t per = ((N + nth - 1) / nth + 15) & ~(int64_t)15;
+        int64_t n0 = per * ith, n1 = n0 + per < N ? n0 + per : N;
+        if (n0 < n1) c->vt->matmul(&c->job[i], n0, n1);
+    }
 }
 
-void ls_matmul(const ls_kctx *kc, const ls_wmat *w, const float *x, int64_t M, float *y) {
-    LS_ASSERT(kc && w && x && y && M >= 0);
+void ls_matmul_multi(const ls_kctx *kc, int n, const ls_wmat *const *w, const float *x, int64_t M,
+                     float *const *y) {
+    LS_ASSERT(kc && w && x && y && M >= 0 && n >= 1 && n <= LS_MATMUL_MULTI_MAX);
     if (M == 0) return;
     ls_mm_call c;
     c.kc = kc;
     c.vt = ls_kvtab_for(kc->isa);
-    c.job.w = w;
-    c.job.x = x;
-    c.job.xq = NULL;
-    c.job.M = M;
-    c.job.y = y;
+    c.n = n;
     c.x = x;
     c.scratch = NULL;
-    if (w->st != LS_ST_FLOAT) {
-        LS_ASSERT(kc->scratch && kc->scratch_bytes >= ls_matmul_scratch_bytes(M, w->K));
+    bool quant = false;
+    for (int i = 0; i < n; i++) {
+        LS_ASSERT(w[i] && y[i] && w[i]->K == w[0]->K);
+        c.job[i].w = w[i];
+        c.job[i].x = x;
+        c.job[i].xq = NULL;
+        c.job[i].M = M;
+        c.job[i].y = y[i];
+        quant = quant || w[i]->st != LS_ST_FLOAT;
+    }
+    if (quant) {
+        LS_ASSERT(kc->scratch && kc->scratch_bytes >= ls_matmul_scratch_bytes(M, w[0]->K));
         c.scratch = (void *)(((uintptr_t)kc->scratch + 63) & ~(uintptr_t)63);
-        c.job.xq = c.scratch;
+        for (int i = 0; i < n; i++) c.job[i].xq = c.scratch;
         if (M >= 8 && kc->pool && ls_pool_size(kc->pool) > 1)
             ls_pool_run(kc->pool, ls_mm_quant_task, &c);
         else
             ls_mm_quant_task(&c, 0, 1);
     }
     ls_pool_run(kc->pool, ls_mm_task, &c);
+}
+
+void ls_matmul(const ls_kctx *kc, const ls_wmat *w, const float *x, int64_t M, float *y) {
+    LS_ASSERT(kc && w && x && y && M >= 0);
+    ls_matmul_multi(kc, 1, &w, x, M, &y);
 }

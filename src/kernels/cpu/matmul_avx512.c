@@ -10,6 +10,7 @@
  * weight group), GEMM (wide tiles inside column blocks that stay in L2).  All run
  * the same per-row instruction sequence, hence the same bits as the scalar code. */
 #include <immintrin.h>
+#include <math.h>
 
 #include "kernels/cpu/internal.h"
 
@@ -44,42 +45,66 @@ AI __m512 ls_z_ldh8(const uint8_t *p, bool full) {
     return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(f));
 }
 
+/* 4-bit types whose high nibble is used as (16 * nibble): and(v, 0xF0) instead of a shift;
+ * the slot 4..7 integer sum is then exactly 16x, and an arithmetic shift by 4 restores it. */
+#define LS_Z_HI16(type) ((type) == LS_TYPE_Q4_0 || (type) == LS_TYPE_Q4_1 || (type) == LS_TYPE_Q4_K)
+
+/* Code operands from the 4 nibble planes v[0..3] (NIB storage). */
+AI void ls_z_nib(const uint32_t type, const __m512i *v, ls_zw *W) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m4h = _mm512_set1_epi8((char)0xF0);
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; q++) {
+        W->w[q] = _mm512_and_si512(v[q], m4);
+        W->w[q + 4] = LS_Z_HI16(type) ? _mm512_and_si512(v[q], m4h) : _mm512_and_si512(_mm512_srli_epi16(v[q], 4), m4);
+    }
+    if (type == LS_TYPE_MXFP4) { /* code -> kvalue + 12 (0..24) */
+        const __m512i tbl = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+#pragma GCC unroll 8
+        for (int s = 0; s < 8; s++) W->w[s] = _mm512_shuffle_epi8(tbl, W->w[s]);
+    }
+}
+
+/* ggml_e8m0_to_fp32_half on 16 int32 lanes. */
+AI __m512 ls_z_e8m0(__m512i e) {
+    __mmask16 lo = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
+    __m512i hi = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+    return _mm512_castsi512_ps(_mm512_mask_sllv_epi32(hi, lo, _mm512_set1_epi32(0x00200000), e));
+}
+
 /* Loads one group's weights: code operands and scale fields. */
 AI void ls_z_load_w(const uint32_t type, bool full, __mmask16 k, uint32_t L, const ls_rec *r, const uint8_t *rec,
                     ls_zw *W) {
     __mmask64 kb = full ? ~(__mmask64)0 : (((__mmask64)1 << (L * 4)) - 1);
     uint32_t ps = L * 4;
     const uint8_t *bits = rec + r->bits;
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
     if (type == LS_TYPE_Q5_0 || type == LS_TYPE_Q5_1 || type == LS_TYPE_Q8_0 || type == LS_TYPE_Q5_K) {
         #pragma GCC unroll 8
         for (int s = 0; s < 8; s++) W->w[s] = ls_z_ldb(full, kb, bits + s * ps);
-    } else {
+    } else if (type == LS_TYPE_Q6_K) {
+        const __m512i m4 = _mm512_set1_epi8(0x0F);
         #pragma GCC unroll 8
         for (int q = 0; q < 4; q++) {
             __m512i v = ls_z_ldb(full, kb, bits + q * ps);
             W->w[q] = _mm512_and_si512(v, m4);
             W->w[q + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
         }
-        if (type == LS_TYPE_Q6_K) {
-            const __m512i m2 = _mm512_set1_epi8(0x03);
-            #pragma GCC unroll 8
-            for (int h = 0; h < 2; h++) {
-                __m512i hb = ls_z_ldb(full, kb, rec + r->hb + h * ps);
-                W->w[4 * h + 0] = _mm512_or_si512(W->w[4 * h + 0], _mm512_slli_epi16(_mm512_and_si512(hb, m2), 4));
-                W->w[4 * h + 1] = _mm512_or_si512(
-                    W->w[4 * h + 1], _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hb, 2), m2), 4));
-                W->w[4 * h + 2] = _mm512_or_si512(
-                    W->w[4 * h + 2], _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hb, 4), m2), 4));
-                W->w[4 * h + 3] = _mm512_or_si512(
-                    W->w[4 * h + 3], _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hb, 6), m2), 4));
-            }
+        const __m512i m2 = _mm512_set1_epi8(0x03);
+        #pragma GCC unroll 8
+        for (int h = 0; h < 2; h++) {
+            __m512i hb = ls_z_ldb(full, kb, rec + r->hb + h * ps);
+            W->w[4 * h + 0] = _mm512_or_si512(W->w[4 * h + 0], _mm512_slli_epi16(_mm512_and_si512(hb, m2), 4));
+            W->w[4 * h + 1] = _mm512_or_si512(
+                W->w[4 * h + 1], _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hb, 2), m2), 4));
+            W->w[4 * h + 2] = _mm512_or_si512(
+                W->w[4 * h + 2], _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hb, 4), m2), 4));
+            W->w[4 * h + 3] = _mm512_or_si512(
+                W->w[4 * h + 3], _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hb, 6), m2), 4));
         }
-        if (type == LS_TYPE_MXFP4) { /* code -> kvalue + 12 (0..24) */
-            const __m512i tbl = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
-            #pragma GCC unroll 8
-            for (int s = 0; s < 8; s++) W->w[s] = _mm512_shuffle_epi8(tbl, W->w[s]);
-        }
+    } else {
+        __m512i v[4];
+        #pragma GCC unroll 4
+        for (int q = 0; q < 4; q++) v[q] = ls_z_ldb(full, kb, bits + q * ps);
+        ls_z_nib(type, v, W);
     }
     switch (type) {
     case LS_TYPE_Q4_0: case LS_TYPE_Q5_0: case LS_TYPE_Q8_0: W->f0 = ls_z_ldh(full, k, rec + r->d); break;
@@ -87,13 +112,7 @@ AI void ls_z_load_w(const uint32_t type, bool full, __mmask16 k, uint32_t L, con
         W->f0 = ls_z_ldh(full, k, rec + r->d);
         W->f1 = ls_z_ldh(full, k, rec + r->m);
         break;
-    case LS_TYPE_MXFP4: { /* ggml_e8m0_to_fp32_half */
-        __m512i e = ls_z_ldu8(full, k, rec + r->e);
-        __mmask16 lo = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
-        __m512i hi = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
-        W->f0 = _mm512_castsi512_ps(_mm512_mask_sllv_epi32(hi, lo, _mm512_set1_epi32(0x00200000), e));
-        break;
-    }
+    case LS_TYPE_MXFP4: W->f0 = ls_z_e8m0(ls_z_ldu8(full, k, rec + r->e)); break;
     case LS_TYPE_Q4_K: case LS_TYPE_Q5_K: {
         W->f0 = ls_z_ldh8(rec + r->dk, full);
         __m512 dmin = ls_z_ldh8(rec + r->dmk, full);
@@ -115,48 +134,80 @@ AI void ls_z_load_w(const uint32_t type, bool full, __mmask16 k, uint32_t L, con
     }
 }
 
-/* c_b for the 16 units of group G against one activation row (step 2). */
-AI __m512 ls_z_c(const uint32_t type, bool full, __mmask16 k, uint32_t L, const ls_zw *W, const ls_xq *x, int64_t G) {
-    __mmask64 kb = full ? ~(__mmask64)0 : (((__mmask64)1 << (L * 4)) - 1);
-    uint32_t ps = L * 4;
-    const int8_t *xg = x->q + G * (LS_GROUP * 32);
+/* Activation operands of one group: lane l = unit l of x (mode 0: full group, 1: masked
+ * partial group of L units), or (mode 2) the L = 2 tail group repeated for 8 weight rows. */
+typedef struct {
+    const int8_t *xg;
+    __mmask64 kb;
+    uint32_t ps;
+    __m512 dx, sx;
+    __m512i sq, sqlo;
+} ls_zx;
+
+AI __m512i ls_z_xs(int mode, const ls_zx *X, int s) {
+    if (mode == 2) {
+        int64_t t;
+        memcpy(&t, X->xg + 8 * s, 8);
+        return _mm512_set1_epi64(t);
+    }
+    return ls_z_ldb(mode == 0, X->kb, X->xg + s * X->ps);
+}
+
+AI void ls_z_load_x(const uint32_t type, bool full, __mmask16 k, uint32_t L, const ls_xq *x, int64_t G, ls_zx *X) {
+    X->kb = full ? ~(__mmask64)0 : (((__mmask64)1 << (L * 4)) - 1);
+    X->ps = L * 4;
+    X->xg = x->q + G * (LS_GROUP * 32);
+    X->dx = ls_z_ldf(full, k, x->dx + G * LS_GROUP);
+    if (type == LS_TYPE_Q4_1 || type == LS_TYPE_Q5_1 || type == LS_TYPE_Q4_K || type == LS_TYPE_Q5_K)
+        X->sx = ls_z_ldf(full, k, x->sx + G * LS_GROUP);
+    if (type == LS_TYPE_Q4_0 || type == LS_TYPE_Q5_0 || type == LS_TYPE_Q8_0 || type == LS_TYPE_MXFP4 ||
+        type == LS_TYPE_Q6_K)
+        X->sq = ls_z_ldi(full, k, x->sq + G * LS_GROUP);
+    if (type == LS_TYPE_Q6_K) X->sqlo = ls_z_ldi(full, k, x->sqlo + G * LS_GROUP);
+}
+
+/* c_b lane-wise from weight and activation operands (step 2). */
+AI __m512 ls_z_cc(const uint32_t type, int mode, const ls_zw *W, const ls_zx *X) {
     /* two independent dpbusd chains (slots 0-3, 4-7) halve the latency; integer sums are exact */
     __m512i acc = _mm512_setzero_si512(), acc2 = _mm512_setzero_si512();
 #pragma GCC unroll 8
     for (int s = 0; s < 8; s++) {
-        __m512i xs = ls_z_ldb(full, kb, xg + s * ps);
         if (s >= 4)
-            acc2 = _mm512_dpbusd_epi32(acc2, W->w[s], xs);
+            acc2 = _mm512_dpbusd_epi32(acc2, W->w[s], ls_z_xs(mode, X, s));
         else
-            acc = _mm512_dpbusd_epi32(acc, W->w[s], xs);
+            acc = _mm512_dpbusd_epi32(acc, W->w[s], ls_z_xs(mode, X, s));
     }
-    if (type != LS_TYPE_Q6_K) acc = _mm512_add_epi32(acc, acc2);
-    __m512 dx = ls_z_ldf(full, k, x->dx + G * LS_GROUP);
+    if (LS_Z_HI16(type))
+        acc = _mm512_add_epi32(acc, _mm512_srai_epi32(acc2, 4)); /* acc2 = 16 * (exact sum) */
+    else if (type != LS_TYPE_Q6_K)
+        acc = _mm512_add_epi32(acc, acc2);
     switch (type) {
     case LS_TYPE_Q4_0: case LS_TYPE_Q5_0: case LS_TYPE_Q8_0: case LS_TYPE_MXFP4: {
         int off = type == LS_TYPE_Q4_0 ? 8 : type == LS_TYPE_Q5_0 ? 16 : type == LS_TYPE_Q8_0 ? 128 : 12;
-        __m512i sq = ls_z_ldi(full, k, x->sq + G * LS_GROUP);
-        __m512i isum = _mm512_sub_epi32(acc, _mm512_mullo_epi32(sq, _mm512_set1_epi32(off)));
-        return _mm512_mul_ps(_mm512_mul_ps(W->f0, dx), _mm512_cvtepi32_ps(isum));
+        __m512i isum = _mm512_sub_epi32(acc, _mm512_mullo_epi32(X->sq, _mm512_set1_epi32(off)));
+        return _mm512_mul_ps(_mm512_mul_ps(W->f0, X->dx), _mm512_cvtepi32_ps(isum));
     }
-    case LS_TYPE_Q4_1: case LS_TYPE_Q5_1: {
-        __m512 sx = ls_z_ldf(full, k, x->sx + G * LS_GROUP);
-        return _mm512_fmadd_ps(_mm512_mul_ps(W->f0, dx), _mm512_cvtepi32_ps(acc), _mm512_mul_ps(W->f1, sx));
-    }
+    case LS_TYPE_Q4_1: case LS_TYPE_Q5_1:
+        return _mm512_fmadd_ps(_mm512_mul_ps(W->f0, X->dx), _mm512_cvtepi32_ps(acc), _mm512_mul_ps(W->f1, X->sx));
     case LS_TYPE_Q4_K: case LS_TYPE_Q5_K: {
-        __m512 sx = ls_z_ldf(full, k, x->sx + G * LS_GROUP);
         __m512i isum = _mm512_mullo_epi32(acc, W->i0);
-        return _mm512_fmadd_ps(_mm512_mul_ps(W->f0, dx), _mm512_cvtepi32_ps(isum), _mm512_mul_ps(W->f1, sx));
+        return _mm512_fmadd_ps(_mm512_mul_ps(W->f0, X->dx), _mm512_cvtepi32_ps(isum), _mm512_mul_ps(W->f1, X->sx));
     }
     case LS_TYPE_Q6_K: {
-        __m512i sq = ls_z_ldi(full, k, x->sq + G * LS_GROUP), sqlo = ls_z_ldi(full, k, x->sqlo + G * LS_GROUP);
-        __m512i a = _mm512_sub_epi32(acc, _mm512_slli_epi32(sqlo, 5));
-        __m512i b = _mm512_sub_epi32(acc2, _mm512_slli_epi32(_mm512_sub_epi32(sq, sqlo), 5));
+        __m512i a = _mm512_sub_epi32(acc, _mm512_slli_epi32(X->sqlo, 5));
+        __m512i b = _mm512_sub_epi32(acc2, _mm512_slli_epi32(_mm512_sub_epi32(X->sq, X->sqlo), 5));
         __m512i isum = _mm512_add_epi32(_mm512_mullo_epi32(a, W->i0), _mm512_mullo_epi32(b, W->i1));
-        return _mm512_mul_ps(_mm512_mul_ps(W->f0, dx), _mm512_cvtepi32_ps(isum));
+        return _mm512_mul_ps(_mm512_mul_ps(W->f0, X->dx), _mm512_cvtepi32_ps(isum));
     }
     default: return _mm512_setzero_ps();
     }
+}
+
+/* c_b for the 16 units of group G against one activation row. */
+AI __m512 ls_z_c(const uint32_t type, bool full, __mmask16 k, uint32_t L, const ls_zw *W, const ls_xq *x, int64_t G) {
+    ls_zx X;
+    ls_z_load_x(type, full, k, L, x, G, &X);
+    return ls_z_cc(type, full ? 0 : 1, W, &X);
 }
 
 /* Adjacent pairwise tree over 16 lanes (lane order), as ls_tree. */
@@ -166,22 +217,72 @@ AI float ls_z_tree16(__m512 t) {
     for (int i = 0; i < 4; i++) t = _mm512_add_ps(_mm512_permutexvar_ps(ev, t), _mm512_permutexvar_ps(od, t));
     return _mm512_cvtss_f32(t);
 }
-/* Tree over S_0..S_31 held as a = S_0..15, b = S_16..31. */
-AI float ls_z_tree32(__m512 a, __m512 b) {
+/* One level of the adjacent pairwise tree over the concatenation a|b: lanes 0..7 are the
+ * sums of a's adjacent lane pairs, lanes 8..15 those of b. */
+AI __m512 ls_z_pair(__m512 a, __m512 b) {
     const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-    return ls_z_tree16(_mm512_add_ps(_mm512_permutex2var_ps(a, ev, b), _mm512_permutex2var_ps(a, od, b)));
+    return _mm512_add_ps(_mm512_permutex2var_ps(a, ev, b), _mm512_permutex2var_ps(a, od, b));
+}
+/* Finishes the tree of 16 outputs at once.  v[j] holds output j's 16 level-1 sums
+ * (S_2i + S_2i+1); each level pairs adjacent lanes of one output only, so lane j of the
+ * result is exactly ls_tree over output j's S_0..S_31. */
+AI __m512 ls_z_tree_x16(const __m512 *v) {
+    __m512 u[8], t[4];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) u[j] = ls_z_pair(v[2 * j], v[2 * j + 1]);
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) t[j] = ls_z_pair(u[2 * j], u[2 * j + 1]);
+    return ls_z_pair(ls_z_pair(t[0], t[1]), ls_z_pair(t[2], t[3]));
 }
 
-/* R activation rows x one weight row n: y[i][n] for i < R. */
-AI void ls_z_tile_q(const uint32_t type, const int R, const ls_wmat *w, const uint8_t *wrow, const ls_xq *xr,
-                    float *const *yr, int64_t n) {
-    __m512 S[4][2];
+/* Whether the last partial group is computed for 8 weight rows at once: L = 2 units, and
+ * every scale field is per unit.  Lane 2j+l of the batch is unit l of row j. */
+#define LS_Z_TAIL8(type, L)                                                                                    \
+    ((L) == 2 && ((type) == LS_TYPE_Q4_0 || (type) == LS_TYPE_Q4_1 || (type) == LS_TYPE_Q5_0 ||            \
+                  (type) == LS_TYPE_Q5_1 || (type) == LS_TYPE_Q8_0 || (type) == LS_TYPE_MXFP4))
+
+/* Loads the L = 2 tail records of 8 weight rows (byte offsets off from data) as one group. */
+AI void ls_z_load_w_tail8(const uint32_t type, const ls_rec *r, const uint8_t *data, __m512i off, ls_zw *W) {
+    const uint8_t *bits = data + r->bits;
+    if (type == LS_TYPE_Q5_0 || type == LS_TYPE_Q5_1 || type == LS_TYPE_Q8_0) {
+#pragma GCC unroll 8
+        for (int s = 0; s < 8; s++) W->w[s] = _mm512_i64gather_epi64(off, (const void *)(bits + 8 * s), 1);
+    } else {
+        __m512i v[4];
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++) v[q] = _mm512_i64gather_epi64(off, (const void *)(bits + 8 * q), 1);
+        ls_z_nib(type, v, W);
+    }
+    if (type == LS_TYPE_MXFP4) { /* 2 E8M0 bytes per row (4 read, within the record) */
+        __m256i e = _mm512_i64gather_epi32(off, (const void *)(data + r->e), 1);
+        W->f0 = ls_z_e8m0(_mm512_cvtepu8_epi32(_mm256_cvtepi32_epi16(e)));
+    } else {
+        W->f0 = _mm512_cvtph_ps(_mm512_i64gather_epi32(off, (const void *)(data + r->d), 1));
+        if (type == LS_TYPE_Q4_1 || type == LS_TYPE_Q5_1)
+            W->f1 = _mm512_cvtph_ps(_mm512_i64gather_epi32(off, (const void *)(data + r->m), 1));
+    }
+}
+
+/* Activation operands of the L = 2 tail group, repeated for the 8 rows of a tail batch. */
+AI void ls_z_load_x_tail8(const uint32_t type, const ls_xq *x, int64_t G, ls_zx *X) {
+    int64_t t;
+    X->xg = x->q + G * (LS_GROUP * 32);
+    memcpy(&t, x->dx + G * LS_GROUP, 8);
+    X->dx = _mm512_castsi512_ps(_mm512_set1_epi64(t));
+    memcpy(&t, x->sx + G * LS_GROUP, 8);
+    X->sx = _mm512_castsi512_ps(_mm512_set1_epi64(t));
+    memcpy(&t, x->sq + G * LS_GROUP, 8);
+    X->sq = _mm512_set1_epi64(t);
+}
+
+/* Full groups of R activation rows x one weight row: S[i][0] (even G), S[i][1] (odd G). */
+AI void ls_z_full_q(const uint32_t type, const int R, const ls_wmat *w, const uint8_t *wrow, const ls_xq *xr,
+                    __m512 S[][2]) {
 #pragma GCC unroll 4
     for (int i = 0; i < R; i++) S[i][0] = S[i][1] = _mm512_setzero_ps();
     int64_t nfull = w->nb / LS_GROUP;
     ls_zw W;
-    /* groups alternate S[i][0] (even G) and S[i][1] (odd G); unrolled so the index is constant */
     int64_t G = 0;
     for (; G + 2 <= nfull; G += 2) {
 #pragma GCC unroll 2
@@ -196,28 +297,12 @@ AI void ls_z_tile_q(const uint32_t type, const int R, const ls_wmat *w, const ui
 #pragma GCC unroll 4
         for (int i = 0; i < R; i++) S[i][0] = _mm512_add_ps(S[i][0], ls_z_c(type, true, 0xFFFF, LS_GROUP, &W, &xr[i], G));
     }
-    if (w->tail) {
-        uint32_t L = (uint32_t)w->tail;
-        __mmask16 k = (__mmask16)((1u << L) - 1);
-        ls_z_load_w(type, false, k, L, &w->rec_tail, wrow + (size_t)nfull * w->rec16.size, &W);
-#pragma GCC unroll 4
-        for (int i = 0; i < R; i++) {
-            __m512 c = ls_z_c(type, false, k, L, &W, &xr[i], nfull);
-            if (nfull & 1)
-                S[i][1] = _mm512_mask_add_ps(S[i][1], k, S[i][1], c);
-            else
-                S[i][0] = _mm512_mask_add_ps(S[i][0], k, S[i][0], c);
-        }
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < R; i++) yr[i][n] = ls_z_tree32(S[i][0], S[i][1]);
 }
 
-/* Narrow path: one activation row, two weight rows n, n+1 interleaved (more independent work
- * in flight); each column's operation sequence is exactly ls_z_tile_q's with R = 1. */
-AI void ls_z_narrow2_q(const uint32_t type, const ls_wmat *w, const uint8_t *wr0, const uint8_t *wr1, const ls_xq *x,
-                       float *y) {
-    __m512 S0a = _mm512_setzero_ps(), S0b = _mm512_setzero_ps(), S1a = _mm512_setzero_ps(), S1b = _mm512_setzero_ps();
+/* Full groups of one activation row x two weight rows, interleaved (more independent work in flight). */
+AI void ls_z_full2_q(const uint32_t type, const ls_wmat *w, const uint8_t *wr0, const uint8_t *wr1, const ls_xq *x,
+                     __m512 S0[2], __m512 S1[2]) {
+    S0[0] = S0[1] = S1[0] = S1[1] = _mm512_setzero_ps();
     int64_t nfull = w->nb / LS_GROUP;
     ls_zw W0, W1;
     for (int64_t G = 0; G < nfull; G++) {
@@ -226,30 +311,96 @@ AI void ls_z_narrow2_q(const uint32_t type, const ls_wmat *w, const uint8_t *wr0
         __m512 c0 = ls_z_c(type, true, 0xFFFF, LS_GROUP, &W0, x, G);
         __m512 c1 = ls_z_c(type, true, 0xFFFF, LS_GROUP, &W1, x, G);
         if (G & 1) {
-            S0b = _mm512_add_ps(S0b, c0);
-            S1b = _mm512_add_ps(S1b, c1);
+            S0[1] = _mm512_add_ps(S0[1], c0);
+            S1[1] = _mm512_add_ps(S1[1], c1);
         } else {
-            S0a = _mm512_add_ps(S0a, c0);
-            S1a = _mm512_add_ps(S1a, c1);
+            S0[0] = _mm512_add_ps(S0[0], c0);
+            S1[0] = _mm512_add_ps(S1[0], c1);
         }
     }
-    if (w->tail) {
-        uint32_t L = (uint32_t)w->tail;
-        __mmask16 k = (__mmask16)((1u << L) - 1);
-        ls_z_load_w(type, false, k, L, &w->rec_tail, wr0 + (size_t)nfull * w->rec16.size, &W0);
-        ls_z_load_w(type, false, k, L, &w->rec_tail, wr1 + (size_t)nfull * w->rec16.size, &W1);
-        __m512 c0 = ls_z_c(type, false, k, L, &W0, x, nfull);
-        __m512 c1 = ls_z_c(type, false, k, L, &W1, x, nfull);
-        if (nfull & 1) {
-            S0b = _mm512_mask_add_ps(S0b, k, S0b, c0);
-            S1b = _mm512_mask_add_ps(S1b, k, S1b, c1);
-        } else {
-            S0a = _mm512_mask_add_ps(S0a, k, S0a, c0);
-            S1a = _mm512_mask_add_ps(S1a, k, S1a, c1);
+}
+
+/* The last partial group of one weight row, one activation row at a time (masked loads). */
+AI void ls_z_tail_q(const uint32_t type, const int R, const ls_wmat *w, const uint8_t *wrow, const ls_xq *xr,
+                    __m512 S[][2]) {
+    int64_t nfull = w->nb / LS_GROUP;
+    uint32_t L = (uint32_t)w->tail;
+    __mmask16 k = (__mmask16)((1u << L) - 1);
+    ls_zw W;
+    ls_z_load_w(type, false, k, L, &w->rec_tail, wrow + (size_t)nfull * w->rec16.size, &W);
+#pragma GCC unroll 4
+    for (int i = 0; i < R; i++) {
+        __m512 c = ls_z_c(type, false, k, L, &W, &xr[i], nfull);
+        int p = (int)(nfull & 1);
+        S[i][p] = _mm512_mask_add_ps(S[i][p], k, S[i][p], c);
+    }
+}
+
+/* R activation rows x the weight rows [nb0, nb0 + cnt), cnt <= 16: S_g by the recipe's
+ * order (full groups, then the tail), then the tree of all cnt outputs at once. */
+AI void ls_z_block_q(const uint32_t type, const int R, const ls_wmat *w, const ls_xq *xr, float *const *yr,
+                     int64_t nb0, int cnt) {
+    __m512 L1[4][16];
+    __m512 Ct[4][2];
+    const int64_t nfull = w->nb / LS_GROUP;
+    const bool tail8 = w->tail && LS_Z_TAIL8(type, w->tail);
+    const int p = (int)(nfull & 1);
+    if (tail8) { /* tails of 8 rows per batch; missing rows repeat the last one */
+        ls_zx X[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++) ls_z_load_x_tail8(type, &xr[i], nfull, &X[i]);
+        for (int h = 0; h < 2; h++) {
+            if (8 * h >= cnt) break;
+            int64_t off[8];
+            for (int j = 0; j < 8; j++) {
+                int jj = 8 * h + j < cnt ? 8 * h + j : cnt - 1;
+                off[j] = (nb0 + jj) * (int64_t)w->row_bytes + nfull * (int64_t)w->rec16.size;
+            }
+            ls_zw W;
+            ls_z_load_w_tail8(type, &w->rec_tail, w->data, _mm512_loadu_si512(off), &W);
+#pragma GCC unroll 4
+            for (int i = 0; i < R; i++) Ct[i][h] = ls_z_cc(type, 2, &W, &X[i]);
         }
     }
-    y[0] = ls_z_tree32(S0a, S0b);
-    y[1] = ls_z_tree32(S1a, S1b);
+    int j = 0;
+    __m512 S[4][2], S1[4][2];
+    if (R == 1) {
+        for (; j + 2 <= cnt; j += 2) {
+            const uint8_t *wr = w->data + (size_t)(nb0 + j) * w->row_bytes;
+            ls_z_full2_q(type, w, wr, wr + w->row_bytes, &xr[0], S[0], S1[0]);
+            if (tail8) {
+                const __mmask16 k = 0x3;
+                __m512i i0 = _mm512_set1_epi64((int64_t)(2 * (j & 7)) | ((int64_t)(2 * (j & 7) + 1) << 32));
+                __m512i i1 = _mm512_add_epi32(i0, _mm512_set1_epi32(2));
+                S[0][p] = _mm512_mask_add_ps(S[0][p], k, S[0][p], _mm512_permutexvar_ps(i0, Ct[0][j >> 3]));
+                S1[0][p] = _mm512_mask_add_ps(S1[0][p], k, S1[0][p], _mm512_permutexvar_ps(i1, Ct[0][j >> 3]));
+            } else if (w->tail) {
+                ls_z_tail_q(type, 1, w, wr, xr, S);
+                ls_z_tail_q(type, 1, w, wr + w->row_bytes, xr, S1);
+            }
+            L1[0][j] = ls_z_pair(S[0][0], S[0][1]);
+            L1[0][j + 1] = ls_z_pair(S1[0][0], S1[0][1]);
+        }
+    }
+    for (; j < cnt; j++) {
+        const uint8_t *wr = w->data + (size_t)(nb0 + j) * w->row_bytes;
+        ls_z_full_q(type, R, w, wr, xr, S);
+        if (tail8) {
+            const __mmask16 k = 0x3;
+            __m512i ix = _mm512_set1_epi64((int64_t)(2 * (j & 7)) | ((int64_t)(2 * (j & 7) + 1) << 32));
+#pragma GCC unroll 4
+            for (int i = 0; i < R; i++)
+                S[i][p] = _mm512_mask_add_ps(S[i][p], k, S[i][p], _mm512_permutexvar_ps(ix, Ct[i][j >> 3]));
+        } else if (w->tail) {
+            ls_z_tail_q(type, R, w, wr, xr, S);
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < R; i++) L1[i][j] = ls_z_pair(S[i][0], S[i][1]);
+    }
+    for (; j < 16; j++)
+        for (int i = 0; i < R; i++) L1[i][j] = _mm512_setzero_ps();
+    __mmask16 km = (__mmask16)((1u << cnt) - 1);
+    for (int i = 0; i < R; i++) _mm512_mask_storeu_ps(yr[i] + nb0, km, ls_z_tree_x16(L1[i]));
 }
 
 /* Float weights: lane l of one zmm accumulates k = l mod 16 with fma, then the tree. */
@@ -293,33 +444,27 @@ AI void ls_z_rows(const uint32_t type, const int R, const ls_mm_job *job, int64_
     ls_xq xq[4];
     const float *xf[4] = {0};
     memset(xq, 0, sizeof xq);
+    const bool flt = type == LS_TYPE_F32 || type == LS_TYPE_F16 || type == LS_TYPE_BF16;
     for (int i = 0; i < R; i++) {
         yr[i] = job->y + (m0 + i) * w->N;
-        if (type == LS_TYPE_F32 || type == LS_TYPE_F16 || type == LS_TYPE_BF16)
+        if (flt)
             xf[i] = job->x + (m0 + i) * w->K;
         else
             xq[i] = ls_xq_row(job->xq, w->K, m0 + i);
     }
-    int64_t n = n0;
-    if (R == 1 && !(type == LS_TYPE_F32 || type == LS_TYPE_F16 || type == LS_TYPE_BF16))
-        for (; n + 2 <= n1; n += 2)
-            ls_z_narrow2_q(type, w, w->data + (size_t)n * w->row_bytes, w->data + (size_t)(n + 1) * w->row_bytes,
-                           &xq[0], yr[0] + n);
-    for (; n < n1; n++) {
-        const uint8_t *wrow = w->data + (size_t)n * w->row_bytes;
-        if (type == LS_TYPE_F32 || type == LS_TYPE_F16 || type == LS_TYPE_BF16)
-            ls_z_tile_f(type, R, w, wrow, xf, yr, n);
-        else
-            ls_z_tile_q(type, R, w, wrow, xq, yr, n);
+    if (!flt) {
+        for (int64_t n = n0; n < n1; n += 16) ls_z_block_q(type, R, w, xq, yr, n, n1 - n < 16 ? (int)(n1 - n) : 16);
+        return;
     }
+    for (int64_t n = n0; n < n1; n++) ls_z_tile_f(type, R, w, w->data + (size_t)n * w->row_bytes, xf, yr, n);
 }
 
 AI void ls_z_mm_type(const uint32_t type, const ls_mm_job *job, int64_t n0, int64_t n1) {
     int64_t M = job->M;
     int64_t nblk = n1 - n0;
     if (M >= LS_GEMM_MIN_M) { /* keep a block of weight rows in L2 while all row tiles pass over it */
-        nblk = (int64_t)(LS_GEMM_L2_BYTES / (job->w->row_bytes + 1));
-        if (nblk < 4) nblk = 4;
+        nblk = (int64_t)(LS_GEMM_L2_BYTES / (job->w->row_bytes + 1)) & ~(int64_t)15; /* whole 16-row blocks */
+        if (nblk < 16) nblk = 16;
     }
     for (int64_t c0 = n0; c0 < n1; c0 += nblk) {
         int64_t c1 = c0 + nblk < n1 ? c0 + nblk : n1;
@@ -351,5 +496,48 @@ void ls_mm_avx512(const ls_mm_job *job, int64_t n0, int64_t n1) {
         LS_Z_CASE(LS_TYPE_F16)
         LS_Z_CASE(LS_TYPE_BF16)
     default: LS_ASSERT(!"ls_mm_avx512: type");
+    }
+}
+
+/* Step 1 of the recipe (matmul.c's ls_quantize_x_row), 32 elements per unit in two zmm.
+ * amax is an exact max; d, id are the same scalar divisions; x * id and the rounding
+ * (x*id + 1.5*2^23, then the integer bits) are lane-wise the scalar operations. */
+void ls_quantize_x_row_avx512(const float *x, int64_t K, void *row_out) {
+    int64_t nb = K / 32;
+    uint8_t *base = row_out;
+    int8_t *q = (int8_t *)base;
+    float *dx = (float *)(base + K), *sx = dx + nb;
+    int32_t *sq = (int32_t *)(sx + nb), *sqlo = sq + nb;
+    const __m512 absm = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    const __m512 fmax = _mm512_set1_ps(3.40282347e+38f), magic = _mm512_set1_ps(12582912.0f);
+    const __m512i mbits = _mm512_set1_epi32(0x4B400000);
+    for (int64_t b = 0; b < nb; b++) {
+        __m512 x0 = _mm512_loadu_ps(x + 32 * b), x1 = _mm512_loadu_ps(x + 32 * b + 16);
+        __m512 a0 = _mm512_and_ps(x0, absm), a1 = _mm512_and_ps(x1, absm);
+        bool finite = _mm512_cmp_ps_mask(a0, fmax, _CMP_LE_OQ) == 0xFFFF && _mm512_cmp_ps_mask(a1, fmax, _CMP_LE_OQ) == 0xFFFF;
+        float amax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
+        int64_t G = b / LS_GROUP, l = b % LS_GROUP;
+        int64_t L = (G + 1) * LS_GROUP <= nb ? LS_GROUP : nb % LS_GROUP;
+        int8_t *qg = q + G * LS_GROUP * 32;
+        int32_t s = 0, slo = 0;
+        float d = 0.0f;
+        uint32_t qd[8] = {0};
+        if (finite && amax >= LS_QX_TINY) {
+            d = amax / 127.0f;
+            __m512 id = _mm512_set1_ps(127.0f / amax);
+            __m512i v0 = _mm512_sub_epi32(_mm512_castps_si512(_mm512_add_ps(_mm512_mul_ps(x0, id), magic)), mbits);
+            __m512i v1 = _mm512_sub_epi32(_mm512_castps_si512(_mm512_add_ps(_mm512_mul_ps(x1, id), magic)), mbits);
+            slo = _mm512_reduce_add_epi32(v0);
+            s = slo + _mm512_reduce_add_epi32(v1);
+            _mm_storeu_si128((__m128i *)qd, _mm512_cvtepi32_epi8(v0));
+            _mm_storeu_si128((__m128i *)(qd + 4), _mm512_cvtepi32_epi8(v1));
+        } else if (!finite) {
+            d = NAN;
+        }
+        for (int t = 0; t < 8; t++) memcpy(qg + (t * L + l) * 4, &qd[t], 4);
+        dx[b] = d;
+        sx[b] = d * (float)s;
+        sq[b] = s;
+        sqlo[b] = slo;
     }
 }

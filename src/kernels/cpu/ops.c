@@ -112,7 +112,8 @@ void ls_rope_apply(const ls_kctx *kc, const ls_rope *r, float *x, int64_t M, int
 }
 
 /* ---- attention ------------------------------------------------------------ */
-size_t ls_attention_scratch_floats(int64_t n_keys) { return ((size_t)n_keys + 15) & ~(size_t)15; }
+/* Room for LS_ATTN_HMAX heads' scores (heads sharing a kv head are computed together). */
+size_t ls_attention_scratch_floats(int64_t n_keys) { return LS_ATTN_HMAX * (((size_t)n_keys + 15) & ~(size_t)15); }
 
 typedef struct {
     const ls_kvtab *vt;
@@ -126,8 +127,34 @@ typedef struct {
     size_t per_thread;
 } ls_attn_call;
 
+/* AVX-512: units of (row, kv head, batch of <= LS_ATTN_HMAX query heads of that kv head). */
+static void ls_attn_task_grouped(ls_attn_call *c, int ith, int nth) {
+    int grp = c->n_head / c->n_kv_head;
+    int nbat = (grp + LS_ATTN_HMAX - 1) / LS_ATTN_HMAX;
+    int64_t per_m = (int64_t)c->n_kv_head * nbat, total = c->M * per_m;
+    float *scores = c->scratch + (size_t)ith * c->per_thread;
+    size_t per_head = c->per_thread / LS_ATTN_HMAX;
+    int kv_stride = c->n_kv_head * c->head_dim;
+    for (int64_t t = total * ith / nth; t < total * (ith + 1) / nth; t++) {
+        int64_t m = t / per_m;
+        int kvh = (int)(t % per_m) / nbat, bi = (int)(t % per_m) % nbat;
+        int h0 = kvh * grp + bi * LS_ATTN_HMAX;
+        int nh = grp - bi * LS_ATTN_HMAX < LS_ATTN_HMAX ? grp - bi * LS_ATTN_HMAX : LS_ATTN_HMAX;
+        int64_t n_keys = (int64_t)c->pos[m] + 1;
+        LS_ASSERT(ls_attention_scratch_floats(n_keys) <= c->per_thread);
+        int64_t row = m * c->n_head * c->head_dim + (int64_t)h0 * c->head_dim;
+        ls_attn_heads_avx512(nh, c->q + row, c->head_dim, n_keys, c->k_cache[m] + (int64_t)kvh * c->head_dim,
+                             c->v_cache[m] + (int64_t)kvh * c->head_dim, kv_stride, c->head_dim, c->scale,
+                             c->out + row, scores, per_head);
+    }
+}
+
 static void ls_attn_task(void *arg, int ith, int nth) {
     ls_attn_call *c = arg;
+    if (c->vt == ls_kvtab_for(LS_ISA_AVX512) && c->head_dim % 16 == 0 && c->head_dim <= 64) {
+        ls_attn_task_grouped(c, ith, nth);
+        return;
+    }
     int64_t total = c->M * c->n_head;
     float *scores = c->scratch + (size_t)ith * c->per_thread;
     int grp = c->n_head / c->n_kv_head;

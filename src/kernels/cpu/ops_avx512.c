@@ -53,6 +53,22 @@ AI float ls_z_tree16(__m512 t) {
     return _mm512_cvtss_f32(t);
 }
 
+/* One tree level over the concatenation a|b: lanes 0..7 = a's adjacent lane-pair sums, 8..15 = b's. */
+AI __m512 ls_z_pair(__m512 a, __m512 b) {
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    return _mm512_add_ps(_mm512_permutex2var_ps(a, ev, b), _mm512_permutex2var_ps(a, od, b));
+}
+/* ls_z_tree16 of 16 vectors at once: lane j of the result = the tree over v[j]'s lanes. */
+AI __m512 ls_z_tree16_x16(const __m512 *v) {
+    __m512 u[8], t[4];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) u[j] = ls_z_pair(v[2 * j], v[2 * j + 1]);
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) t[j] = ls_z_pair(u[2 * j], u[2 * j + 1]);
+    return ls_z_pair(ls_z_pair(t[0], t[1]), ls_z_pair(t[2], t[3]));
+}
+
 /* The float dot product recipe (16 fma lanes, tree). */
 AI float ls_z_dot16(const float *a, const float *b, int64_t n) {
     __m512 acc = _mm512_setzero_ps();
@@ -142,7 +158,25 @@ void ls_rope_row_avx512(float *x, int n_heads, int head_stride, int head_dim, bo
 
 void ls_attn_head_avx512(const float *q, int64_t n_keys, const float *k, const float *v, int kv_stride, int head_dim,
                          float scale, float *out, float *scores) {
-    for (int64_t j = 0; j < n_keys; j++) scores[j] = ls_z_dot16(q, k + j * kv_stride, head_dim) * scale;
+    int64_t j0 = 0;
+    if (head_dim % 16 == 0 && head_dim <= 256) { /* 16 keys at a time, their trees batched (same bits) */
+        __m512 qv[16];
+        int nq = head_dim / 16;
+        for (int t = 0; t < nq; t++) qv[t] = _mm512_loadu_ps(q + 16 * t);
+        const __m512 vsc = _mm512_set1_ps(scale);
+        for (; j0 + 16 <= n_keys; j0 += 16) {
+            __m512 acc[16];
+#pragma GCC unroll 16
+            for (int jj = 0; jj < 16; jj++) {
+                const float *kj = k + (j0 + jj) * kv_stride;
+                __m512 a = _mm512_setzero_ps();
+                for (int t = 0; t < nq; t++) a = _mm512_fmadd_ps(qv[t], _mm512_loadu_ps(kj + 16 * t), a);
+                acc[jj] = a;
+            }
+            _mm512_storeu_ps(scores + j0, _mm512_mul_ps(ls_z_tree16_x16(acc), vsc));
+        }
+    }
+    for (int64_t j = j0; j < n_keys; j++) scores[j] = ls_z_dot16(q, k + j * kv_stride, head_dim) * scale;
     float mx = scores[0];
     for (int64_t j = 1; j < n_keys; j++) mx = scores[j] > mx ? scores[j] : mx;
     __m512 vmx = _mm512_set1_ps(mx);
@@ -178,5 +212,84 @@ void ls_attn_head_avx512(const float *q, int64_t n_keys, const float *k, const f
         }
         for (int t = 0; t < 4; t++)
             if (mk[t]) _mm512_mask_storeu_ps(out + d0 + 16 * t, mk[t], _mm512_mul_ps(acc[t], inv));
+    }
+}
+
+/* nh (<= LS_ATTN_HMAX) query heads sharing one kv head: for each head exactly
+ * ls_attn_head_avx512's operation sequence; the heads' sequential chains (the chunk sums
+ * and the p.v accumulators) are interleaved, and each v row is loaded once for all heads. */
+void ls_attn_heads_avx512(int nh, const float *q, int q_stride, int64_t n_keys, const float *k, const float *v,
+                          int kv_stride, int head_dim, float scale, float *out, float *scores, size_t per) {
+    if (head_dim % 16 != 0 || head_dim > 64 || nh < 2) {
+        for (int h = 0; h < nh; h++)
+            ls_attn_head_avx512(q + (int64_t)h * q_stride, n_keys, k, v, kv_stride, head_dim, scale,
+                                out + (int64_t)h * q_stride, scores + (size_t)h * per);
+        return;
+    }
+    float *sc[LS_ATTN_HMAX];
+    for (int h = 0; h < nh; h++) {
+        sc[h] = scores + (size_t)h * per;
+        const float *qh = q + (int64_t)h * q_stride;
+        float *sh = sc[h];
+        int64_t j0 = 0;
+        __m512 qv[4];
+        int nq = head_dim / 16;
+        for (int t = 0; t < nq; t++) qv[t] = _mm512_loadu_ps(qh + 16 * t);
+        const __m512 vsc = _mm512_set1_ps(scale);
+        for (; j0 + 16 <= n_keys; j0 += 16) {
+            __m512 acc[16];
+#pragma GCC unroll 16
+            for (int jj = 0; jj < 16; jj++) {
+                const float *kj = k + (j0 + jj) * kv_stride;
+                __m512 a = _mm512_setzero_ps();
+                for (int t = 0; t < nq; t++) a = _mm512_fmadd_ps(qv[t], _mm512_loadu_ps(kj + 16 * t), a);
+                acc[jj] = a;
+            }
+            _mm512_storeu_ps(sh + j0, _mm512_mul_ps(ls_z_tree16_x16(acc), vsc));
+        }
+        for (int64_t j = j0; j < n_keys; j++) sh[j] = ls_z_dot16(qh, k + j * kv_stride, head_dim) * scale;
+        float mx = sh[0];
+        for (int64_t j = 1; j < n_keys; j++) mx = sh[j] > mx ? sh[j] : mx;
+        __m512 vmx = _mm512_set1_ps(mx);
+        int64_t j = 0;
+        for (; j + 16 <= n_keys; j += 16)
+            _mm512_storeu_ps(sh + j, ls_z_expf(_mm512_sub_ps(_mm512_loadu_ps(sh + j), vmx)));
+        if (j < n_keys) {
+            __mmask16 m = ls_z_tailmask(n_keys - j);
+            _mm512_mask_storeu_ps(sh + j, m, ls_z_expf(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, sh + j), vmx)));
+        }
+    }
+    float sum[LS_ATTN_HMAX];
+    for (int h = 0; h < nh; h++) sum[h] = 0.0f;
+    for (int64_t c = 0; c < n_keys; c += LS_ATTN_CHUNK) {
+        float part[LS_ATTN_HMAX] = {0.0f, 0.0f, 0.0f, 0.0f};
+        int64_t e = c + LS_ATTN_CHUNK < n_keys ? c + LS_ATTN_CHUNK : n_keys;
+        for (int64_t t = c; t < e; t++)
+            for (int h = 0; h < LS_ATTN_HMAX; h++)
+                if (h < nh) part[h] = part[h] + sc[h][t];
+        for (int h = 0; h < nh; h++) sum[h] = sum[h] + part[h];
+    }
+    int nd = head_dim / 16;
+    __m512 acc[LS_ATTN_HMAX][4];
+    for (int h = 0; h < LS_ATTN_HMAX; h++)
+        for (int t = 0; t < 4; t++) acc[h][t] = _mm512_setzero_ps();
+    for (int64_t jj = 0; jj < n_keys; jj++) {
+        const float *vj = v + jj * kv_stride;
+        __m512 vv[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++)
+            if (t < nd) vv[t] = _mm512_loadu_ps(vj + 16 * t);
+#pragma GCC unroll 4
+        for (int h = 0; h < LS_ATTN_HMAX; h++) {
+            if (h >= nh) break;
+            __m512 p = _mm512_set1_ps(sc[h][jj]);
+#pragma GCC unroll 4
+            for (int t = 0; t < 4; t++)
+                if (t < nd) acc[h][t] = _mm512_fmadd_ps(p, vv[t], acc[h][t]);
+        }
+    }
+    for (int h = 0; h < nh; h++) {
+        __m512 inv = _mm512_set1_ps(1.0f / sum[h]);
+        for (int t = 0; t < nd; t++) _mm512_storeu_ps(out + (int64_t)h * q_stride + 16 * t, _mm512_mul_ps(acc[h][t], inv));
     }
 }
