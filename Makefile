@@ -28,7 +28,7 @@ TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 ISA_AVX2   = -mavx2 -mfma -mf16c
 ISA_AVX512 = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni $(ISA_AVX2)
 
-.PHONY: all lib cli tests test test-c test-asan run model deps clean
+.PHONY: all lib cli tests test test-c test-asan fuzz run model deps clean
 all: cli lib tests
 
 lib: $(BUILD)/liblockstep.a $(BUILD)/liblockstep.so
@@ -87,5 +87,17 @@ test-asan: model
 	@$(MAKE) --no-print-directory BUILD=build-asan SAN="$(ASAN_FLAGS)" OPT=-O1 all
 	@LOCKSTEP_BUILD=build-asan MODEL=$(MODEL) bash scripts/run-tests.sh --c-only
 
+# libFuzzer targets (clang) over the parsers, each for FUZZ_SECONDS, from the seed
+# corpus in tests/fuzz/corpus/<target>; crashes land in build-fuzz/.
+FUZZ_SECONDS ?= 60
+FUZZ_FLAGS = -std=c11 -D_GNU_SOURCE -O1 -g -Isrc -ffp-contract=off -fsanitize=fuzzer,address,undefined
+build-fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c src/gguf/gguf.c src/quant/quant.c src/util/err.c
+	@mkdir -p build-fuzz
+	clang $(FUZZ_FLAGS) -o $@ $^
+fuzz: build-fuzz/fuzz_gguf
+	@mkdir -p build-fuzz/corpus-gguf
+	build-fuzz/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -artifact_prefix=build-fuzz/ \
+	    build-fuzz/corpus-gguf tests/fuzz/corpus/gguf
+
 clean:
-	rm -rf $(BUILD) build-asan
+	rm -rf $(BUILD) build-asan build-fuzz
