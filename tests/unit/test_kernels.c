@@ -456,6 +456,17 @@ PARITY_TEST(LS_TYPE_F32, f32)
 PARITY_TEST(LS_TYPE_F16, f16)
 PARITY_TEST(LS_TYPE_BF16, bf16)
 
+/* Long rows (nb > 32 units: several units per recipe group, up to 4), odd N, for the
+ * types with a panel copy (AVX-512 accumulates S_g and forms the tree per 16-row panel). */
+static void test_parity_long_k(void **state) {
+    (void)state;
+    const uint32_t types[] = {LS_TYPE_Q4_1, LS_TYPE_Q8_0, LS_TYPE_Q4_0};
+    const int64_t Ks[] = {2048, 3104, 4096 + 32};
+    for (size_t ti = 0; ti < 3; ti++)
+        for (size_t ki = 0; ki < 3; ki++)
+            parity_case(types[ti], Ks[ki], ki == 1 ? 47 : 33, 17, 7700 + (uint64_t)(ti * 10 + ki));
+}
+
 /* Extreme activations: huge, tiny, denormal, all-equal blocks, single non-zero. */
 static void test_parity_extreme_x(void **state) {
     (void)state;
@@ -662,6 +673,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_parity_f32),
         cmocka_unit_test(test_parity_f16),
         cmocka_unit_test(test_parity_bf16),
+        cmocka_unit_test(test_parity_long_k),
     };
     int rc = cmocka_run_group_tests(tests, setup_pools, teardown_pools);
     printf("parity: %ld matmul outputs compared bit for bit\n", g_parity_outputs);

@@ -48,6 +48,14 @@ struct ls_wmat {
     int tail;               /* units in the last group (nb % 16), 0 if none */
     const uint8_t *data;    /* repacked rows (owned) or the caller's data (float types) */
     void *owned;
+    /* Panel copy (Q4_1 and Q8_0 only, else NULL), read by the AVX-512 single-row path:
+     * rows in panels of 16 (the last one zero-padded); panel P is panel_bytes long at
+     * panel + P * panel_bytes and holds, for unit b = 0..nb-1, the codes of its 16 rows at
+     * b * pcode (planes of 16 lanes x 4 bytes, lane r = row 16P + r, same byte packing as a
+     * group record's planes: NIB 4 planes, BYTE 8 planes), then the fp16 d of the 16 rows
+     * at nb * pcode + 32 b, then (Q4_1) the fp16 m at nb * (pcode + 32) + 32 b. */
+    uint8_t *panel;
+    size_t panel_bytes, pcode;
 };
 
 static inline ls_rec ls_rec_layout(uint32_t type, uint32_t L) {

@@ -6,6 +6,7 @@
  * horizontal reduction.  Groups alternate between two accumulators: S[0] holds
  * recipe groups g = 0..15, S[1] g = 16..31 (unit b = 16G + l lands in g = b mod 32).
  * The last, partial group (L < 16 units) uses masked loads and a masked add.
+ * Q4_1 and Q8_0 use the panel copy instead (ls_z_panel*, below; lanes = 16 weight rows).
  * Paths: narrow (one row, two columns interleaved), wide (tiles of 4 rows sharing each
  * weight group), GEMM (wide tiles inside column blocks that stay in L2).  All run
  * the same per-row instruction sequence, hence the same bits as the scalar code. */
@@ -433,6 +434,191 @@ AI void ls_z_tile_f(const uint32_t type, const int R, const ls_wmat *w, const ui
     for (int i = 0; i < R; i++) yr[i][n] = ls_z_tree16(acc[i]);
 }
 
+/* ---- single-row path over the panel copy (Q4_1, Q8_0; see internal.h) ----------
+ * Lane r = weight row 16P + r.  A unit's integer dot products for the 16 rows are 8
+ * vpdpbusd against the unit's 4-byte activation chunks broadcast; c_b is lane-wise the
+ * scalar step 2 (d, m per lane; dx, sx broadcast).  S_g = (+0 + c_g) + c_{g+32} + ... in
+ * increasing b, and the adjacent pairwise tree over S_0..S_31 is formed as the groups
+ * complete (a binary counter: stk[l] holds the pending left subtree of 2^l leaves), so
+ * every lane is exactly the scalar ls_tree of its row, with vertical adds only. */
+
+/* Activation chunk s (elements 4s..4s+3) of unit b, broadcast to 16 lanes. */
+AI __m512i ls_z_xb(const ls_xq *x, int64_t nb, int64_t b, int s) {
+    int64_t G = b / LS_GROUP, l = b % LS_GROUP;
+    int64_t L = (G + 1) * LS_GROUP <= nb ? LS_GROUP : nb % LS_GROUP;
+    int32_t v;
+    memcpy(&v, x->q + G * (LS_GROUP * 32) + (s * L + l) * 4, 4);
+    return _mm512_set1_epi32(v);
+}
+
+/* c_b for the 16 rows of a panel (p = the panel's base). */
+AI __m512 ls_z_pc(const uint32_t type, const ls_wmat *w, const uint8_t *p, const ls_xq *x, int64_t b) {
+    const int64_t nb = w->nb;
+    const uint8_t *codes = p + (size_t)b * w->pcode;
+    const uint8_t *dp = p + (size_t)nb * w->pcode + 32 * (size_t)b;
+    __m512i acc = _mm512_setzero_si512(), acc2 = _mm512_setzero_si512();
+    __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)dp));
+    __m512 dd = _mm512_mul_ps(d, _mm512_set1_ps(x->dx[b]));
+    if (type == LS_TYPE_Q4_1) {
+        const __m512i m4 = _mm512_set1_epi8(0x0F), m4h = _mm512_set1_epi8((char)0xF0);
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++) {
+            __m512i v = _mm512_loadu_si512(codes + 64 * q);
+            acc = _mm512_dpbusd_epi32(acc, _mm512_and_si512(v, m4), ls_z_xb(x, nb, b, q));
+            acc2 = _mm512_dpbusd_epi32(acc2, _mm512_and_si512(v, m4h), ls_z_xb(x, nb, b, q + 4));
+        }
+        __m512i isum = _mm512_add_epi32(acc, _mm512_srai_epi32(acc2, 4)); /* acc2 = 16 * (exact sum) */
+        __m512 m = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dp + 32 * (size_t)nb)));
+        return _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(isum), _mm512_mul_ps(m, _mm512_set1_ps(x->sx[b])));
+    }
+    /* Q8_0: codes u = w + 128 */
+#pragma GCC unroll 4
+    for (int s = 0; s < 4; s++) {
+        acc = _mm512_dpbusd_epi32(acc, _mm512_loadu_si512(codes + 64 * s), ls_z_xb(x, nb, b, s));
+        acc2 = _mm512_dpbusd_epi32(acc2, _mm512_loadu_si512(codes + 64 * (s + 4)), ls_z_xb(x, nb, b, s + 4));
+    }
+    __m512i isum = _mm512_sub_epi32(_mm512_add_epi32(acc, acc2), _mm512_set1_epi32(128 * x->sq[b]));
+    return _mm512_mul_ps(dd, _mm512_cvtepi32_ps(isum));
+}
+
+/* y for the 16 rows of panel P against one activation row. */
+AI __m512 ls_z_panel(const uint32_t type, const ls_wmat *w, int64_t P, const ls_xq *x) {
+    const uint8_t *p = w->panel + (size_t)P * w->panel_bytes;
+    const int64_t nb = w->nb;
+    __m512 stk[6];
+#pragma GCC unroll 32
+    for (int g = 0; g < LS_NGRP; g++) {
+        __m512 t = _mm512_setzero_ps();
+        for (int64_t b = g; b < nb; b += LS_NGRP) t = _mm512_add_ps(t, ls_z_pc(type, w, p, x, b));
+        int lvl = 0;
+        for (; (g >> lvl) & 1; lvl++) t = _mm512_add_ps(stk[lvl], t);
+        stk[lvl] = t;
+    }
+    return stk[5];
+}
+
+AI void ls_z_panel_rows1(const uint32_t type, const ls_mm_job *job, int64_t n0, int64_t n1) {
+    const ls_wmat *w = job->w;
+    ls_xq x = ls_xq_row(job->xq, w->K, 0);
+    for (int64_t P = n0 / 16; P * 16 < n1; P++) {
+        int64_t lo = P * 16 > n0 ? P * 16 : n0, hi = P * 16 + 16 < n1 ? P * 16 + 16 : n1;
+        __mmask16 km = (__mmask16)((((1u << (hi - P * 16)) - 1) >> (lo - P * 16)) << (lo - P * 16));
+        _mm512_mask_storeu_ps(job->y + P * 16, km, ls_z_panel(type, w, P, &x));
+    }
+}
+
+/* R activation rows x the 16 rows of panel P (the multi-row form of ls_z_panel: each
+ * unit's weight operands are loaded once for all R rows; every row's c_b, S_g and tree
+ * are the same operations in the same order). */
+#define LS_PT_R 12
+AI void ls_z_panel_tile(const uint32_t type, const int R, const ls_wmat *w, int64_t P, const ls_xq *xr,
+                        float *const *yr, __mmask16 km) {
+    const uint8_t *p = w->panel + (size_t)P * w->panel_bytes;
+    const int64_t nb = w->nb;
+    const uint8_t *dbase = p + (size_t)nb * w->pcode;
+    __m512 stk[LS_PT_R][6];
+    for (int g = 0; g < LS_NGRP; g++) {
+        __m512 S[LS_PT_R];
+#pragma GCC unroll 16
+        for (int r = 0; r < R; r++) S[r] = _mm512_setzero_ps();
+        for (int64_t b = g; b < nb; b += LS_NGRP) {
+            const uint8_t *codes = p + (size_t)b * w->pcode;
+            int64_t G = b / LS_GROUP, l = b % LS_GROUP;
+            int64_t L = (G + 1) * LS_GROUP <= nb ? LS_GROUP : nb % LS_GROUP;
+            const int64_t xo = G * (LS_GROUP * 32) + l * 4, xs = L * 4; /* chunk s at xo + s * xs */
+            __m512i W[8];
+            if (type == LS_TYPE_Q4_1) {
+                const __m512i m4 = _mm512_set1_epi8(0x0F), m4h = _mm512_set1_epi8((char)0xF0);
+#pragma GCC unroll 4
+                for (int q = 0; q < 4; q++) {
+                    __m512i v = _mm512_loadu_si512(codes + 64 * q);
+                    W[q] = _mm512_and_si512(v, m4);
+                    W[q + 4] = _mm512_and_si512(v, m4h);
+                }
+            } else {
+#pragma GCC unroll 8
+                for (int s = 0; s < 8; s++) W[s] = _mm512_loadu_si512(codes + 64 * s);
+            }
+            __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dbase + 32 * (size_t)b)));
+            __m512 m = _mm512_setzero_ps();
+            if (type == LS_TYPE_Q4_1)
+                m = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dbase + 32 * (size_t)(nb + b))));
+#pragma GCC unroll 16
+            for (int r = 0; r < R; r++) {
+                const int8_t *xq = xr[r].q + xo;
+                __m512i acc = _mm512_setzero_si512(), acc2 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+                for (int s = 0; s < 4; s++) {
+                    int32_t v0, v1;
+                    memcpy(&v0, xq + s * xs, 4);
+                    memcpy(&v1, xq + (s + 4) * xs, 4);
+                    acc = _mm512_dpbusd_epi32(acc, W[s], _mm512_set1_epi32(v0));
+                    acc2 = _mm512_dpbusd_epi32(acc2, W[s + 4], _mm512_set1_epi32(v1));
+                }
+                __m512 dd = _mm512_mul_ps(d, _mm512_set1_ps(xr[r].dx[b]));
+                __m512 c;
+                if (type == LS_TYPE_Q4_1) {
+                    __m512i isum = _mm512_add_epi32(acc, _mm512_srai_epi32(acc2, 4));
+                    c = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(isum), _mm512_mul_ps(m, _mm512_set1_ps(xr[r].sx[b])));
+                } else {
+                    __m512i isum = _mm512_sub_epi32(_mm512_add_epi32(acc, acc2), _mm512_set1_epi32(128 * xr[r].sq[b]));
+                    c = _mm512_mul_ps(dd, _mm512_cvtepi32_ps(isum));
+                }
+                S[r] = _mm512_add_ps(S[r], c);
+            }
+        }
+#pragma GCC unroll 16
+        for (int r = 0; r < R; r++) {
+            __m512 t = S[r];
+            int lvl = 0;
+            for (; (g >> lvl) & 1; lvl++) t = _mm512_add_ps(stk[r][lvl], t);
+            stk[r][lvl] = t;
+        }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(yr[r] + P * 16, km, stk[r][5]);
+}
+
+/* All M rows x columns [n0, n1) over the panel copy: column blocks that stay in L2, row
+ * tiles of up to LS_PT_R rows inside each. */
+AI void ls_z_panel_mm(const uint32_t type, const ls_mm_job *job, int64_t n0, int64_t n1) {
+    const ls_wmat *w = job->w;
+    const int64_t M = job->M;
+    int64_t pblk = (int64_t)(256 * 1024 / w->panel_bytes);
+    if (pblk < 1) pblk = 1;
+    int64_t P0 = n0 / 16, P1 = (n1 + 15) / 16;
+    for (int64_t q0 = P0; q0 < P1; q0 += pblk) {
+        int64_t q1 = q0 + pblk < P1 ? q0 + pblk : P1;
+        for (int64_t m0 = 0; m0 < M; m0 += LS_PT_R) {
+            int R = M - m0 < LS_PT_R ? (int)(M - m0) : LS_PT_R;
+            ls_xq xr[LS_PT_R];
+            float *yr[LS_PT_R];
+            for (int r = 0; r < R; r++) {
+                xr[r] = ls_xq_row(job->xq, w->K, m0 + r);
+                yr[r] = job->y + (m0 + r) * w->N;
+            }
+            for (int64_t P = q0; P < q1; P++) {
+                int64_t lo = P * 16 > n0 ? P * 16 : n0, hi = P * 16 + 16 < n1 ? P * 16 + 16 : n1;
+                __mmask16 km = (__mmask16)((((1u << (hi - P * 16)) - 1) >> (lo - P * 16)) << (lo - P * 16));
+                switch (R) {
+                case 12: ls_z_panel_tile(type, 12, w, P, xr, yr, km); break;
+                case 11: ls_z_panel_tile(type, 11, w, P, xr, yr, km); break;
+                case 10: ls_z_panel_tile(type, 10, w, P, xr, yr, km); break;
+                case 9: ls_z_panel_tile(type, 9, w, P, xr, yr, km); break;
+                case 8: ls_z_panel_tile(type, 8, w, P, xr, yr, km); break;
+                case 7: ls_z_panel_tile(type, 7, w, P, xr, yr, km); break;
+                case 6: ls_z_panel_tile(type, 6, w, P, xr, yr, km); break;
+                case 5: ls_z_panel_tile(type, 5, w, P, xr, yr, km); break;
+                case 4: ls_z_panel_tile(type, 4, w, P, xr, yr, km); break;
+                case 3: ls_z_panel_tile(type, 3, w, P, xr, yr, km); break;
+                case 2: ls_z_panel_tile(type, 2, w, P, xr, yr, km); break;
+                default: ls_z_panel_tile(type, 1, w, P, xr, yr, km); break;
+                }
+            }
+        }
+    }
+}
+
 #define LS_WIDE_R 4      /* rows per wide tile */
 #define LS_GEMM_MIN_M 16 /* from here on, columns are blocked for L2 */
 #define LS_GEMM_L2_BYTES (256 * 1024)
@@ -461,6 +647,13 @@ AI void ls_z_rows(const uint32_t type, const int R, const ls_mm_job *job, int64_
 
 AI void ls_z_mm_type(const uint32_t type, const ls_mm_job *job, int64_t n0, int64_t n1) {
     int64_t M = job->M;
+    if ((type == LS_TYPE_Q4_1 || type == LS_TYPE_Q8_0) && job->w->panel) { /* panel copy: every M */
+        if (M == 1)
+            ls_z_panel_rows1(type, job, n0, n1);
+        else
+            ls_z_panel_mm(type, job, n0, n1);
+        return;
+    }
     int64_t nblk = n1 - n0;
     if (M >= LS_GEMM_MIN_M) { /* keep a block of weight rows in L2 while all row tiles pass over it */
         nblk = (int64_t)(LS_GEMM_L2_BYTES / (job->w->row_bytes + 1)) & ~(int64_t)15; /* whole 16-row blocks */

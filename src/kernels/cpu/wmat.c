@@ -183,6 +183,24 @@ static void ls_put_unit(uint32_t type, ls_storage st, const ls_rec *r, uint32_t 
     }
 }
 
+/* Writes unit b of weight row n into the panel copy (see internal.h). */
+static void ls_put_panel(const ls_wmat *w, int64_t n, int64_t b, const ls_unit *un) {
+    uint8_t *p = w->panel + (size_t)(n / 16) * w->panel_bytes;
+    size_t r = (size_t)(n % 16);
+    uint8_t *codes = p + (size_t)b * w->pcode;
+    if (w->type == LS_TYPE_Q8_0) {
+        for (int s = 0; s < 8; s++)
+            for (int j = 0; j < 4; j++) codes[64 * s + 4 * r + j] = un->u[4 * s + j];
+    } else {
+        for (int q = 0; q < 4; q++)
+            for (int j = 0; j < 4; j++)
+                codes[64 * q + 4 * r + j] = (uint8_t)((un->u[4 * q + j] & 0xF) | ((un->u[16 + 4 * q + j] & 0xF) << 4));
+    }
+    uint8_t *dp = p + (size_t)w->nb * w->pcode + 32 * (size_t)b;
+    ls_w16(dp + 2 * r, un->d);
+    if (w->type == LS_TYPE_Q4_1) ls_w16(dp + 32 * (size_t)w->nb + 2 * r, un->m);
+}
+
 ls_wmat *ls_wmat_create(uint32_t type, int64_t N, int64_t K, const void *data, ls_err *err) {
     const ls_type_info *ti = ls_type_get(type);
     if (!ls_matmul_type_supported(type)) {
@@ -234,6 +252,20 @@ ls_wmat *ls_wmat_create(uint32_t type, int64_t N, int64_t K, const void *data, l
         return NULL;
     }
     memset((uint8_t *)w->owned + total, 0, 128);
+    if (type == LS_TYPE_Q4_1 || type == LS_TYPE_Q8_0) {
+        int64_t np = (N + 15) / 16;
+        w->pcode = type == LS_TYPE_Q4_1 ? 256 : 512;
+        w->panel_bytes = (size_t)w->nb * (w->pcode + (type == LS_TYPE_Q4_1 ? 64 : 32));
+        w->panel = aligned_alloc(64, ((size_t)np * w->panel_bytes + 63) & ~(size_t)63);
+        if (!w->panel) {
+            ls_err_set(err, LS_E_NOMEM, "out of memory repacking a %lld x %lld %s matrix (panels)", (long long)N,
+                       (long long)K, ti->name);
+            free(w->owned);
+            free(w);
+            return NULL;
+        }
+        memset(w->panel, 0, (size_t)np * w->panel_bytes);
+    }
     const uint8_t *src = data;
     size_t src_row = (size_t)(K / ti->block_elems) * ti->block_bytes;
     int upb = (int)(bk / 32); /* units per ggml block */
@@ -251,6 +283,7 @@ ls_wmat *ls_wmat_create(uint32_t type, int64_t N, int64_t K, const void *data, l
                 const ls_rec *r = full ? &w->rec16 : &w->rec_tail;
                 uint32_t L = full ? LS_GROUP : (uint32_t)w->tail;
                 ls_put_unit(type, st, r, L, l, &un[t], drow + (size_t)G * w->rec16.size);
+                if (w->panel) ls_put_panel(w, n, b, &un[t]);
             }
         }
     }
@@ -260,6 +293,7 @@ ls_wmat *ls_wmat_create(uint32_t type, int64_t N, int64_t K, const void *data, l
 
 void ls_wmat_free(ls_wmat *w) {
     if (!w) return;
+    free(w->panel);
     free(w->owned);
     free(w);
 }
