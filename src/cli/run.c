@@ -165,7 +165,9 @@ int cli_run(int argc, char **argv) {
         rc = err.code == LS_E_RANGE || err.code == LS_E_INVALID ? LS_EXIT_USAGE : 1;
         goto out;
     }
-    double tok_s = res.decode_ms > 0 ? res.n_gen / (res.decode_ms / 1e3) : 0.0;
+    /* Forward passes per second, as llama-bench's tg counts them (the last sampled
+     * token needs no forward). */
+    double tok_s = res.decode_ms > 0 && res.n_decode > 0 ? res.n_decode / (res.decode_ms / 1e3) : 0.0;
     const char *verdict = !probe ? "skipped" : pr.ok ? "verified" : "FAILED";
     if (json) {
         cJSON *o = cJSON_CreateObject();

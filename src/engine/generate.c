@@ -85,6 +85,7 @@ ls_status ls_generate(ls_ctx *c, const int32_t *prompt, int32_t n_prompt, const 
         if (gp->on_text) gp->on_text(gp->ud, id, piece, n);
         if (i + 1 == max_new) break; /* no forward needed for a token nobody samples from */
         if ((st = ls_ctx_eval(c, &id, 1, pos, logits, false, err))) goto done;
+        res->n_decode++;
         pos++;
     }
     size_t n = ls_detok_flush(&ds, piece, sizeof piece);

@@ -26,6 +26,7 @@ typedef struct {
     char *text;         /* generated text, NUL-terminated (malloc'd, caller frees) */
     size_t text_len;
     double prefill_ms;
+    int32_t n_decode;   /* forward passes after the prefill (n_gen - 1 when the length ends it) */
     double decode_ms;   /* from the first sampled token to the last forward */
     ls_finish finish;
 } ls_gen_result;
