@@ -2,7 +2,7 @@
 # `make test` builds and runs every test.  See README.md.
 #
 # Floating point: -ffp-contract=off everywhere (the canonical recipes place every
-# fma explicitly), and never -ffast-math: the parity contract depends on it.
+# fma explicitly), and no fast-math flag ever: the parity contract depends on it.
 
 CC      ?= cc
 PYTHON  ?= python3

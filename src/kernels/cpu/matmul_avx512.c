@@ -14,6 +14,7 @@
 #include <math.h>
 
 #include "kernels/cpu/internal.h"
+#include "kernels/cpu/tree_avx512.h"
 
 #define AI static inline __attribute__((always_inline))
 
@@ -212,30 +213,6 @@ AI __m512 ls_z_c(const uint32_t type, bool full, __mmask16 k, uint32_t L, const 
 }
 
 /* Adjacent pairwise tree over 16 lanes (lane order), as ls_tree. */
-AI float ls_z_tree16(__m512 t) {
-    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 2, 4, 6, 8, 10, 12, 14);
-    const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 1, 3, 5, 7, 9, 11, 13, 15);
-    for (int i = 0; i < 4; i++) t = _mm512_add_ps(_mm512_permutexvar_ps(ev, t), _mm512_permutexvar_ps(od, t));
-    return _mm512_cvtss_f32(t);
-}
-/* One level of the adjacent pairwise tree over the concatenation a|b: lanes 0..7 are the
- * sums of a's adjacent lane pairs, lanes 8..15 those of b. */
-AI __m512 ls_z_pair(__m512 a, __m512 b) {
-    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-    return _mm512_add_ps(_mm512_permutex2var_ps(a, ev, b), _mm512_permutex2var_ps(a, od, b));
-}
-/* Finishes the tree of 16 outputs at once.  v[j] holds output j's 16 level-1 sums
- * (S_2i + S_2i+1); each level pairs adjacent lanes of one output only, so lane j of the
- * result is exactly ls_tree over output j's S_0..S_31. */
-AI __m512 ls_z_tree_x16(const __m512 *v) {
-    __m512 u[8], t[4];
-#pragma GCC unroll 8
-    for (int j = 0; j < 8; j++) u[j] = ls_z_pair(v[2 * j], v[2 * j + 1]);
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; j++) t[j] = ls_z_pair(u[2 * j], u[2 * j + 1]);
-    return ls_z_pair(ls_z_pair(t[0], t[1]), ls_z_pair(t[2], t[3]));
-}
 
 /* Whether the last partial group is computed for 8 weight rows at once: L = 2 units, and
  * every scale field is per unit.  Lane 2j+l of the batch is unit l of row j. */
@@ -401,7 +378,9 @@ AI void ls_z_block_q(const uint32_t type, const int R, const ls_wmat *w, const l
     for (; j < 16; j++)
         for (int i = 0; i < R; i++) L1[i][j] = _mm512_setzero_ps();
     __mmask16 km = (__mmask16)((1u << cnt) - 1);
-    for (int i = 0; i < R; i++) _mm512_mask_storeu_ps(yr[i] + nb0, km, ls_z_tree_x16(L1[i]));
+    /* L1[i][j] holds output j's 16 level-1 sums (S_2i + S_2i+1); the x16 tree pairs
+     * adjacent lanes of one output only, so lane j is exactly ls_tree over its S_0..S_31. */
+    for (int i = 0; i < R; i++) _mm512_mask_storeu_ps(yr[i] + nb0, km, ls_z_tree16_x16(L1[i]));
 }
 
 /* Float weights: lane l of one zmm accumulates k = l mod 16 with fma, then the tree. */

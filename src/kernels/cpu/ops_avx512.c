@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include "kernels/cpu/internal.h"
+#include "kernels/cpu/tree_avx512.h"
 
 #define AI static inline __attribute__((always_inline))
 
@@ -46,28 +47,6 @@ void ls_expf_n_avx512(const float *x, int64_t n, float *out) {
     }
 }
 
-AI float ls_z_tree16(__m512 t) {
-    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 2, 4, 6, 8, 10, 12, 14);
-    const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 1, 3, 5, 7, 9, 11, 13, 15);
-    for (int i = 0; i < 4; i++) t = _mm512_add_ps(_mm512_permutexvar_ps(ev, t), _mm512_permutexvar_ps(od, t));
-    return _mm512_cvtss_f32(t);
-}
-
-/* One tree level over the concatenation a|b: lanes 0..7 = a's adjacent lane-pair sums, 8..15 = b's. */
-AI __m512 ls_z_pair(__m512 a, __m512 b) {
-    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-    return _mm512_add_ps(_mm512_permutex2var_ps(a, ev, b), _mm512_permutex2var_ps(a, od, b));
-}
-/* ls_z_tree16 of 16 vectors at once: lane j of the result = the tree over v[j]'s lanes. */
-AI __m512 ls_z_tree16_x16(const __m512 *v) {
-    __m512 u[8], t[4];
-#pragma GCC unroll 8
-    for (int j = 0; j < 8; j++) u[j] = ls_z_pair(v[2 * j], v[2 * j + 1]);
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; j++) t[j] = ls_z_pair(u[2 * j], u[2 * j + 1]);
-    return ls_z_pair(ls_z_pair(t[0], t[1]), ls_z_pair(t[2], t[3]));
-}
 
 /* The float dot product recipe (16 fma lanes, tree). */
 AI float ls_z_dot16(const float *a, const float *b, int64_t n) {
