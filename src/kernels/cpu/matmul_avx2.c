@@ -9,6 +9,7 @@
 #include <immintrin.h>
 
 #include "kernels/cpu/internal.h"
+#include "kernels/cpu/tree_avx2.h"
 
 #define AI static inline __attribute__((always_inline))
 
@@ -179,19 +180,6 @@ AI __m256 ls_y_c(const uint32_t type, bool full, int cnt, __m256i lm, uint32_t L
     }
 }
 
-/* One tree level: out lane i = (a:b)[2i] + (a:b)[2i+1] for the 16 values a:b. */
-AI __m256 ls_y_pairs_add(__m256 a, __m256 b) {
-    __m256 t = _mm256_add_ps(_mm256_shuffle_ps(a, b, 0x88), _mm256_shuffle_ps(a, b, 0xDD));
-    return _mm256_permutevar8x32_ps(t, _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
-}
-AI float ls_y_tree16(__m256 a, __m256 b) {
-    const __m256 z = _mm256_setzero_ps();
-    __m256 t = ls_y_pairs_add(a, b);
-    t = ls_y_pairs_add(t, z);
-    t = ls_y_pairs_add(t, z);
-    t = ls_y_pairs_add(t, z);
-    return _mm256_cvtss_f32(t);
-}
 AI float ls_y_tree32(__m256 s0, __m256 s1, __m256 s2, __m256 s3) {
     return ls_y_tree16(ls_y_pairs_add(s0, s1), ls_y_pairs_add(s2, s3));
 }

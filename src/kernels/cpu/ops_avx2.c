@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "kernels/cpu/internal.h"
+#include "kernels/cpu/tree_avx2.h"
 
 #define AI static inline __attribute__((always_inline))
 
@@ -47,18 +48,6 @@ void ls_expf_n_avx2(const float *x, int64_t n, float *out) {
     }
 }
 
-AI __m256 ls_y_pairs_add(__m256 a, __m256 b) {
-    __m256 t = _mm256_add_ps(_mm256_shuffle_ps(a, b, 0x88), _mm256_shuffle_ps(a, b, 0xDD));
-    return _mm256_permutevar8x32_ps(t, _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
-}
-AI float ls_y_tree16(__m256 a, __m256 b) {
-    const __m256 z = _mm256_setzero_ps();
-    __m256 t = ls_y_pairs_add(a, b);
-    t = ls_y_pairs_add(t, z);
-    t = ls_y_pairs_add(t, z);
-    t = ls_y_pairs_add(t, z);
-    return _mm256_cvtss_f32(t);
-}
 
 AI float ls_y_dot16(const float *a, const float *b, int64_t n) {
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
