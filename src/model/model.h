@@ -55,7 +55,53 @@ const ls_chat_template *ls_model_chat_template(const ls_model *m);
 const char *ls_model_template_error(const ls_model *m);
 uint64_t ls_model_weight_bytes(const ls_model *m); /* bytes of weights read per token */
 
-/* ---- context: one sequence's KV cache plus scratch for batches of rows ---- */
+/* ---- paged KV storage ------------------------------------------------------
+ * n_blocks blocks of LS_KV_BLOCK positions; a block holds, for every layer, the K
+ * rows then the V rows of its positions: [layer][K|V][LS_KV_BLOCK][n_head_kv*head_dim]
+ * floats.  Which block holds which positions of which sequence is the caller's block
+ * table; the store only holds the bits. */
+#define LS_KV_BLOCK_SHIFT 4
+#define LS_KV_BLOCK (1 << LS_KV_BLOCK_SHIFT)
+
+typedef struct ls_kv_store ls_kv_store;
+ls_kv_store *ls_kv_store_create(const ls_model *m, int32_t n_blocks, ls_err *err);
+void ls_kv_store_free(ls_kv_store *s);
+int32_t ls_kv_store_blocks(const ls_kv_store *s);
+size_t ls_kv_block_bytes(const ls_model *m);
+/* Copies block src's first n_pos positions (all layers) into block dst. */
+void ls_kv_block_copy(ls_kv_store *s, int32_t dst, int32_t src, int32_t n_pos);
+
+/* ---- the forward pass over a ragged batch ---------------------------------
+ * One call runs n rows that may belong to different sequences, at any positions:
+ * every linear layer executes once over all n rows; attention reads each row's own
+ * sequence through its block table.  A row's K/V is written to its sequence's block
+ * before any row reads it, so a sequence's rows in one batch are causal among
+ * themselves.  Every kernel's per-row bits are independent of the other rows, so a
+ * row's logits do not depend on what else is in the batch. */
+typedef struct ls_fwd ls_fwd; /* workspace: thread pool, RoPE tables, activations */
+typedef struct {
+    int32_t n_rows;    /* max rows per call */
+    int32_t n_ctx;     /* max position + 1 */
+    int32_t n_threads; /* 0 = 1 */
+    int32_t isa;       /* -1 = from LOCKSTEP_ISA or the best the CPU has; else an ls_isa */
+    bool narrow;       /* force the single-row matmul kernel for every row (benchmarks) */
+} ls_fwd_params;
+ls_fwd *ls_fwd_create(const ls_model *m, ls_fwd_params p, ls_err *err);
+void ls_fwd_free(ls_fwd *f);
+ls_isa ls_fwd_isa(const ls_fwd *f);
+int ls_fwd_n_threads(const ls_fwd *f);
+
+typedef struct {
+    int32_t n;                     /* rows, 1..n_rows */
+    const int32_t *token;          /* (n) token ids, < n_vocab */
+    const int32_t *pos;            /* (n) positions, < n_ctx */
+    const int32_t *seq;            /* (n) index into tables */
+    const int32_t *const *tables;  /* per sequence: its block table (block of position p: p >> LS_KV_BLOCK_SHIFT) */
+    const int32_t *logit_row;      /* (n) row of `logits` that receives this row's logits, or -1 for none */
+} ls_batch;
+void ls_fwd_run(ls_fwd *f, ls_kv_store *kv, const ls_batch *b, float *logits);
+
+/* ---- context: one sequence over a contiguous set of KV blocks ------------ */
 typedef struct ls_ctx ls_ctx;
 
 typedef struct {

@@ -97,7 +97,7 @@ static void run_matmul(ls_isa isa, ls_pool *pool, const ls_wmat *w, const float 
     size_t sb = ls_matmul_scratch_bytes(M, ls_wmat_cols(w));
     void *scratch = malloc(sb);
     assert_non_null(scratch);
-    ls_kctx kc = {isa, pool, scratch, sb};
+    ls_kctx kc = {isa, pool, scratch, sb, false};
     ls_matmul(&kc, w, x, M, y);
     free(scratch);
 }
@@ -288,7 +288,7 @@ static void test_expf_accuracy(void **state) {
 static void test_ops_accuracy(void **state) {
     (void)state;
     uint64_t s = 5;
-    ls_kctx kc = {LS_ISA_SCALAR, NULL, NULL, 0};
+    ls_kctx kc = {LS_ISA_SCALAR, NULL, NULL, 0, false};
     enum { n = 576 };
     float x[n], w[n], out[n], g[n];
     for (int i = 0; i < n; i++) {
@@ -342,10 +342,12 @@ static void test_ops_accuracy(void **state) {
         }
         for (int i = 0; i < nh * hd; i++) q[i] = 2.0f * rng_unif(&s);
         int32_t pos = npos - 1;
-        const float *kp = kc_, *vp = vc;
+        int32_t ident[16];
+        for (int b = 0; b < 16; b++) ident[b] = b;
+        ls_kv_view kv = {kc_, vc, ident, (int64_t)16 * nkv * hd, 4};
         size_t per = ls_attention_scratch_floats(npos);
         float *scr = malloc(sizeof(float) * per);
-        ls_attention(&kc, q, 1, &pos, &kp, &vp, nh, nkv, hd, 0.125f, o, scr, per);
+        ls_attention(&kc, q, 1, &pos, &kv, nh, nkv, hd, 0.125f, o, scr, per);
         for (int h = 0; h < nh; h++) {
             int kvh = h / 2;
             double sc2[150], mx = -1e300, sum = 0;
@@ -563,7 +565,7 @@ static void test_parity_ops(void **state) {
         x[0] = 200.0f; /* exp overflow in silu */
         x[n > 1 ? 1 : 0] = -200.0f;
         for (int64_t i = 0; i < n; i++) wv[i] = rng_unif(&s);
-        ls_kctx ks = {LS_ISA_SCALAR, NULL, NULL, 0};
+        ls_kctx ks = {LS_ISA_SCALAR, NULL, NULL, 0, false};
         for (int op = 0; op < 2; op++) {
             for (int64_t m = 0; m < M; m++) {
                 if (op == 0) ls_rmsnorm(&ks, x + m * n, wv, 1e-5f, 1, n, ref + m * n);
@@ -572,7 +574,7 @@ static void test_parity_ops(void **state) {
             for (int isa = 0; isa <= 2; isa++) {
                 if (!ls_isa_supported((ls_isa)isa)) continue;
                 for (int t = 1; t <= 3; t++) {
-                    ls_kctx kc = {(ls_isa)isa, g_pools[t], NULL, 0};
+                    ls_kctx kc = {(ls_isa)isa, g_pools[t], NULL, 0, false};
                     if (op == 0) ls_rmsnorm(&kc, x, wv, 1e-5f, M, n, y);
                     else ls_swiglu(&kc, x, u, M, n, y);
                     assert_memory_equal(y, ref, sizeof(float) * (size_t)(M * n));
@@ -596,13 +598,13 @@ static void test_parity_ops(void **state) {
             for (int m = 0; m < M; m++) pos[m] = (int32_t)((m * 97) % 600);
             for (int64_t i = 0; i < len; i++) x0[i] = 4.0f * rng_unif(&s);
             memcpy(ref, x0, sizeof(float) * (size_t)len);
-            ls_kctx ks = {LS_ISA_SCALAR, NULL, NULL, 0};
+            ls_kctx ks = {LS_ISA_SCALAR, NULL, NULL, 0, false};
             for (int m = 0; m < M; m++) ls_rope_apply(&ks, r, ref + m * nh * stride, 1, nh, stride, &pos[m]);
             for (int isa = 0; isa <= 2; isa++) {
                 if (!ls_isa_supported((ls_isa)isa)) continue;
                 for (int t = 1; t <= 3; t += 2) {
                     memcpy(y, x0, sizeof(float) * (size_t)len);
-                    ls_kctx kc = {(ls_isa)isa, g_pools[t], NULL, 0};
+                    ls_kctx kc = {(ls_isa)isa, g_pools[t], NULL, 0, false};
                     ls_rope_apply(&kc, r, y, M, nh, stride, pos);
                     assert_memory_equal(y, ref, sizeof(float) * (size_t)len);
                 }
@@ -620,31 +622,54 @@ static void test_parity_ops(void **state) {
             vc[i] = rng_unif(&s);
         }
         const int32_t posv[] = {0, 1, 15, 63, 64, 65, 127, 128, 200, 299, 5, 64, 250};
-        const float *kp[13], *vp[13];
+        /* The reference reads one contiguous cache (identity table, 32-position blocks).
+         * The rows under test also read the same keys scattered over shuffled
+         * 16-position blocks of a second pool. */
+        const int nb = (npos + 15) / 16, row = nkv * hd;
+        int32_t ident[16];
+        for (int b = 0; b < 16; b++) ident[b] = b;
+        float *pk = malloc(sizeof(float) * (size_t)(nb * 16 * row)), *pv = malloc(sizeof(float) * (size_t)(nb * 16 * row));
+        int32_t table[32];
+        ls_kv_view cview[13], pview[13];
         float q[13 * 6 * 100];
+        for (int b = 0; b < nb; b++) table[b] = b;
+        for (int b = nb - 1; b > 0; b--) { /* Fisher-Yates */
+            int j = (int)(rng_next(&s) % (uint64_t)(b + 1));
+            int32_t t = table[b];
+            table[b] = table[j];
+            table[j] = t;
+        }
+        for (int b = 0; b < nb; b++)
+            for (int j = 0; j < 16 && b * 16 + j < npos; j++) {
+                memcpy(pk + ((size_t)table[b] * 16 + j) * row, kc_ + (size_t)(b * 16 + j) * row, sizeof(float) * row);
+                memcpy(pv + ((size_t)table[b] * 16 + j) * row, vc + (size_t)(b * 16 + j) * row, sizeof(float) * row);
+            }
         for (int m = 0; m < 13; m++) {
-            kp[m] = kc_;
-            vp[m] = vc;
+            cview[m] = (ls_kv_view){kc_, vc, ident, (int64_t)32 * row, 5};
+            pview[m] = (ls_kv_view){pk, pv, table, (int64_t)16 * row, 4};
         }
         for (int i = 0; i < 13 * nh * hd; i++) q[i] = 3.0f * rng_unif(&s);
         size_t per = ls_attention_scratch_floats(npos);
         float *scr = malloc(sizeof(float) * per * 3);
         float ref[13 * 6 * 100], y[13 * 6 * 100];
-        ls_kctx ks = {LS_ISA_SCALAR, NULL, NULL, 0};
+        ls_kctx ks = {LS_ISA_SCALAR, NULL, NULL, 0, false};
         for (int m = 0; m < 13; m++)
-            ls_attention(&ks, q + m * nh * hd, 1, &posv[m], &kp[m], &vp[m], nh, nkv, hd, 0.125f, ref + m * nh * hd,
+            ls_attention(&ks, q + m * nh * hd, 1, &posv[m], &cview[m], nh, nkv, hd, 0.125f, ref + m * nh * hd,
                          scr, per);
         for (int isa = 0; isa <= 2; isa++) {
             if (!ls_isa_supported((ls_isa)isa)) continue;
             for (int t = 1; t <= 3; t++) {
-                ls_kctx kc = {(ls_isa)isa, g_pools[t], NULL, 0};
+                ls_kctx kc = {(ls_isa)isa, g_pools[t], NULL, 0, false};
                 for (int64_t mm = 1; mm <= 13; mm += 12) {
-                    memset(y, 0, sizeof y);
-                    ls_attention(&kc, q, mm, posv, kp, vp, nh, nkv, hd, 0.125f, y, scr, per);
-                    assert_memory_equal(y, ref, sizeof(float) * (size_t)(mm * nh * hd));
+                    for (int paged = 0; paged < 2; paged++) {
+                        memset(y, 0, sizeof y);
+                        ls_attention(&kc, q, mm, posv, paged ? pview : cview, nh, nkv, hd, 0.125f, y, scr, per);
+                        assert_memory_equal(y, ref, sizeof(float) * (size_t)(mm * nh * hd));
+                    }
                 }
             }
         }
+        free(pk); free(pv);
         free(scr); free(kc_); free(vc);
     }
 }

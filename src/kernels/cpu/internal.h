@@ -128,7 +128,7 @@ typedef struct {
     void (*swiglu_row)(const float *g, const float *u, int64_t n, float *out);
     void (*rope_row)(float *x, int n_heads, int head_stride, int head_dim, bool neox, const float *cs,
                      const float *sn);
-    void (*attn_head)(const float *q, int64_t n_keys, const float *k, const float *v, int kv_stride,
+    void (*attn_head)(const float *q, int64_t n_keys, const ls_kv_view *kv, int kv_off, int kv_stride,
                       int head_dim, float scale, float *out, float *scores);
     void (*expf_n)(const float *x, int64_t n, float *out);
 } ls_kvtab;
@@ -136,8 +136,18 @@ typedef struct {
 /* Attention for up to LS_ATTN_HMAX query heads sharing a kv head (AVX-512; same bits as
  * ls_attn_head_avx512 per head).  scores: nh x per floats. */
 #define LS_ATTN_HMAX 4
-void ls_attn_heads_avx512(int nh, const float *q, int q_stride, int64_t n_keys, const float *k, const float *v,
+void ls_attn_heads_avx512(int nh, const float *q, int q_stride, int64_t n_keys, const ls_kv_view *kv, int kv_off,
                           int kv_stride, int head_dim, float scale, float *out, float *scores, size_t per);
+
+/* Key row j of a paged view (kv_off selects the kv head inside the row). */
+static inline const float *ls_kv_krow(const ls_kv_view *kv, int kv_off, int kv_stride, int64_t j) {
+    return kv->k + (int64_t)kv->blocks[j >> kv->block_shift] * kv->block_stride +
+           (j & (((int64_t)1 << kv->block_shift) - 1)) * kv_stride + kv_off;
+}
+static inline const float *ls_kv_vrow(const ls_kv_view *kv, int kv_off, int kv_stride, int64_t j) {
+    return kv->v + (int64_t)kv->blocks[j >> kv->block_shift] * kv->block_stride +
+           (j & (((int64_t)1 << kv->block_shift) - 1)) * kv_stride + kv_off;
+}
 
 /* The dispatch table: the one place that maps an ISA to its kernels. */
 const ls_kvtab *ls_kvtab_for(ls_isa isa);
@@ -149,7 +159,7 @@ const ls_kvtab *ls_kvtab_for(ls_isa isa);
     void ls_swiglu_row_##sfx(const float *g, const float *u, int64_t n, float *out);            \
     void ls_rope_row_##sfx(float *x, int n_heads, int head_stride, int head_dim, bool neox,     \
                            const float *cs, const float *sn);                                   \
-    void ls_attn_head_##sfx(const float *q, int64_t n_keys, const float *k, const float *v,     \
+    void ls_attn_head_##sfx(const float *q, int64_t n_keys, const ls_kv_view *kv, int kv_off,   \
                             int kv_stride, int head_dim, float scale, float *out, float *scores); \
     void ls_expf_n_##sfx(const float *x, int64_t n, float *out);
 LS_DECL_ISA(scalar)

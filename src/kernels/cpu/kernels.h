@@ -39,6 +39,9 @@ typedef struct {
     ls_pool *pool;      /* NULL = single-threaded */
     void *scratch;      /* activation-quantization scratch, see ls_matmul_scratch_bytes */
     size_t scratch_bytes;
+    bool narrow;        /* run every matmul row through the single-row (M = 1) kernel:
+                         * the same bits, at the cost of re-reading W per row (the
+                         * "narrow pin" other engines use; here only for benchmarks) */
 } ls_kctx;
 
 /* ---- weight matrices ------------------------------------------------------ */
@@ -92,17 +95,32 @@ void ls_rope_free(ls_rope *r);
 void ls_rope_apply(const ls_kctx *kc, const ls_rope *r, float *x, int64_t M, int n_heads,
                    int head_stride, const int32_t *pos);
 
+/* A sequence's keys and values for one layer, in blocks of 2^block_shift positions
+ * (paged KV).  Key j is the row at
+ *     k + blocks[j >> block_shift] * block_stride + (j & (2^block_shift - 1)) * row_stride
+ * and value j likewise from v; row_stride = n_kv_head * head_dim, each row laid out
+ * [n_kv_head][head_dim].  A contiguous cache is the table {0, 1, 2, ...} with
+ * block_stride = 2^block_shift * row_stride.  block_shift >= 4 (16-position blocks or
+ * larger), so the SIMD paths' 16-key groups never straddle a block. */
+typedef struct {
+    const float *k, *v;
+    const int32_t *blocks;
+    int64_t block_stride;  /* floats */
+    int block_shift;
+} ls_kv_view;
+
 /* Attention for M query rows.  Row m is at position pos[m] and attends keys
- * 0..pos[m] of its own cache (k_cache[m], v_cache[m], laid out [pos][n_kv_head][head_dim],
- * contiguous).  q: M rows of n_head*head_dim; out likewise.  GQA: query head h uses
- * kv head h / (n_head/n_kv_head).  Keys are reduced in chunks of a fixed size
- * (LS_ATTN_CHUNK), so a row's result does not depend on the other rows.
+ * 0..pos[m] of its own sequence, kv[m].  q: M rows of n_head*head_dim; out likewise.
+ * GQA: query head h uses kv head h / (n_head/n_kv_head).  The recipe is fixed by key
+ * index (scores, max, exp, sums in chunks of LS_ATTN_CHUNK keys, then p.v in key
+ * order), so a row's result does not depend on the other rows, on the pool, on the
+ * ISA, or on where the blocks live.
  * scratch: at least ls_attention_scratch_floats(max_pos+1) floats per pool thread. */
 #define LS_ATTN_CHUNK 64
 size_t ls_attention_scratch_floats(int64_t n_keys);
-void ls_attention(const ls_kctx *kc, const float *q, int64_t M, const int32_t *pos,
-                  const float *const *k_cache, const float *const *v_cache, int n_head, int n_kv_head,
-                  int head_dim, float scale, float *out, float *scratch, size_t scratch_floats_per_thread);
+void ls_attention(const ls_kctx *kc, const float *q, int64_t M, const int32_t *pos, const ls_kv_view *kv,
+                  int n_head, int n_kv_head, int head_dim, float scale, float *out, float *scratch,
+                  size_t scratch_floats_per_thread);
 
 /* The project's own transcendentals: identical bits on every ISA. */
 float ls_expf(float x);

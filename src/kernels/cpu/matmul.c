@@ -81,7 +81,22 @@ static void ls_mm_task(void *arg, int ith, int nth) {
         /* Contiguous column ranges in multiples of 16 (any split gives the same bits). */
         int64_t per = ((N + nth - 1) / nth + 15) & ~(int64_t)15;
         int64_t n0 = per * ith, n1 = n0 + per < N ? n0 + per : N;
-        if (n0 < n1) c->vt->matmul(&c->job[i], n0, n1);
+        if (n0 >= n1) continue;
+        if (!c->kc->narrow || c->job[i].M == 1) {
+            c->vt->matmul(&c->job[i], n0, n1);
+            continue;
+        }
+        /* Narrow pin (benchmarks only): each row alone through the M = 1 kernel. */
+        const ls_mm_job *jb = &c->job[i];
+        int64_t K = jb->w->K;
+        for (int64_t m = 0; m < jb->M; m++) {
+            ls_mm_job one = *jb;
+            one.M = 1;
+            one.x = jb->x + m * K;
+            one.xq = jb->xq ? (const uint8_t *)jb->xq + (size_t)m * ls_xq_row_bytes(K) : NULL;
+            one.y = jb->y + m * N;
+            c->vt->matmul(&one, n0, n1);
+        }
     }
 }
 

@@ -120,7 +120,7 @@ typedef struct {
     const float *q;
     int64_t M;
     const int32_t *pos;
-    const float *const *k_cache, *const *v_cache;
+    const ls_kv_view *kv;
     int n_head, n_kv_head, head_dim;
     float scale;
     float *out, *scratch;
@@ -143,9 +143,8 @@ static void ls_attn_task_grouped(ls_attn_call *c, int ith, int nth) {
         int64_t n_keys = (int64_t)c->pos[m] + 1;
         LS_ASSERT(ls_attention_scratch_floats(n_keys) <= c->per_thread);
         int64_t row = m * c->n_head * c->head_dim + (int64_t)h0 * c->head_dim;
-        ls_attn_heads_avx512(nh, c->q + row, c->head_dim, n_keys, c->k_cache[m] + (int64_t)kvh * c->head_dim,
-                             c->v_cache[m] + (int64_t)kvh * c->head_dim, kv_stride, c->head_dim, c->scale,
-                             c->out + row, scores, per_head);
+        ls_attn_heads_avx512(nh, c->q + row, c->head_dim, n_keys, &c->kv[m], kvh * c->head_dim, kv_stride,
+                             c->head_dim, c->scale, c->out + row, scores, per_head);
     }
 }
 
@@ -165,19 +164,18 @@ static void ls_attn_task(void *arg, int ith, int nth) {
         int64_t n_keys = (int64_t)c->pos[m] + 1;
         LS_ASSERT(ls_attention_scratch_floats(n_keys) <= c->per_thread);
         int64_t row = m * c->n_head * c->head_dim + (int64_t)h * c->head_dim;
-        c->vt->attn_head(c->q + row, n_keys, c->k_cache[m] + (int64_t)kvh * c->head_dim,
-                         c->v_cache[m] + (int64_t)kvh * c->head_dim, kv_stride, c->head_dim, c->scale, c->out + row,
-                         scores);
+        c->vt->attn_head(c->q + row, n_keys, &c->kv[m], kvh * c->head_dim, kv_stride, c->head_dim, c->scale,
+                         c->out + row, scores);
     }
 }
 
-void ls_attention(const ls_kctx *kc, const float *q, int64_t M, const int32_t *pos, const float *const *k_cache,
-                  const float *const *v_cache, int n_head, int n_kv_head, int head_dim, float scale, float *out,
-                  float *scratch, size_t scratch_floats_per_thread) {
-    LS_ASSERT(kc && q && pos && k_cache && v_cache && out && scratch);
+void ls_attention(const ls_kctx *kc, const float *q, int64_t M, const int32_t *pos, const ls_kv_view *kv,
+                  int n_head, int n_kv_head, int head_dim, float scale, float *out, float *scratch,
+                  size_t scratch_floats_per_thread) {
+    LS_ASSERT(kc && q && pos && kv && out && scratch);
     LS_ASSERT(n_head > 0 && n_kv_head > 0 && n_head % n_kv_head == 0 && head_dim > 0);
-    for (int64_t m = 0; m < M; m++) LS_ASSERT(pos[m] >= 0);
-    ls_attn_call c = {ls_kvtab_for(kc->isa), q, M, pos, k_cache, v_cache, n_head, n_kv_head, head_dim,
+    for (int64_t m = 0; m < M; m++) LS_ASSERT(pos[m] >= 0 && kv[m].block_shift >= 4 && kv[m].block_shift < 31);
+    ls_attn_call c = {ls_kvtab_for(kc->isa), q, M, pos, kv, n_head, n_kv_head, head_dim,
                       scale, out, scratch, scratch_floats_per_thread};
     int64_t work = 0;
     for (int64_t m = 0; m < M; m++) work += ((int64_t)pos[m] + 1) * n_head * head_dim * 2;

@@ -116,9 +116,10 @@ void ls_rope_row_avx2(float *x, int n_heads, int head_stride, int head_dim, bool
     }
 }
 
-void ls_attn_head_avx2(const float *q, int64_t n_keys, const float *k, const float *v, int kv_stride, int head_dim,
-                       float scale, float *out, float *scores) {
-    for (int64_t j = 0; j < n_keys; j++) scores[j] = ls_y_dot16(q, k + j * kv_stride, head_dim) * scale;
+void ls_attn_head_avx2(const float *q, int64_t n_keys, const ls_kv_view *kv, int kv_off, int kv_stride,
+                       int head_dim, float scale, float *out, float *scores) {
+    for (int64_t j = 0; j < n_keys; j++)
+        scores[j] = ls_y_dot16(q, ls_kv_krow(kv, kv_off, kv_stride, j), head_dim) * scale;
     float mx = scores[0];
     for (int64_t j = 1; j < n_keys; j++) mx = scores[j] > mx ? scores[j] : mx;
     __m256 vmx = _mm256_set1_ps(mx);
@@ -142,7 +143,7 @@ void ls_attn_head_avx2(const float *q, int64_t n_keys, const float *k, const flo
     for (; d0 + 32 <= head_dim; d0 += 32) {
         __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
         for (int64_t jj = 0; jj < n_keys; jj++) {
-            const float *vj = v + jj * kv_stride + d0;
+            const float *vj = ls_kv_vrow(kv, kv_off, kv_stride, jj) + d0;
             __m256 p = _mm256_set1_ps(scores[jj]);
             for (int t = 0; t < 4; t++) acc[t] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vj + 8 * t), acc[t]);
         }
@@ -151,7 +152,7 @@ void ls_attn_head_avx2(const float *q, int64_t n_keys, const float *k, const flo
     if (d0 < head_dim) { /* remaining dims: the scalar sequence */
         for (int d = d0; d < head_dim; d++) out[d] = 0.0f;
         for (int64_t jj = 0; jj < n_keys; jj++) {
-            const float *vj = v + jj * kv_stride;
+            const float *vj = ls_kv_vrow(kv, kv_off, kv_stride, jj);
             for (int d = d0; d < head_dim; d++) out[d] = fmaf(scores[jj], vj[d], out[d]);
         }
         for (int d = d0; d < head_dim; d++) out[d] = out[d] * invs;

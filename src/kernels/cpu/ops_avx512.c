@@ -135,8 +135,8 @@ void ls_rope_row_avx512(float *x, int n_heads, int head_stride, int head_dim, bo
     }
 }
 
-void ls_attn_head_avx512(const float *q, int64_t n_keys, const float *k, const float *v, int kv_stride, int head_dim,
-                         float scale, float *out, float *scores) {
+void ls_attn_head_avx512(const float *q, int64_t n_keys, const ls_kv_view *kv, int kv_off, int kv_stride,
+                         int head_dim, float scale, float *out, float *scores) {
     int64_t j0 = 0;
     if (head_dim % 16 == 0 && head_dim <= 256) { /* 16 keys at a time, their trees batched (same bits) */
         __m512 qv[16];
@@ -144,10 +144,11 @@ void ls_attn_head_avx512(const float *q, int64_t n_keys, const float *k, const f
         for (int t = 0; t < nq; t++) qv[t] = _mm512_loadu_ps(q + 16 * t);
         const __m512 vsc = _mm512_set1_ps(scale);
         for (; j0 + 16 <= n_keys; j0 += 16) {
+            const float *kb = ls_kv_krow(kv, kv_off, kv_stride, j0);
             __m512 acc[16];
 #pragma GCC unroll 16
             for (int jj = 0; jj < 16; jj++) {
-                const float *kj = k + (j0 + jj) * kv_stride;
+                const float *kj = kb + jj * kv_stride; /* 16 keys never straddle a block */
                 __m512 a = _mm512_setzero_ps();
                 for (int t = 0; t < nq; t++) a = _mm512_fmadd_ps(qv[t], _mm512_loadu_ps(kj + 16 * t), a);
                 acc[jj] = a;
@@ -155,7 +156,8 @@ void ls_attn_head_avx512(const float *q, int64_t n_keys, const float *k, const f
             _mm512_storeu_ps(scores + j0, _mm512_mul_ps(ls_z_tree16_x16(acc), vsc));
         }
     }
-    for (int64_t j = j0; j < n_keys; j++) scores[j] = ls_z_dot16(q, k + j * kv_stride, head_dim) * scale;
+    for (int64_t j = j0; j < n_keys; j++)
+        scores[j] = ls_z_dot16(q, ls_kv_krow(kv, kv_off, kv_stride, j), head_dim) * scale;
     float mx = scores[0];
     for (int64_t j = 1; j < n_keys; j++) mx = scores[j] > mx ? scores[j] : mx;
     __m512 vmx = _mm512_set1_ps(mx);
@@ -182,12 +184,17 @@ void ls_attn_head_avx512(const float *q, int64_t n_keys, const float *k, const f
             mk[t] = r >= 16 ? 0xFFFF : r > 0 ? ls_z_tailmask(r) : 0;
         }
         __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-        for (int64_t jj = 0; jj < n_keys; jj++) {
-            const float *vj = v + jj * kv_stride + d0;
-            __m512 p = _mm512_set1_ps(scores[jj]);
+        const int64_t bs = (int64_t)1 << kv->block_shift;
+        for (int64_t b0 = 0; b0 < n_keys; b0 += bs) { /* key order, a block at a time */
+            const float *vb = ls_kv_vrow(kv, kv_off, kv_stride, b0) + d0;
+            int64_t e = b0 + bs < n_keys ? b0 + bs : n_keys;
+            for (int64_t jj = b0; jj < e; jj++) {
+                const float *vj = vb + (jj - b0) * kv_stride;
+                __m512 p = _mm512_set1_ps(scores[jj]);
 #pragma GCC unroll 4
-            for (int t = 0; t < 4; t++)
-                if (mk[t]) acc[t] = _mm512_fmadd_ps(p, _mm512_maskz_loadu_ps(mk[t], vj + 16 * t), acc[t]);
+                for (int t = 0; t < 4; t++)
+                    if (mk[t]) acc[t] = _mm512_fmadd_ps(p, _mm512_maskz_loadu_ps(mk[t], vj + 16 * t), acc[t]);
+            }
         }
         for (int t = 0; t < 4; t++)
             if (mk[t]) _mm512_mask_storeu_ps(out + d0 + 16 * t, mk[t], _mm512_mul_ps(acc[t], inv));
@@ -197,11 +204,11 @@ void ls_attn_head_avx512(const float *q, int64_t n_keys, const float *k, const f
 /* nh (<= LS_ATTN_HMAX) query heads sharing one kv head: for each head exactly
  * ls_attn_head_avx512's operation sequence; the heads' sequential chains (the chunk sums
  * and the p.v accumulators) are interleaved, and each v row is loaded once for all heads. */
-void ls_attn_heads_avx512(int nh, const float *q, int q_stride, int64_t n_keys, const float *k, const float *v,
+void ls_attn_heads_avx512(int nh, const float *q, int q_stride, int64_t n_keys, const ls_kv_view *kv, int kv_off,
                           int kv_stride, int head_dim, float scale, float *out, float *scores, size_t per) {
     if (head_dim % 16 != 0 || head_dim > 64 || nh < 2) {
         for (int h = 0; h < nh; h++)
-            ls_attn_head_avx512(q + (int64_t)h * q_stride, n_keys, k, v, kv_stride, head_dim, scale,
+            ls_attn_head_avx512(q + (int64_t)h * q_stride, n_keys, kv, kv_off, kv_stride, head_dim, scale,
                                 out + (int64_t)h * q_stride, scores + (size_t)h * per);
         return;
     }
@@ -216,17 +223,19 @@ void ls_attn_heads_avx512(int nh, const float *q, int q_stride, int64_t n_keys, 
         for (int t = 0; t < nq; t++) qv[t] = _mm512_loadu_ps(qh + 16 * t);
         const __m512 vsc = _mm512_set1_ps(scale);
         for (; j0 + 16 <= n_keys; j0 += 16) {
+            const float *kb = ls_kv_krow(kv, kv_off, kv_stride, j0);
             __m512 acc[16];
 #pragma GCC unroll 16
             for (int jj = 0; jj < 16; jj++) {
-                const float *kj = k + (j0 + jj) * kv_stride;
+                const float *kj = kb + jj * kv_stride;
                 __m512 a = _mm512_setzero_ps();
                 for (int t = 0; t < nq; t++) a = _mm512_fmadd_ps(qv[t], _mm512_loadu_ps(kj + 16 * t), a);
                 acc[jj] = a;
             }
             _mm512_storeu_ps(sh + j0, _mm512_mul_ps(ls_z_tree16_x16(acc), vsc));
         }
-        for (int64_t j = j0; j < n_keys; j++) sh[j] = ls_z_dot16(qh, k + j * kv_stride, head_dim) * scale;
+        for (int64_t j = j0; j < n_keys; j++)
+            sh[j] = ls_z_dot16(qh, ls_kv_krow(kv, kv_off, kv_stride, j), head_dim) * scale;
         float mx = sh[0];
         for (int64_t j = 1; j < n_keys; j++) mx = sh[j] > mx ? sh[j] : mx;
         __m512 vmx = _mm512_set1_ps(mx);
@@ -252,19 +261,24 @@ void ls_attn_heads_avx512(int nh, const float *q, int q_stride, int64_t n_keys, 
     __m512 acc[LS_ATTN_HMAX][4];
     for (int h = 0; h < LS_ATTN_HMAX; h++)
         for (int t = 0; t < 4; t++) acc[h][t] = _mm512_setzero_ps();
-    for (int64_t jj = 0; jj < n_keys; jj++) {
-        const float *vj = v + jj * kv_stride;
-        __m512 vv[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-#pragma GCC unroll 4
-        for (int t = 0; t < 4; t++)
-            if (t < nd) vv[t] = _mm512_loadu_ps(vj + 16 * t);
-#pragma GCC unroll 4
-        for (int h = 0; h < LS_ATTN_HMAX; h++) {
-            if (h >= nh) break;
-            __m512 p = _mm512_set1_ps(sc[h][jj]);
+    const int64_t bs = (int64_t)1 << kv->block_shift;
+    for (int64_t b0 = 0; b0 < n_keys; b0 += bs) { /* key order, a block at a time */
+        const float *vb = ls_kv_vrow(kv, kv_off, kv_stride, b0);
+        int64_t e = b0 + bs < n_keys ? b0 + bs : n_keys;
+        for (int64_t jj = b0; jj < e; jj++) {
+            const float *vj = vb + (jj - b0) * kv_stride;
+            __m512 vv[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
 #pragma GCC unroll 4
             for (int t = 0; t < 4; t++)
-                if (t < nd) acc[h][t] = _mm512_fmadd_ps(p, vv[t], acc[h][t]);
+                if (t < nd) vv[t] = _mm512_loadu_ps(vj + 16 * t);
+#pragma GCC unroll 4
+            for (int h = 0; h < LS_ATTN_HMAX; h++) {
+                if (h >= nh) break;
+                __m512 p = _mm512_set1_ps(sc[h][jj]);
+#pragma GCC unroll 4
+                for (int t = 0; t < 4; t++)
+                    if (t < nd) acc[h][t] = _mm512_fmadd_ps(p, vv[t], acc[h][t]);
+            }
         }
     }
     for (int h = 0; h < nh; h++) {

@@ -40,10 +40,11 @@ void ls_rope_row_scalar(float *x, int n_heads, int head_stride, int head_dim, bo
     }
 }
 
-/* One query head against n_keys keys (k, v: key j at k + j*kv_stride). */
-void ls_attn_head_scalar(const float *q, int64_t n_keys, const float *k, const float *v, int kv_stride,
+/* One query head against keys 0..n_keys-1 of a paged view (kv head at kv_off). */
+void ls_attn_head_scalar(const float *q, int64_t n_keys, const ls_kv_view *kv, int kv_off, int kv_stride,
                          int head_dim, float scale, float *out, float *scores) {
-    for (int64_t j = 0; j < n_keys; j++) scores[j] = ls_dot16(q, k + j * kv_stride, head_dim) * scale;
+    for (int64_t j = 0; j < n_keys; j++)
+        scores[j] = ls_dot16(q, ls_kv_krow(kv, kv_off, kv_stride, j), head_dim) * scale;
     float mx = scores[0];
     for (int64_t j = 1; j < n_keys; j++) mx = scores[j] > mx ? scores[j] : mx;
     for (int64_t j = 0; j < n_keys; j++) scores[j] = ls_expf(scores[j] - mx);
@@ -56,7 +57,7 @@ void ls_attn_head_scalar(const float *q, int64_t n_keys, const float *k, const f
     }
     for (int d = 0; d < head_dim; d++) out[d] = 0.0f;
     for (int64_t j = 0; j < n_keys; j++) {
-        const float *vj = v + j * kv_stride;
+        const float *vj = ls_kv_vrow(kv, kv_off, kv_stride, j);
         float p = scores[j];
         for (int d = 0; d < head_dim; d++) out[d] = fmaf(p, vj[d], out[d]);
     }
