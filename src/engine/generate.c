@@ -10,7 +10,9 @@ double ls_now_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-const char *ls_finish_name(ls_finish f) { return f == LS_FINISH_STOP ? "stop" : "length"; }
+const char *ls_finish_name(ls_finish f) {
+    return f == LS_FINISH_STOP ? "stop" : f == LS_FINISH_LENGTH ? "length" : "cancelled";
+}
 
 void ls_gen_result_free(ls_gen_result *r) {
     if (!r) return;

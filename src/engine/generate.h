@@ -18,7 +18,7 @@ typedef struct {
     void *ud;
 } ls_gen_params;
 
-typedef enum { LS_FINISH_STOP = 0, LS_FINISH_LENGTH = 1 } ls_finish;
+typedef enum { LS_FINISH_STOP = 0, LS_FINISH_LENGTH = 1, LS_FINISH_CANCELLED = 2 } ls_finish;
 
 typedef struct {
     int32_t *tokens;    /* generated ids (malloc'd, caller frees); EOS/EOT not included */

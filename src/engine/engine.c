@@ -1,0 +1,738 @@
+/* engine.c - requests, the scheduler and the step loop of the batched engine
+ * (see engine.h).
+ *
+ * A sequence is its token list toks[0..n_toks) (prompt, then accepted generated
+ * tokens) and n_past, how many of those have K/V in its blocks.  Each step gives a
+ * sequence rows for toks[n_past..]: a prefill chunk, or, when only the last token
+ * is missing (n_past == n_toks - 1), a decode row optionally followed by draft
+ * tokens (a verify block).  The row for toks[n_toks-1] yields the logits that
+ * sample the token at position n_toks, keyed by (seed, n_toks) only. */
+#include "engine/engine.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/kvcache.h"
+
+#define BS LS_KV_BLOCK
+
+typedef struct seq {
+    uint64_t id;
+    int32_t *toks;
+    int32_t n_toks, n_prompt, n_gen, n_past;
+    int32_t *table;
+    int32_t n_blocks, registered;   /* blocks in the table; leading blocks offered to the cache */
+    ls_sampler_params sp;
+    int32_t max_tokens;             /* < 0 = unlimited */
+    int32_t *stop_tokens;
+    int32_t n_stop_tokens;
+    char **stop;
+    int32_t n_stop;
+    size_t stop_max;                /* longest stop string */
+    bool ignore_eos, want_logits, cancel;
+    int32_t prefill_chunk;
+    int32_t (*draft)(void *, const int32_t *, int32_t, int32_t *, int32_t);
+    void (*on_event)(void *, const ls_event *);
+    void *ud;
+    uint64_t admit_order;
+    ls_detok_stream ds;
+    char *text;
+    size_t text_len, text_cap, emitted;
+    int32_t n_cached, n_drafted, n_accepted;
+    double t_submit, t_first;
+    /* this step */
+    int32_t row0, n_rows, n_draft, logit0;
+} seq;
+
+struct ls_engine {
+    const ls_model *m;
+    ls_engine_params p;
+    int32_t n_vocab, max_blocks, max_logit_rows;
+    ls_fwd *fwd;
+    ls_kv_store *store;
+    ls_kvcache *kvc;
+    pthread_mutex_t mu;             /* guards pending, cancels, next_id, live, snapshot */
+    seq **pending;
+    int32_t n_pending, cap_pending;
+    uint64_t *cancels;
+    int32_t n_cancels, cap_cancels;
+    uint64_t next_id;
+    int32_t live;                   /* submitted and not yet finished */
+    ls_engine_stats snap;
+    /* owned by the stepping thread */
+    seq **waiting;                  /* FIFO; preempted sequences go to the front */
+    int32_t n_waiting, cap_waiting;
+    seq **running;                  /* in admission order */
+    int32_t n_running;
+    seq **in_batch;
+    int32_t n_in_batch;
+    uint64_t admit_counter;
+    int32_t *b_tok, *b_pos, *b_seq, *b_lrow;
+    const int32_t **b_tables;
+    int32_t *drafts;                /* n_seq_max * draft_max */
+    float *logits;                  /* max_logit_rows * n_vocab */
+    void *sscratch;
+    ls_engine_stats st;
+};
+
+/* ---- sequences -------------------------------------------------------------- */
+static void seq_free(seq *s) {
+    if (!s) return;
+    free(s->toks);
+    free(s->table);
+    free(s->stop_tokens);
+    for (int32_t i = 0; i < s->n_stop; i++) free(s->stop[i]);
+    free(s->stop);
+    free(s->text);
+    free(s);
+}
+
+static ls_status check_request(const ls_engine *e, const ls_request *r, ls_err *err) {
+    if (!r->prompt || r->n_prompt <= 0) return ls_err_set(err, LS_E_INVALID, "the prompt is empty (0 tokens)");
+    for (int32_t i = 0; i < r->n_prompt; i++)
+        if (r->prompt[i] < 0 || r->prompt[i] >= e->n_vocab)
+            return ls_err_set(err, LS_E_INVALID, "prompt token %d (id %d) is outside the vocabulary (%d)", i,
+                              r->prompt[i], e->n_vocab);
+    if (r->n_prompt >= e->p.n_ctx)
+        return ls_err_set(err, LS_E_RANGE,
+                          "the prompt is %d tokens but the context holds %d (needs room for one more); "
+                          "shorten it or raise --ctx-size",
+                          r->n_prompt, e->p.n_ctx);
+    if (r->max_tokens == 0)
+        return ls_err_set(err, LS_E_INVALID, "max_tokens is 0; ask for at least one token (or -1 for no limit)");
+    ls_status st = ls_sampler_params_check(&r->sampling, err);
+    if (st) return st;
+    if (r->n_stop_tokens < 0 || r->n_stop < 0 || (r->n_stop_tokens && !r->stop_tokens) || (r->n_stop && !r->stop))
+        return ls_err_set(err, LS_E_INVALID, "bad stop list");
+    for (int32_t i = 0; i < r->n_stop_tokens; i++)
+        if (r->stop_tokens[i] < 0 || r->stop_tokens[i] >= e->n_vocab)
+            return ls_err_set(err, LS_E_INVALID, "stop token id %d is outside the vocabulary (%d)", r->stop_tokens[i],
+                              e->n_vocab);
+    for (int32_t i = 0; i < r->n_stop; i++)
+        if (!r->stop[i] || !r->stop[i][0]) return ls_err_set(err, LS_E_INVALID, "stop string %d is empty", i);
+    if (r->prefill_chunk < 0) return ls_err_set(err, LS_E_INVALID, "prefill_chunk is negative");
+    if (!r->on_event) return ls_err_set(err, LS_E_INVALID, "the request has no event callback");
+    /* The most positions this request can hold in the KV cache at once. */
+    int64_t need = r->max_tokens < 0 ? e->p.n_ctx : (int64_t)r->n_prompt + r->max_tokens;
+    if (need > e->p.n_ctx) need = e->p.n_ctx;
+    int64_t blocks = (need + BS - 1) / BS;
+    if (blocks > ls_kv_store_blocks(e->store))
+        return ls_err_set(err, LS_E_RANGE,
+                          "the request needs up to %lld KV positions but the whole cache holds %d; "
+                          "lower max_tokens or raise --kv-mem",
+                          (long long)need, ls_kv_store_blocks(e->store) * BS);
+    return LS_OK;
+}
+
+static seq *seq_new(const ls_engine *e, const ls_request *r) {
+    seq *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->toks = malloc(((size_t)e->p.n_ctx + 1) * sizeof *s->toks);
+    s->table = malloc((size_t)e->max_blocks * sizeof *s->table);
+    s->stop_tokens = malloc(((size_t)r->n_stop_tokens + 1) * sizeof *s->stop_tokens);
+    s->stop = calloc((size_t)r->n_stop + 1, sizeof *s->stop);
+    s->text_cap = 256;
+    s->text = malloc(s->text_cap);
+    if (!s->toks || !s->table || !s->stop_tokens || !s->stop || !s->text) goto fail;
+    memcpy(s->toks, r->prompt, (size_t)r->n_prompt * sizeof *s->toks);
+    s->n_toks = s->n_prompt = r->n_prompt;
+    if (r->n_stop_tokens) memcpy(s->stop_tokens, r->stop_tokens, (size_t)r->n_stop_tokens * sizeof *s->stop_tokens);
+    s->n_stop_tokens = r->n_stop_tokens;
+    for (int32_t i = 0; i < r->n_stop; i++) {
+        size_t n = strlen(r->stop[i]);
+        if (!(s->stop[i] = malloc(n + 1))) goto fail;
+        memcpy(s->stop[i], r->stop[i], n + 1);
+        s->n_stop = i + 1;
+        if (n > s->stop_max) s->stop_max = n;
+    }
+    s->sp = r->sampling;
+    s->max_tokens = r->max_tokens;
+    s->ignore_eos = r->ignore_eos;
+    s->want_logits = r->want_logits;
+    s->prefill_chunk = r->prefill_chunk;
+    s->draft = r->draft;
+    s->on_event = r->on_event;
+    s->ud = r->ud;
+    s->t_submit = ls_now_ms();
+    s->text[0] = '\0';
+    ls_detok_init(&s->ds);
+    return s;
+fail:
+    seq_free(s);
+    return NULL;
+}
+
+/* ---- engine lifetime -------------------------------------------------------- */
+ls_engine *ls_engine_create(const ls_model *m, ls_engine_params p, ls_err *err) {
+    const ls_hparams *hp = ls_model_hparams(m);
+    ls_engine *e = calloc(1, sizeof *e);
+    if (!e) {
+        ls_err_set(err, LS_E_NOMEM, "out of memory");
+        return NULL;
+    }
+    e->m = m;
+    pthread_mutex_init(&e->mu, NULL);
+    if (p.n_ctx < 0 || p.kv_mem < 0 || p.n_seq_max < 0 || p.step_tokens < 0 || p.n_threads < 0 || p.draft_max < 0) {
+        ls_err_set(err, LS_E_INVALID, "negative engine parameter (context, KV memory, sequences, step budget, "
+                                      "threads or draft length)");
+        goto fail;
+    }
+    if (!p.n_ctx) p.n_ctx = (int32_t)(hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+    if ((uint32_t)p.n_ctx > hp->n_ctx_train) {
+        ls_err_set(err, LS_E_INVALID, "context size %d exceeds the model's trained context %u", p.n_ctx,
+                   hp->n_ctx_train);
+        goto fail;
+    }
+    if (p.n_ctx < 2) {
+        ls_err_set(err, LS_E_INVALID, "context size %d is too small (at least 2)", p.n_ctx);
+        goto fail;
+    }
+    if (!p.n_seq_max) p.n_seq_max = 8;
+    if (!p.step_tokens) p.step_tokens = 512;
+    if (p.n_seq_max > 4096 || p.step_tokens > 65536 || p.draft_max > 64) {
+        ls_err_set(err, LS_E_INVALID, "engine limits exceeded (sequences %d of 4096, step budget %d of 65536, "
+                                      "draft length %d of 64)", p.n_seq_max, p.step_tokens, p.draft_max);
+        goto fail;
+    }
+    if (p.step_tokens < p.n_seq_max) {
+        ls_err_set(err, LS_E_INVALID, "the step budget (%d tokens) must be at least the number of parallel "
+                                      "sequences (%d): every running sequence decodes each step",
+                   p.step_tokens, p.n_seq_max);
+        goto fail;
+    }
+    const size_t block_bytes = ls_kv_block_bytes(m);
+    int64_t n_blocks;
+    if (p.kv_mem) {
+        n_blocks = p.kv_mem / (int64_t)block_bytes;
+        if (n_blocks < 1) {
+            ls_err_set(err, LS_E_INVALID, "--kv-mem %lld bytes is less than one KV block (%zu bytes = %d positions)",
+                       (long long)p.kv_mem, block_bytes, BS);
+            goto fail;
+        }
+    } else {
+        n_blocks = (int64_t)p.n_seq_max * ((p.n_ctx + BS - 1) / BS);
+    }
+    if (n_blocks > INT32_MAX / 2) n_blocks = INT32_MAX / 2;
+    e->p = p;
+    e->n_vocab = (int32_t)hp->n_vocab;
+    e->max_blocks = (p.n_ctx + BS - 1) / BS + 1;
+    e->max_logit_rows = p.n_seq_max * (1 + p.draft_max);
+    if (e->max_logit_rows > p.step_tokens) e->max_logit_rows = p.step_tokens;
+    ls_fwd_params fp = {.n_rows = p.step_tokens, .n_ctx = p.n_ctx, .n_threads = p.n_threads, .isa = p.isa,
+                        .narrow = p.narrow};
+    if (!(e->fwd = ls_fwd_create(m, fp, err))) goto fail;
+    if (!(e->store = ls_kv_store_create(m, (int32_t)n_blocks, err))) goto fail;
+    if (!(e->kvc = ls_kvc_create((int32_t)n_blocks, !p.no_prefix_cache, err))) goto fail;
+    const size_t R = (size_t)p.step_tokens;
+    e->b_tok = malloc(R * sizeof(int32_t));
+    e->b_pos = malloc(R * sizeof(int32_t));
+    e->b_seq = malloc(R * sizeof(int32_t));
+    e->b_lrow = malloc(R * sizeof(int32_t));
+    e->b_tables = malloc((size_t)p.n_seq_max * sizeof *e->b_tables);
+    e->in_batch = malloc((size_t)p.n_seq_max * sizeof *e->in_batch);
+    e->running = malloc((size_t)p.n_seq_max * sizeof *e->running);
+    e->drafts = malloc(((size_t)p.n_seq_max * (size_t)p.draft_max + 1) * sizeof(int32_t));
+    e->logits = malloc((size_t)e->max_logit_rows * (size_t)e->n_vocab * sizeof(float));
+    e->sscratch = malloc(ls_sampler_scratch_bytes(e->n_vocab));
+    if (!e->b_tok || !e->b_pos || !e->b_seq || !e->b_lrow || !e->b_tables || !e->in_batch || !e->running ||
+        !e->drafts || !e->logits || !e->sscratch) {
+        ls_err_set(err, LS_E_NOMEM, "out of memory for the engine's step buffers");
+        goto fail;
+    }
+    e->next_id = 1;
+    return e;
+fail:
+    ls_engine_free(e);
+    return NULL;
+}
+
+void ls_engine_free(ls_engine *e) {
+    if (!e) return;
+    for (int32_t i = 0; i < e->n_pending; i++) seq_free(e->pending[i]);
+    for (int32_t i = 0; i < e->n_waiting; i++) seq_free(e->waiting[i]);
+    for (int32_t i = 0; i < e->n_running; i++) seq_free(e->running[i]);
+    free(e->pending);
+    free(e->cancels);
+    free(e->waiting);
+    free(e->running);
+    free(e->in_batch);
+    free(e->b_tok);
+    free(e->b_pos);
+    free(e->b_seq);
+    free(e->b_lrow);
+    free(e->b_tables);
+    free(e->drafts);
+    free(e->logits);
+    free(e->sscratch);
+    ls_kvc_free(e->kvc);
+    ls_kv_store_free(e->store);
+    ls_fwd_free(e->fwd);
+    pthread_mutex_destroy(&e->mu);
+    free(e);
+}
+
+/* ---- submission (any thread) ------------------------------------------------ */
+static bool grow(void **arr, int32_t *cap, int32_t need, size_t elem) {
+    if (need <= *cap) return true;
+    int32_t nc = *cap ? *cap * 2 : 16;
+    while (nc < need) nc *= 2;
+    void *a = realloc(*arr, (size_t)nc * elem);
+    if (!a) return false;
+    *arr = a;
+    *cap = nc;
+    return true;
+}
+
+ls_status ls_engine_submit(ls_engine *e, const ls_request *r, uint64_t *id, ls_err *err) {
+    ls_status st = check_request(e, r, err);
+    if (st) return st;
+    seq *s = seq_new(e, r);
+    if (!s) return ls_err_set(err, LS_E_NOMEM, "out of memory admitting the request");
+    pthread_mutex_lock(&e->mu);
+    if (!grow((void **)&e->pending, &e->cap_pending, e->n_pending + 1, sizeof *e->pending)) {
+        pthread_mutex_unlock(&e->mu);
+        seq_free(s);
+        return ls_err_set(err, LS_E_NOMEM, "out of memory queueing the request");
+    }
+    s->id = e->next_id++;
+    e->pending[e->n_pending++] = s;
+    e->live++;
+    pthread_mutex_unlock(&e->mu);
+    if (id) *id = s->id;
+    return LS_OK;
+}
+
+void ls_engine_cancel(ls_engine *e, uint64_t id) {
+    pthread_mutex_lock(&e->mu);
+    if (grow((void **)&e->cancels, &e->cap_cancels, e->n_cancels + 1, sizeof *e->cancels))
+        e->cancels[e->n_cancels++] = id;
+    pthread_mutex_unlock(&e->mu);
+}
+
+bool ls_engine_idle(ls_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    bool idle = e->live == 0;
+    pthread_mutex_unlock(&e->mu);
+    return idle;
+}
+
+void ls_engine_get_stats(ls_engine *e, ls_engine_stats *s) {
+    pthread_mutex_lock(&e->mu);
+    *s = e->snap;
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* ---- blocks ----------------------------------------------------------------- */
+/* Releases every block, offering the partial last block to the prefix cache first;
+ * last block first, so the LRU list evicts leaves before their parents. */
+static void seq_release_blocks(ls_engine *e, seq *s) {
+    if (s->n_blocks > 0 && s->n_past % BS && s->registered == s->n_blocks - 1)
+        ls_kvc_commit(e->kvc, s->table, s->n_blocks - 1, s->toks + (size_t)(s->n_blocks - 1) * BS, s->n_past % BS);
+    for (int32_t i = s->n_blocks - 1; i >= 0; i--) ls_kvc_release(e->kvc, s->table[i]);
+    s->n_blocks = s->registered = 0;
+    s->n_past = 0;
+}
+
+/* Makes positions [n_past, upto) writable: copies a shared block that already holds
+ * some of the sequence's positions, allocates the rest.  Returns how far it got
+ * (n_past when not even the first could be secured). */
+static int32_t seq_reserve(ls_engine *e, seq *s, int32_t upto) {
+    if (upto <= s->n_past) return upto;
+    if (s->n_past % BS) {
+        int32_t bi = s->n_past / BS, b = s->table[bi];
+        if (ls_kvc_shared(e->kvc, b)) {
+            int32_t nb = ls_kvc_alloc(e->kvc);
+            if (nb < 0) return s->n_past;
+            ls_kv_block_copy(e->store, nb, b, s->n_past % BS);
+            ls_kvc_release(e->kvc, b);
+            s->table[bi] = nb;
+        }
+    }
+    while (s->n_blocks * BS < upto) {
+        int32_t nb = ls_kvc_alloc(e->kvc);
+        if (nb < 0) return s->n_blocks * BS > s->n_past ? s->n_blocks * BS : s->n_past;
+        s->table[s->n_blocks++] = nb;
+    }
+    return upto;
+}
+
+/* Drops blocks past what positions [0, n_past) need (after a rejected draft). */
+static void seq_trim(ls_engine *e, seq *s) {
+    int32_t keep = (s->n_past + BS - 1) / BS;
+    while (s->n_blocks > keep) ls_kvc_release(e->kvc, s->table[--s->n_blocks]);
+}
+
+/* Offers newly full blocks to the prefix cache. */
+static void seq_commit_full(ls_engine *e, seq *s) {
+    for (; (s->registered + 1) * BS <= s->n_past; s->registered++)
+        ls_kvc_commit(e->kvc, s->table, s->registered, s->toks + (size_t)s->registered * BS, BS);
+}
+
+/* ---- events ----------------------------------------------------------------- */
+static void emit(ls_engine *e, seq *s, int32_t token, int32_t pos, const float *logits, const char *text, size_t n,
+                 bool done, ls_finish fin) {
+    (void)e;
+    double now = ls_now_ms();
+    ls_event ev = {
+        .id = s->id, .token = token, .pos = pos, .logits = s->want_logits ? logits : NULL, .text = text,
+        .text_len = n, .done = done, .finish = fin, .n_prompt = s->n_prompt, .n_gen = s->n_gen,
+        .n_cached = s->n_cached, .n_drafted = s->n_drafted, .n_accepted = s->n_accepted,
+        .prompt_ms = (s->t_first ? s->t_first : now) - s->t_submit, .gen_ms = s->t_first ? now - s->t_first : 0.0,
+    };
+    s->on_event(s->ud, &ev);
+}
+
+static bool text_add(seq *s, const char *p, size_t n) {
+    if (s->text_len + n + 1 > s->text_cap) {
+        size_t nc = s->text_cap * 2;
+        while (nc < s->text_len + n + 1) nc *= 2;
+        char *t = realloc(s->text, nc);
+        if (!t) return false;
+        s->text = t;
+        s->text_cap = nc;
+    }
+    memcpy(s->text + s->text_len, p, n);
+    s->text_len += n;
+    s->text[s->text_len] = '\0';
+    return true;
+}
+
+/* Finds the first stop string in the text not yet emitted; returns its offset or -1.
+ * Otherwise sets *safe to how much text can be emitted without possibly emitting
+ * the start of a stop string. */
+static int64_t stop_scan(const seq *s, size_t *safe) {
+    *safe = s->text_len;
+    if (!s->n_stop) return -1;
+    size_t from = s->emitted;
+    int64_t first = -1;
+    for (int32_t i = 0; i < s->n_stop; i++) {
+        size_t n = strlen(s->stop[i]);
+        for (size_t off = from; off + n <= s->text_len; off++)
+            if (memcmp(s->text + off, s->stop[i], n) == 0) {
+                if (first < 0 || (int64_t)off < first) first = (int64_t)off;
+                break;
+            }
+    }
+    if (first >= 0) return first;
+    /* hold back the longest tail that is a prefix of some stop string */
+    for (size_t k = s->stop_max - 1 < s->text_len - from ? s->stop_max - 1 : s->text_len - from; k > 0; k--) {
+        for (int32_t i = 0; i < s->n_stop; i++)
+            if (strlen(s->stop[i]) > k && memcmp(s->text + s->text_len - k, s->stop[i], k) == 0) {
+                *safe = s->text_len - k;
+                return -1;
+            }
+    }
+    return -1;
+}
+
+static void seq_finish(ls_engine *e, seq *s, ls_finish fin, int32_t token, int32_t pos, const float *logits) {
+    char piece[64];
+    size_t n = ls_detok_flush(&s->ds, piece, sizeof piece);
+    text_add(s, piece, n);
+    size_t safe;
+    int64_t at = fin == LS_FINISH_CANCELLED ? -1 : stop_scan(s, &safe);
+    size_t end = at >= 0 ? (size_t)at : s->text_len;
+    if (at >= 0) fin = LS_FINISH_STOP;
+    emit(e, s, token, pos, logits, s->text + s->emitted, end > s->emitted ? end - s->emitted : 0, true, fin);
+    s->emitted = end;
+}
+
+/* Accepts the token sampled for position pos (== n_toks).  Returns false when the
+ * sequence finished. */
+static bool seq_accept(ls_engine *e, seq *s, int32_t tok, const float *logits) {
+    const ls_tokenizer *tk = ls_model_tokenizer(e->m);
+    int32_t pos = s->n_toks;
+    if (!s->t_first) s->t_first = ls_now_ms();
+    bool stop_tok = !s->ignore_eos && ls_tokenizer_is_eog(tk, tok);
+    for (int32_t i = 0; i < s->n_stop_tokens && !stop_tok; i++) stop_tok = s->stop_tokens[i] == tok;
+    if (stop_tok) {
+        seq_finish(e, s, LS_FINISH_STOP, tok, pos, logits);
+        return false;
+    }
+    s->toks[s->n_toks++] = tok;
+    s->n_gen++;
+    char piece[256];
+    size_t n = ls_detok_push(&s->ds, tk, tok, piece, sizeof piece);
+    text_add(s, piece, n);
+    size_t safe;
+    int64_t at = stop_scan(s, &safe);
+    if (at >= 0) {
+        emit(e, s, tok, pos, logits, s->text + s->emitted, (size_t)at > s->emitted ? (size_t)at - s->emitted : 0,
+             true, LS_FINISH_STOP);
+        s->emitted = (size_t)at;
+        return false;
+    }
+    bool length = (s->max_tokens > 0 && s->n_gen >= s->max_tokens) || s->n_toks >= e->p.n_ctx;
+    if (length) {
+        seq_finish(e, s, LS_FINISH_LENGTH, tok, pos, logits);
+        return false;
+    }
+    emit(e, s, tok, pos, logits, s->text + s->emitted, safe - s->emitted, false, LS_FINISH_STOP);
+    s->emitted = safe;
+    return true;
+}
+
+/* ---- the scheduler ---------------------------------------------------------- */
+static void remove_running(ls_engine *e, seq *s) {
+    for (int32_t i = 0; i < e->n_running; i++)
+        if (e->running[i] == s) {
+            memmove(e->running + i, e->running + i + 1, (size_t)(e->n_running - i - 1) * sizeof *e->running);
+            e->n_running--;
+            return;
+        }
+}
+
+static void retire(ls_engine *e, seq *s) {
+    seq_release_blocks(e, s);
+    remove_running(e, s);
+    seq_free(s);
+    pthread_mutex_lock(&e->mu);
+    e->live--;
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* Frees the newest running sequence's blocks and puts it at the front of the queue;
+ * it is recomputed from its tokens when readmitted (same bits). */
+static void preempt_newest(ls_engine *e) {
+    seq *s = e->running[e->n_running - 1];
+    seq_release_blocks(e, s);
+    e->n_running--;
+    memmove(e->waiting + 1, e->waiting, (size_t)e->n_waiting * sizeof *e->waiting);
+    e->waiting[0] = s;
+    e->n_waiting++;
+    e->st.preemptions++;
+}
+
+static void intake(ls_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    if (grow((void **)&e->waiting, &e->cap_waiting, e->n_waiting + e->n_pending + e->p.n_seq_max + 1,
+             sizeof *e->waiting)) {
+        memcpy(e->waiting + e->n_waiting, e->pending, (size_t)e->n_pending * sizeof *e->pending);
+        e->n_waiting += e->n_pending;
+        e->n_pending = 0;
+    }
+    int32_t nc = e->n_cancels;
+    uint64_t cancel_ids[64];
+    if (nc > 64) nc = 64; /* the rest are handled next step */
+    memcpy(cancel_ids, e->cancels, (size_t)nc * sizeof *cancel_ids);
+    memmove(e->cancels, e->cancels + nc, (size_t)(e->n_cancels - nc) * sizeof *e->cancels);
+    e->n_cancels -= nc;
+    pthread_mutex_unlock(&e->mu);
+    for (int32_t c = 0; c < nc; c++) {
+        for (int32_t i = 0; i < e->n_waiting; i++)
+            if (e->waiting[i]->id == cancel_ids[c]) e->waiting[i]->cancel = true;
+        for (int32_t i = 0; i < e->n_running; i++)
+            if (e->running[i]->id == cancel_ids[c]) e->running[i]->cancel = true;
+    }
+    for (int32_t i = 0; i < e->n_waiting;) {
+        seq *s = e->waiting[i];
+        if (!s->cancel) {
+            i++;
+            continue;
+        }
+        memmove(e->waiting + i, e->waiting + i + 1, (size_t)(e->n_waiting - i - 1) * sizeof *e->waiting);
+        e->n_waiting--;
+        seq_finish(e, s, LS_FINISH_CANCELLED, -1, s->n_toks, NULL);
+        seq_release_blocks(e, s);
+        seq_free(s);
+        pthread_mutex_lock(&e->mu);
+        e->live--;
+        pthread_mutex_unlock(&e->mu);
+    }
+    for (int32_t i = e->n_running - 1; i >= 0; i--) {
+        seq *s = e->running[i];
+        if (!s->cancel) continue;
+        seq_finish(e, s, LS_FINISH_CANCELLED, -1, s->n_toks, NULL);
+        retire(e, s);
+    }
+}
+
+static void add_rows(ls_engine *e, int32_t *nrows, seq *s, int32_t n, int32_t n_draft, const int32_t *drafts,
+                     int32_t *nlog) {
+    int32_t si = e->n_in_batch;
+    e->in_batch[e->n_in_batch++] = s;
+    e->b_tables[si] = s->table;
+    s->row0 = *nrows;
+    s->n_rows = n;
+    s->n_draft = n_draft;
+    s->logit0 = -1;
+    for (int32_t j = 0; j < n; j++) {
+        int32_t r = (*nrows)++, p = s->n_past + j;
+        e->b_tok[r] = p < s->n_toks ? s->toks[p] : drafts[p - s->n_toks];
+        e->b_pos[r] = p;
+        e->b_seq[r] = si;
+        e->b_lrow[r] = -1;
+        if (p >= s->n_toks - 1) { /* the last token and any drafts need logits */
+            if (s->logit0 < 0) s->logit0 = *nlog;
+            e->b_lrow[r] = (*nlog)++;
+        }
+    }
+}
+
+static int32_t min32(int32_t a, int32_t b) { return a < b ? a : b; }
+
+/* Builds the step's batch; returns the row count. */
+static int32_t build(ls_engine *e) {
+    for (int32_t attempt = 0;; attempt++) {
+        int32_t nrows = 0, nlog = 0, budget = e->p.step_tokens;
+        e->n_in_batch = 0;
+        int32_t n_dec = 0;
+        for (int32_t i = 0; i < e->n_running; i++) n_dec += e->running[i]->n_past == e->running[i]->n_toks - 1;
+        /* 1. decode rows (and verify blocks), oldest first */
+        for (int32_t i = 0; i < e->n_running; i++) {
+            seq *s = e->running[i];
+            if (s->n_past != s->n_toks - 1) continue;
+            n_dec--;
+            if (seq_reserve(e, s, s->n_toks) < s->n_toks) {
+                /* out of blocks: preempt the newest (maybe this one) and try again */
+                bool self = e->running[e->n_running - 1] == s;
+                preempt_newest(e);
+                if (self) break;
+                i--;
+                n_dec++;
+                continue;
+            }
+            int32_t k = 0, *d = e->drafts + (size_t)e->n_in_batch * (size_t)e->p.draft_max;
+            if (s->draft && e->p.draft_max > 0) {
+                int32_t kmax = min32(e->p.draft_max, budget - 1 - n_dec);
+                kmax = min32(kmax, e->p.n_ctx - s->n_toks);
+                if (s->max_tokens > 0) kmax = min32(kmax, s->max_tokens - s->n_gen - 1);
+                kmax = min32(kmax, e->max_logit_rows - nlog - 1 - n_dec);
+                if (kmax > 0) {
+                    k = s->draft(s->ud, s->toks, s->n_toks, d, kmax);
+                    if (k < 0) k = 0;
+                    if (k > kmax) k = kmax;
+                    for (int32_t j = 0; j < k; j++)
+                        if (d[j] < 0 || d[j] >= e->n_vocab) k = j;
+                    k = seq_reserve(e, s, s->n_toks + k) - s->n_toks; /* drafts never preempt */
+                }
+            }
+            add_rows(e, &nrows, s, 1 + k, k, d, &nlog);
+            budget -= 1 + k;
+        }
+        /* 2. prefill chunks of running sequences */
+        for (int32_t i = 0; i < e->n_running && budget > 0; i++) {
+            seq *s = e->running[i];
+            if (s->n_past >= s->n_toks - 1) continue;
+            int32_t chunk = min32(s->n_toks - s->n_past, budget);
+            if (s->prefill_chunk) chunk = min32(chunk, s->prefill_chunk);
+            if (s->n_past + chunk == s->n_toks && nlog >= e->max_logit_rows) chunk--;
+            chunk = seq_reserve(e, s, s->n_past + chunk) - s->n_past;
+            if (chunk <= 0) continue;
+            add_rows(e, &nrows, s, chunk, 0, NULL, &nlog);
+            budget -= chunk;
+        }
+        /* 3. admit waiting sequences, FIFO */
+        while (e->n_waiting > 0 && e->n_running < e->p.n_seq_max && budget > 0) {
+            seq *s = e->waiting[0];
+            if (s->n_blocks == 0) {
+                s->n_past = ls_kvc_match(e->kvc, s->toks, s->n_toks - 1, s->table, &s->n_blocks);
+                s->registered = s->n_past / BS;
+            }
+            int32_t chunk = min32(s->n_toks - s->n_past, budget);
+            if (s->prefill_chunk) chunk = min32(chunk, s->prefill_chunk);
+            if (s->n_past + chunk == s->n_toks && nlog >= e->max_logit_rows) chunk--;
+            chunk = chunk > 0 ? seq_reserve(e, s, s->n_past + chunk) - s->n_past : 0;
+            if (chunk <= 0) {
+                seq_release_blocks(e, s); /* not now: give the matched blocks back */
+                break;
+            }
+            memmove(e->waiting, e->waiting + 1, (size_t)(e->n_waiting - 1) * sizeof *e->waiting);
+            e->n_waiting--;
+            s->admit_order = e->admit_counter++;
+            s->n_cached = s->n_past; /* positions the prefix cache supplied */
+            e->st.prefix_hit_tokens += (uint64_t)s->n_cached;
+            e->running[e->n_running++] = s;
+            add_rows(e, &nrows, s, chunk, 0, NULL, &nlog);
+            budget -= chunk;
+        }
+        if (nrows > 0 || e->n_running == 0 || attempt > e->p.n_seq_max) return nrows;
+        /* Every running sequence is mid-prefill and no block is free: make room. */
+        preempt_newest(e);
+    }
+}
+
+ls_status ls_engine_step(ls_engine *e, int32_t *n_rows_out, ls_err *err) {
+    intake(e);
+    int32_t nrows = build(e);
+    if (n_rows_out) *n_rows_out = nrows;
+    if (nrows > 0) {
+        ls_batch b = {nrows, e->b_tok, e->b_pos, e->b_seq, e->b_tables, e->b_lrow};
+        ls_fwd_run(e->fwd, e->store, &b, e->logits);
+        e->st.steps++;
+        e->st.rows += (uint64_t)nrows;
+    }
+    /* Sample, verify drafts, emit; sequences finish here. */
+    for (int32_t bi = 0; bi < e->n_in_batch; bi++) {
+        seq *s = e->in_batch[bi];
+        s->n_past += s->n_rows - s->n_draft;
+        bool alive = true;
+        if (s->logit0 >= 0) {
+            int32_t a = 0;
+            for (int32_t j = 0; j <= s->n_draft && alive; j++) {
+                const float *lg = e->logits + (size_t)(s->logit0 + j) * (size_t)e->n_vocab;
+                int32_t tok = ls_sample(&s->sp, lg, e->n_vocab, (uint64_t)s->n_toks, e->sscratch);
+                const int32_t *d = e->drafts + (size_t)bi * (size_t)e->p.draft_max;
+                bool match = j < s->n_draft && tok == d[j];
+                alive = seq_accept(e, s, tok, lg);
+                if (!match) break;
+                a++; /* the draft token is now the sequence's token: its K/V (row j+1) is valid */
+                if (alive) s->n_past++;
+            }
+            s->n_drafted += s->n_draft;
+            s->n_accepted += a;
+            e->st.drafted += (uint64_t)s->n_draft;
+            e->st.accepted += (uint64_t)a;
+        }
+        if (!alive) {
+            retire(e, s);
+            continue;
+        }
+        seq_trim(e, s);
+        seq_commit_full(e, s);
+    }
+    e->n_in_batch = 0;
+    ls_kvc_stats ks;
+    ls_kvc_get_stats(e->kvc, &ks);
+    e->st.n_waiting = e->n_waiting;
+    e->st.n_running = e->n_running;
+    e->st.kv_blocks = ks.total;
+    e->st.kv_free = ks.free;
+    e->st.kv_cached_idle = ks.cached_idle;
+    e->st.kv_used = ks.total - ks.free - ks.cached_idle;
+    e->st.evictions = ks.evictions;
+    e->st.n_ctx = e->p.n_ctx;
+    e->st.n_seq_max = e->p.n_seq_max;
+    e->st.step_tokens = e->p.step_tokens;
+    pthread_mutex_lock(&e->mu);
+    e->st.n_waiting += e->n_pending;
+    e->snap = e->st;
+    pthread_mutex_unlock(&e->mu);
+    (void)err;
+    return LS_OK;
+}
+
+bool ls_engine_check(ls_engine *e, ls_err *err) {
+    const int32_t *tables[4096 + 1];
+    int32_t nb[4096 + 1];
+    int32_t n = 0;
+    for (int32_t i = 0; i < e->n_running; i++) {
+        tables[n] = e->running[i]->table;
+        nb[n++] = e->running[i]->n_blocks;
+    }
+    for (int32_t i = 0; i < e->n_waiting && n < 4096; i++)
+        if (e->waiting[i]->n_blocks) {
+            tables[n] = e->waiting[i]->table;
+            nb[n++] = e->waiting[i]->n_blocks;
+        }
+    for (int32_t i = 0; i < e->n_running; i++) {
+        seq *s = e->running[i];
+        if (s->n_blocks != (s->n_past + BS - 1) / BS) {
+            ls_err_set(err, LS_E_FORMAT, "sequence %llu holds %d blocks for %d positions",
+                       (unsigned long long)s->id, s->n_blocks, s->n_past);
+            return false;
+        }
+    }
+    return ls_kvc_check(e->kvc, tables, nb, n, err);
+}
