@@ -12,6 +12,7 @@ int cli_run(int argc, char **argv);
 int cli_info(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
 int cli_bench(int argc, char **argv);
+int cli_bench_batch(int argc, char **argv);
 
 /* Strict numeric flag parsing: the whole string must be a number in range.
  * On failure prints "lockstep CMD: invalid value 'S' for FLAG (...)" and returns false. */

@@ -16,7 +16,7 @@ static void usage(FILE *out) {
             "  run        generate text from a prompt or a chat message\n"
             "  info       show a model's architecture, hyperparameters and tensors\n"
             "  tokenize   show the token ids of a text\n"
-            "  bench      benchmarks (`lockstep bench kernels`)\n"
+            "  bench      benchmarks (`lockstep bench kernels`, `lockstep bench batch`)\n"
             "\n"
             "Run `lockstep <command> --help` for a command's flags.\n"
             "The default model is %s (`make model` fetches it).\n",
