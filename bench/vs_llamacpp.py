@@ -80,6 +80,8 @@ PP_TEXT = (
 )
 
 PAIRS_DEFAULT = 5
+# Batched decode figures tgbN: N sequences, each a BATCH_PP-token prompt, BATCH_TG decode tokens.
+BATCH_PP, BATCH_TG = 64, 32
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -209,6 +211,35 @@ class Lockstep:
 
     def run(self, prompt: str, n: int, timeout: float) -> dict:
         return last_json_obj(sh(self.run_cmd(prompt, n), timeout).stdout)
+
+    def batch(self, b: int, timeout: float) -> dict:
+        j = last_json_obj(sh([str(self.exe), "bench", "batch", "-m", str(self.model), "-t", str(self.threads),
+                              "--batches", str(b), "--kernels", "auto", "--reps", "1", "--no-ttft",
+                              "--gen", str(BATCH_TG), "--prompt-len", str(BATCH_PP), "--json"], timeout).stdout)
+        rows = [r for r in j["batch"] if r["B"] == b and not r["shared"] and r["kernels"] == "auto"]
+        if len(rows) != 1:
+            sys.exit(f"vs_llamacpp: unexpected `lockstep bench batch` JSON: {str(j)[:500]}")
+        return rows[0]
+
+
+class LlamaBatched:
+    """llama-batched-bench: S_TG (aggregate decode tok/s) of B sequences, each with its own
+    BATCH_PP-token prompt, decoding BATCH_TG tokens."""
+    def __init__(self, bindir: Path, model: Path, threads: int):
+        self.exe = bindir / "llama-batched-bench"
+        self.model, self.threads = model, threads
+
+    def cmd(self, b: int) -> list[str]:
+        return [str(self.exe), "-m", str(self.model), "-t", str(self.threads), "-c", "4096", "-b", "512",
+                "-ub", "512", "-npp", str(BATCH_PP), "-ntg", str(BATCH_TG), "-npl", str(b),
+                "--output-format", "jsonl"]
+
+    def run(self, b: int, timeout: float) -> dict:
+        for line in sh(self.cmd(b), timeout).stdout.splitlines():
+            line = line.strip()
+            if line.startswith("{") and "speed_tg" in line:
+                return json.loads(line)
+        sys.exit("vs_llamacpp: llama-batched-bench printed no jsonl result line")
 
 
 class LlamaBench:
@@ -402,7 +433,9 @@ def main() -> int:
     ap.add_argument("-m", "--model", type=Path, default=DEFAULT_MODEL)
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--pairs", type=int, default=PAIRS_DEFAULT, help="A/B pairs per figure (default 5)")
-    ap.add_argument("--tests", default="tg128,pp512", help="comma list of tg128, pp512 (default both)")
+    ap.add_argument("--tests", default="tg128,pp512",
+                    help="comma list of tg128, pp512, tgbN (batched decode of N sequences: lockstep bench "
+                         "batch vs llama-batched-bench S_TG) (default tg128,pp512)")
     ap.add_argument("--lockstep", type=Path, default=DEFAULT_LOCKSTEP)
     ap.add_argument("--llama-bin", type=Path, default=DEFAULT_LLAMA_BIN, help="folder holding llama-bench")
     ap.add_argument("--bw-reps", type=int, default=7)
@@ -449,7 +482,7 @@ def main() -> int:
         ap.error("--pairs must be at least 1")
     tests = [t.strip() for t in args.tests.split(",") if t.strip()]
     for t in tests:
-        if t not in ("tg128", "pp512"):
+        if t not in ("tg128", "pp512") and not re.fullmatch(r"tgb([1-9][0-9]?)", t):
             ap.error(f"unknown test {t!r}")
     model = args.model.resolve()
     if not model.exists():
@@ -467,6 +500,9 @@ def main() -> int:
     ls = Lockstep(ls_exe, model, args.threads)
     ls_shown = Lockstep(args.lockstep.resolve(), model, args.threads)
     lb = LlamaBench(args.llama_bin.resolve(), model, args.threads)
+    lbb = LlamaBatched(args.llama_bin.resolve(), model, args.threads)
+    if any(t.startswith("tgb") for t in tests) and not lbb.exe.exists():
+        sys.exit(f"vs_llamacpp: no {lbb.exe}; run bench/llamacpp/build.sh")
     t_start = time.time()
     log = lambda s: print(f"[{time.time() - t_start:6.1f}s] {s}", file=sys.stderr, flush=True)  # noqa: E731
 
@@ -497,6 +533,13 @@ def main() -> int:
 
     def one(t: str, eng: str) -> dict:
         """One sample of figure t on engine eng."""
+        if t.startswith("tgb"):
+            b = int(t[3:])
+            if eng == "lockstep":
+                r = ls.batch(b, args.timeout)
+                return {"tok_s": r["decode_tok_s"], "step_ms": r["step_ms"], "isa": "?"}
+            r = lbb.run(b, args.timeout)
+            return {"tok_s": r["speed_tg"], "t_tg": r.get("t_tg"), "n_batch_seqs": r.get("pl")}
         if eng == "lockstep" and t == "tg128":
             j = ls.run(STORY_PROMPT, 128, args.timeout)
             if j["n_gen"] != 128:
@@ -583,7 +626,7 @@ def main() -> int:
             bw_w = gated_bw(wbytes, args.bw_reps, Path(td))
 
     # ---- summary
-    isa = next((s["isa"] for t in tests for s in raw[t]["lockstep"]), "?")
+    isa = next((s["isa"] for t in tests for s in raw[t]["lockstep"] if s["isa"] != "?"), "?")
     summary = {}
     for t in tests:
         a = [s["tok_s"] for s in raw[t]["lockstep"]]
@@ -620,6 +663,9 @@ def main() -> int:
             "tg128": {"lockstep": short(ls_shown.run_cmd(STORY_PROMPT, 128)), "llama.cpp": short(lb.cmd(0, 128))},
             "pp512": {"lockstep": short(ls_shown.run_cmd(pp_prompt or "<512-token text>", 0)),
                       "llama.cpp": short(lb.cmd(512, 0))},
+            **{t: {"lockstep": f"lockstep bench batch --batches {t[3:]} --kernels auto --reps 1 --no-ttft "
+                               f"--gen {BATCH_TG} --prompt-len {BATCH_PP} --json -t {args.threads}",
+                   "llama.cpp": short(lbb.cmd(int(t[3:])))} for t in tests if t.startswith("tgb")},
         },
         "prompts": {"tg128": STORY_PROMPT, "tg128_prompt_tokens": story_tokens, "pp512": pp_prompt},
         "summary": summary,
@@ -659,7 +705,8 @@ def markdown(r: dict, tests: list[str]) -> str:
     L.append("| --- | ---: | ---: | ---: |")
     for t in tests:
         s = r["summary"][t]
-        name = {"tg128": "decode tg128 (batch 1)", "pp512": "prefill pp512"}[t]
+        name = {"tg128": "decode tg128 (batch 1)", "pp512": "prefill pp512"}.get(
+            t, f"batched decode, {t[3:]} sequences (S_TG)")
         L.append(f"| {name} | {s['lockstep_median_tok_s']:.2f} | {s['llamacpp_median_tok_s']:.2f} | "
                  f"{s['ratio_lockstep_over_llamacpp']:.3f} |")
     L.append("")

@@ -508,16 +508,18 @@ static void intake(ls_engine *e) {
     pthread_mutex_lock(&e->mu);
     if (grow((void **)&e->waiting, &e->cap_waiting, e->n_waiting + e->n_pending + e->p.n_seq_max + 1,
              sizeof *e->waiting)) {
-        memcpy(e->waiting + e->n_waiting, e->pending, (size_t)e->n_pending * sizeof *e->pending);
+        if (e->n_pending) memcpy(e->waiting + e->n_waiting, e->pending, (size_t)e->n_pending * sizeof *e->pending);
         e->n_waiting += e->n_pending;
         e->n_pending = 0;
     }
     int32_t nc = e->n_cancels;
     uint64_t cancel_ids[64];
     if (nc > 64) nc = 64; /* the rest are handled next step */
-    memcpy(cancel_ids, e->cancels, (size_t)nc * sizeof *cancel_ids);
-    memmove(e->cancels, e->cancels + nc, (size_t)(e->n_cancels - nc) * sizeof *e->cancels);
-    e->n_cancels -= nc;
+    if (nc) {
+        memcpy(cancel_ids, e->cancels, (size_t)nc * sizeof *cancel_ids);
+        memmove(e->cancels, e->cancels + nc, (size_t)(e->n_cancels - nc) * sizeof *e->cancels);
+        e->n_cancels -= nc;
+    }
     pthread_mutex_unlock(&e->mu);
     for (int32_t c = 0; c < nc; c++) {
         for (int32_t i = 0; i < e->n_waiting; i++)
