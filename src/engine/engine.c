@@ -687,12 +687,9 @@ ls_status ls_engine_step(ls_engine *e, int32_t *n_rows_out, ls_err *err) {
             e->st.drafted += (uint64_t)s->n_draft;
             e->st.accepted += (uint64_t)a;
         }
-        if (!alive) {
-            retire(e, s);
-            continue;
-        }
         seq_trim(e, s);
-        seq_commit_full(e, s);
+        seq_commit_full(e, s); /* also when it just finished: its blocks stay cached */
+        if (!alive) retire(e, s);
     }
     e->n_in_batch = 0;
     ls_kvc_stats ks;

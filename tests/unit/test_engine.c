@@ -488,6 +488,42 @@ static void test_engine_stops_and_cancel(void **state) {
     ls_engine_free(e);
 }
 
+/* A request that finishes in the step that prefilled it still leaves its prompt's
+ * blocks in the prefix cache; the next request with that prompt prefills only the
+ * positions past the cached blocks and gets the same logits. */
+static void test_engine_prefix_hit_after_one_step(void **state) {
+    (void)state;
+    NEED_MODEL();
+    ls_err err;
+    ls_engine_params p = {.n_ctx = 256, .n_seq_max = 2, .step_tokens = 256, .n_threads = 1, .isa = -1};
+    ls_engine *e = ls_engine_create(g_model, p, &err);
+    req_spec r = {.max_tokens = 1, .sp = {.top_p = 1.0f}};
+    tokenize("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nWhat is two plus "
+             "two? Think step by step and explain.<|im_end|>\n<|im_start|>assistant\n", r.prompt, 300, &r.n_prompt);
+    assert_true(r.n_prompt > 2 * BS);
+    outcome a = {0}, b = {0};
+    a.logits = malloc(sizeof(float) * (size_t)g_V * (MAXGEN + 1));
+    b.logits = malloc(sizeof(float) * (size_t)g_V * (MAXGEN + 1));
+    ls_request q = make_request(&r, &a);
+    assert_int_equal(ls_engine_submit(e, &q, NULL, &err), LS_OK);
+    run_to_idle(e);
+    assert_int_equal(a.n_cached, 0);
+    q = make_request(&r, &b);
+    assert_int_equal(ls_engine_submit(e, &q, NULL, &err), LS_OK);
+    run_to_idle(e);
+    assert_int_equal(b.n_cached, r.n_prompt - 1); /* full blocks, then the partial one left at the end */
+    assert_int_equal(a.n, 1);
+    assert_int_equal(b.n, 1);
+    assert_int_equal(a.toks[0], b.toks[0]);
+    assert_memory_equal(a.logits, b.logits, sizeof(float) * (size_t)g_V);
+    ls_engine_stats st;
+    ls_engine_get_stats(e, &st);
+    assert_true(st.prefix_hit_tokens >= (uint64_t)(r.n_prompt - 1));
+    free(a.logits);
+    free(b.logits);
+    ls_engine_free(e);
+}
+
 /* ---- the random parity suite ---- */
 #define POOL 36
 static req_spec g_pool[POOL];
@@ -655,6 +691,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_engine_rejects_bad_requests),
         cmocka_unit_test(test_engine_solo_matches_ctx),
         cmocka_unit_test(test_engine_stops_and_cancel),
+        cmocka_unit_test(test_engine_prefix_hit_after_one_step),
         cmocka_unit_test(test_engine_random_parity),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
