@@ -10,6 +10,7 @@
 #include "engine/generate.h"
 #include "engine/probe.h"
 #include "model/model.h"
+#include "spec/spec.h"
 
 static const char *run_help =
     "usage: lockstep run [-m MODEL] (-p PROMPT | --chat MESSAGE [--system S]) [flags]\n"
@@ -27,6 +28,13 @@ static const char *run_help =
     "      --seed S            seed of the draw; token p uses only (seed, p) (default 0)\n"
     "  -t, --threads N         threads (default: online CPUs)\n"
     "  -c, --ctx-size N        context size in tokens (default min(trained, 4096))\n"
+    "      --spec KIND         speculative decoding: ngram, draft, layerskip or off (default off);\n"
+    "                          the tokens are the same as without it, only faster or slower\n"
+    "      --draft-max K       longest draft (default 8)\n"
+    "      --draft-min N       shorter drafts are not verified (default 1)\n"
+    "      --draft-model PATH  the draft model for --spec draft (same vocabulary)\n"
+    "      --draft-layers L    --spec layerskip drafts with the first L layers (default half)\n"
+    "      --ngram-min N, --ngram-max N   n-gram sizes for --spec ngram (default 2, 4)\n"
     "      --no-probe          skip the startup parity probe\n"
     "      --json              print one JSON object instead of streaming text\n"
     "  -h, --help              this help\n"
@@ -53,7 +61,10 @@ int cli_run(int argc, char **argv) {
     double temp = 0.8, top_p = 0.95;
     uint64_t seed = 0;
     bool json = false, probe = true;
-    enum { O_CHAT = 256, O_SYSTEM, O_TEMP, O_TOPK, O_TOPP, O_SEED, O_JSON, O_TMPL, O_NOPROBE };
+    const char *spec_name = "off", *draft_path = NULL;
+    long long draft_max = 8, draft_min = 1, draft_layers = 0, ngram_min = 2, ngram_max = 4;
+    enum { O_CHAT = 256, O_SYSTEM, O_TEMP, O_TOPK, O_TOPP, O_SEED, O_JSON, O_TMPL, O_NOPROBE, O_SPEC, O_DMAX, O_DMIN,
+           O_DMODEL, O_DLAYERS, O_NGMIN, O_NGMAX };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},   {"prompt", required_argument, 0, 'p'},
         {"chat", required_argument, 0, O_CHAT}, {"system", required_argument, 0, O_SYSTEM},
@@ -62,6 +73,10 @@ int cli_run(int argc, char **argv) {
         {"seed", required_argument, 0, O_SEED}, {"threads", required_argument, 0, 't'},
         {"ctx-size", required_argument, 0, 'c'}, {"json", no_argument, 0, O_JSON},
         {"chat-template", required_argument, 0, O_TMPL}, {"no-probe", no_argument, 0, O_NOPROBE},
+        {"spec", required_argument, 0, O_SPEC}, {"draft-max", required_argument, 0, O_DMAX},
+        {"draft-min", required_argument, 0, O_DMIN}, {"draft-model", required_argument, 0, O_DMODEL},
+        {"draft-layers", required_argument, 0, O_DLAYERS}, {"ngram-min", required_argument, 0, O_NGMIN},
+        {"ngram-max", required_argument, 0, O_NGMAX},
         {"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
     };
     optind = 1;
@@ -83,6 +98,13 @@ int cli_run(int argc, char **argv) {
         case 'c': if (!cli_parse_int(cmd, "--ctx-size", optarg, 1, 1 << 24, &ctx_size)) return LS_EXIT_USAGE; break;
         case O_JSON: json = true; break;
         case O_NOPROBE: probe = false; break;
+        case O_SPEC: spec_name = optarg; break;
+        case O_DMAX: if (!cli_parse_int(cmd, "--draft-max", optarg, 1, 64, &draft_max)) return LS_EXIT_USAGE; break;
+        case O_DMIN: if (!cli_parse_int(cmd, "--draft-min", optarg, 0, 64, &draft_min)) return LS_EXIT_USAGE; break;
+        case O_DMODEL: draft_path = optarg; break;
+        case O_DLAYERS: if (!cli_parse_int(cmd, "--draft-layers", optarg, 1, 4096, &draft_layers)) return LS_EXIT_USAGE; break;
+        case O_NGMIN: if (!cli_parse_int(cmd, "--ngram-min", optarg, 1, 16, &ngram_min)) return LS_EXIT_USAGE; break;
+        case O_NGMAX: if (!cli_parse_int(cmd, "--ngram-max", optarg, 1, 16, &ngram_max)) return LS_EXIT_USAGE; break;
         case 'h': fputs(run_help, stdout); return 0;
         case ':': return cli_usage_error(cmd, "flag %s needs a value", argv[optind - 1]);
         default: return cli_usage_error(cmd, "unknown flag '%s'", argv[optind - 1]);
@@ -98,9 +120,20 @@ int cli_run(int argc, char **argv) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         threads = n > 0 ? n : 1;
     }
-
     ls_err err;
     ls_err_clear(&err);
+    ls_spec_params spp = {.draft_max = (int32_t)draft_max, .draft_min = (int32_t)draft_min,
+                          .ngram_min = (int32_t)ngram_min, .ngram_max = (int32_t)ngram_max,
+                          .skip_first = (int32_t)draft_layers};
+    if (ls_spec_kind_from_name(spec_name, &spp.kind, &err)) return cli_usage_error(cmd, "%s", err.msg);
+    if (draft_path && spp.kind != LS_SPEC_DRAFT) return cli_usage_error(cmd, "--draft-model needs --spec draft");
+    if (spp.kind == LS_SPEC_DRAFT && !draft_path) return cli_usage_error(cmd, "--spec draft needs --draft-model PATH");
+    if (draft_path && access(draft_path, R_OK) != 0)
+        return cli_usage_error(cmd, "cannot read draft model file '%s'", draft_path);
+    if (draft_min > draft_max) return cli_usage_error(cmd, "--draft-min %lld exceeds --draft-max %lld", draft_min, draft_max);
+    if (ngram_min > ngram_max) return cli_usage_error(cmd, "--ngram-min %lld exceeds --ngram-max %lld", ngram_min, ngram_max);
+    ls_model *dm = NULL;
+    ls_spec_stats sst = {0};
     int rc = LS_EXIT_USAGE;
     ls_ctx *ctx = NULL;
     char *text = NULL;
@@ -110,6 +143,23 @@ int cli_run(int argc, char **argv) {
     if (!m) {
         fprintf(stderr, "lockstep run: cannot load '%s': %s\n", model_path, err.msg);
         return LS_EXIT_USAGE;
+    }
+    if (draft_path) {
+        dm = ls_model_load((ls_model_params){.path = draft_path}, &err);
+        if (!dm) {
+            fprintf(stderr, "lockstep run: cannot load draft model '%s': %s\n", draft_path, err.msg);
+            ls_model_free(m);
+            return LS_EXIT_USAGE;
+        }
+        spp.draft_model = dm;
+    }
+    spp.n_ctx = (int32_t)(ctx_size ? ctx_size : 0);
+    if (spp.kind != LS_SPEC_OFF) {
+        spp.n_ctx = spp.n_ctx ? spp.n_ctx : 1; /* checked against the real context below */
+        if (ls_spec_check(m, &spp, &err)) {
+            fprintf(stderr, "lockstep run: %s\n", err.msg);
+            goto out;
+        }
     }
     const ls_tokenizer *tok = ls_model_tokenizer(m);
     const char *input = prompt;
@@ -160,7 +210,11 @@ int cli_run(int argc, char **argv) {
         .on_text = on_text,
         .ud = &ss,
     };
-    if (ls_generate(ctx, toks, (int32_t)n_tok, &gp, &res, &err)) {
+    ls_status gst = spp.kind == LS_SPEC_OFF
+                        ? ls_generate(ctx, toks, (int32_t)n_tok, &gp, &res, &err)
+                        : ls_generate_spec(m, &spp, (int)threads, ls_ctx_n_ctx(ctx), toks, (int32_t)n_tok, &gp, &res,
+                                           &sst, &err);
+    if (gst) {
         fprintf(stderr, "lockstep run: %s\n", err.msg);
         rc = err.code == LS_E_RANGE || err.code == LS_E_INVALID ? LS_EXIT_USAGE : 1;
         goto out;
@@ -183,6 +237,11 @@ int cli_run(int argc, char **argv) {
         cJSON_AddStringToObject(o, "parity", verdict);
         cJSON_AddStringToObject(o, "isa", ls_isa_name(ls_ctx_isa(ctx)));
         cJSON_AddNumberToObject(o, "threads", (double)threads);
+        cJSON_AddStringToObject(o, "spec", ls_spec_kind_name(spp.kind));
+        cJSON_AddNumberToObject(o, "draft_n", sst.n_drafted);
+        cJSON_AddNumberToObject(o, "draft_accepted", sst.n_accepted);
+        /* tokens emitted per target decode step: 1 + the drafts accepted in it */
+        cJSON_AddNumberToObject(o, "mean_accepted_len", sst.n_steps ? (double)res.n_gen / sst.n_steps : 1.0);
         char *s = cJSON_PrintUnformatted(o);
         if (s) puts(s);
         free(s);
@@ -194,6 +253,11 @@ int cli_run(int argc, char **argv) {
                         "%s, %lld threads | finish: %s]\n",
                 (int)n_tok, res.n_gen, res.prefill_ms, res.prefill_ms > 0 ? n_tok / (res.prefill_ms / 1e3) : 0.0,
                 tok_s, ls_isa_name(ls_ctx_isa(ctx)), threads, ls_finish_name(res.finish));
+        if (spp.kind != LS_SPEC_OFF)
+            fprintf(stderr, "[spec %s: %d drafted, %d accepted (%.0f %%), %.2f tokens per target step]\n",
+                    ls_spec_kind_name(spp.kind), sst.n_drafted, sst.n_accepted,
+                    sst.n_drafted ? 100.0 * sst.n_accepted / sst.n_drafted : 0.0,
+                    sst.n_steps ? (double)res.n_gen / sst.n_steps : 1.0);
     }
     if (probe) {
         if (pr.ok)
@@ -210,5 +274,6 @@ out:
     free(text);
     ls_ctx_free(ctx);
     ls_model_free(m);
+    ls_model_free(dm);
     return rc;
 }

@@ -33,6 +33,7 @@ typedef struct seq {
     bool ignore_eos, want_logits, cancel;
     int32_t prefill_chunk;
     int32_t (*draft)(void *, const int32_t *, int32_t, int32_t *, int32_t);
+    void *draft_ud;
     void (*on_event)(void *, const ls_event *);
     void *ud;
     uint64_t admit_order;
@@ -152,6 +153,7 @@ static seq *seq_new(const ls_engine *e, const ls_request *r) {
     s->want_logits = r->want_logits;
     s->prefill_chunk = r->prefill_chunk;
     s->draft = r->draft;
+    s->draft_ud = r->draft_ud;
     s->on_event = r->on_event;
     s->ud = r->ud;
     s->t_submit = ls_now_ms();
@@ -602,7 +604,7 @@ static int32_t build(ls_engine *e) {
                 if (s->max_tokens > 0) kmax = min32(kmax, s->max_tokens - s->n_gen - 1);
                 kmax = min32(kmax, e->max_logit_rows - nlog - 1 - n_dec);
                 if (kmax > 0) {
-                    k = s->draft(s->ud, s->toks, s->n_toks, d, kmax);
+                    k = s->draft(s->draft_ud, s->toks, s->n_toks, d, kmax);
                     if (k < 0) k = 0;
                     if (k > kmax) k = kmax;
                     for (int32_t j = 0; j < k; j++)

@@ -73,7 +73,8 @@ typedef struct {
     /* Speculation hook: propose up to `max` tokens to follow hist[0..n_hist) (prompt
      * and accepted tokens); returns the count.  The engine verifies them in one
      * block and keeps the longest prefix that plain decoding would have produced. */
-    int32_t (*draft)(void *ud, const int32_t *hist, int32_t n_hist, int32_t *out, int32_t max);
+    int32_t (*draft)(void *draft_ud, const int32_t *hist, int32_t n_hist, int32_t *out, int32_t max);
+    void *draft_ud;
     void (*on_event)(void *ud, const ls_event *ev); /* called from the stepping thread */
     void *ud;
 } ls_request;

@@ -78,6 +78,8 @@ struct ls_fwd {
     ls_pool *pool;
     ls_rope *rope;
     int32_t n_rows, n_ctx;
+    int32_t *layers;     /* the layers to run, in order */
+    int32_t n_layers;
     size_t kv_dim;
     float *x;            /* (n_rows, n_embd) residual stream */
     float *xn;           /* (n_rows, n_embd) normed */
@@ -116,6 +118,23 @@ ls_fwd *ls_fwd_create(const ls_model *m, ls_fwd_params p, ls_err *err) {
     }
     f->n_rows = p.n_rows;
     f->n_ctx = p.n_ctx;
+    f->n_layers = p.layers ? p.n_layers : (int32_t)hp->n_layer;
+    if (f->n_layers < 1 || (uint32_t)f->n_layers > hp->n_layer) {
+        ls_err_set(err, LS_E_INVALID, "layer list of %d layers (the model has %u)", f->n_layers, hp->n_layer);
+        goto fail;
+    }
+    f->layers = malloc((size_t)f->n_layers * sizeof *f->layers);
+    if (!f->layers) {
+        ls_err_set(err, LS_E_NOMEM, "out of memory");
+        goto fail;
+    }
+    for (int32_t i = 0; i < f->n_layers; i++) {
+        f->layers[i] = p.layers ? p.layers[i] : i;
+        if (f->layers[i] < 0 || (uint32_t)f->layers[i] >= hp->n_layer) {
+            ls_err_set(err, LS_E_INVALID, "layer %d does not exist (the model has %u)", f->layers[i], hp->n_layer);
+            goto fail;
+        }
+    }
     if (p.isa < 0) {
         if (ls_isa_from_env(&f->kc.isa, err)) goto fail;
     } else {
@@ -175,6 +194,7 @@ void ls_fwd_free(ls_fwd *f) {
     if (!f) return;
     ls_rope_free(f->rope);
     ls_pool_free(f->pool);
+    free(f->layers);
     free(f->arena);
     free(f);
 }
@@ -203,7 +223,8 @@ void ls_fwd_run(ls_fwd *f, ls_kv_store *kv, const ls_batch *b, float *logits) {
         ls_dequant_row(m->tok_embd->type, row, f->x + r * E, (int64_t)E);
     }
     const float scale = 1.0f / sqrtf((float)D);
-    for (uint32_t l = 0; l < hp->n_layer; l++) {
+    for (int32_t li = 0; li < f->n_layers; li++) {
+        const int32_t l = f->layers[li];
         const ls_layer *L = &m->layers[l];
         float *kbase = kv->data + (size_t)l * kv->layer_floats, *vbase = kbase + LS_KV_BLOCK * KV;
 

@@ -85,6 +85,8 @@ typedef struct {
     int32_t n_threads; /* 0 = 1 */
     int32_t isa;       /* -1 = from LOCKSTEP_ISA or the best the CPU has; else an ls_isa */
     bool narrow;       /* force the single-row matmul kernel for every row (benchmarks) */
+    const int32_t *layers; /* run only these layers, in this order (self-speculation); NULL = all */
+    int32_t n_layers;
 } ls_fwd_params;
 ls_fwd *ls_fwd_create(const ls_model *m, ls_fwd_params p, ls_err *err);
 void ls_fwd_free(ls_fwd *f);
@@ -109,6 +111,8 @@ typedef struct {
     int32_t n_batch;   /* max rows per forward; 0 = 512 */
     int32_t n_threads; /* 0 = 1 */
     int32_t isa;       /* -1 = from LOCKSTEP_ISA or the best the CPU has; else an ls_isa */
+    const int32_t *layers; /* run only these layers (a layer-skip draft); NULL = all */
+    int32_t n_layers;
 } ls_ctx_params;
 
 ls_ctx *ls_ctx_create(const ls_model *m, ls_ctx_params p, ls_err *err);

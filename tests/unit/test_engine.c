@@ -613,7 +613,10 @@ static void run_case(uint64_t seed, suite_totals *tot) {
             if (arrive[i] == step) {
                 ls_request q = make_request(&g_pool[pick[i]], &o[i]);
                 q.prefill_chunk = chunk[i];
-                if (spec[i]) q.draft = oracle_draft;
+                if (spec[i]) {
+                    q.draft = oracle_draft;
+                    q.draft_ud = &o[i];
+                }
                 if (ls_engine_submit(e, &q, &ids[i], &err))
                     fail_msg("case seed %llu: submit %d: %s", (unsigned long long)seed, i, err.msg);
                 submitted++;

@@ -1,0 +1,418 @@
+/* spec.c - the ngram, draft-model and layer-skip drafters, and the adaptive draft
+ * length they share (see spec.h). */
+#include "spec/spec.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+ls_status ls_spec_kind_from_name(const char *name, ls_spec_kind *out, ls_err *err) {
+    static const char *names[] = {"off", "ngram", "draft", "layerskip"};
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(name, names[i])) {
+            *out = (ls_spec_kind)i;
+            return LS_OK;
+        }
+    if (!strcmp(name, "mtp"))
+        return ls_err_set(err, LS_E_UNSUPPORTED, "--spec mtp is not implemented yet (available: ngram, draft, "
+                                                 "layerskip, off)");
+    return ls_err_set(err, LS_E_INVALID, "unknown drafter '%s' (available: ngram, draft, layerskip, off)", name);
+}
+
+const char *ls_spec_kind_name(ls_spec_kind k) {
+    return k == LS_SPEC_NGRAM ? "ngram" : k == LS_SPEC_DRAFT ? "draft" : k == LS_SPEC_LAYERSKIP ? "layerskip" : "off";
+}
+
+ls_status ls_spec_check(const ls_model *target, const ls_spec_params *p, ls_err *err) {
+    const ls_hparams *hp = ls_model_hparams(target);
+    if (p->draft_max < 1 || p->draft_max > 64)
+        return ls_err_set(err, LS_E_INVALID, "--draft-max %d is out of range (1..64)", p->draft_max);
+    if (p->draft_min < 0 || p->draft_min > p->draft_max)
+        return ls_err_set(err, LS_E_INVALID, "--draft-min %d must be between 0 and --draft-max (%d)", p->draft_min,
+                          p->draft_max);
+    if (p->kind == LS_SPEC_NGRAM && (p->ngram_min < 1 || p->ngram_max < p->ngram_min || p->ngram_max > 16))
+        return ls_err_set(err, LS_E_INVALID, "n-gram sizes %d..%d are out of range (1 <= min <= max <= 16)",
+                          p->ngram_min, p->ngram_max);
+    if (p->kind == LS_SPEC_DRAFT) {
+        if (!p->draft_model) return ls_err_set(err, LS_E_INVALID, "--spec draft needs --draft-model PATH");
+        const ls_tokenizer *a = ls_model_tokenizer(target), *b = ls_model_tokenizer(p->draft_model);
+        uint32_t na = ls_tokenizer_n_vocab(a), nb = ls_tokenizer_n_vocab(b);
+        if (na != nb || ls_model_hparams(p->draft_model)->n_vocab != hp->n_vocab)
+            return ls_err_set(err, LS_E_INVALID, "the draft model's vocabulary (%u tokens) differs from the target's "
+                                                 "(%u tokens)", nb, na);
+        char x[256], y[256];
+        for (uint32_t i = 0; i < na; i++) {
+            size_t lx = ls_token_bytes(a, (int32_t)i, true, x, sizeof x), ly = ls_token_bytes(b, (int32_t)i, true, y, sizeof y);
+            if (lx != ly || memcmp(x, y, lx < sizeof x ? lx : sizeof x) != 0)
+                return ls_err_set(err, LS_E_INVALID, "the draft model's vocabulary differs from the target's at "
+                                                     "token %u", i);
+        }
+        if (ls_model_hparams(p->draft_model)->n_ctx_train < (uint32_t)p->n_ctx)
+            return ls_err_set(err, LS_E_INVALID, "the draft model's context (%u) is shorter than the target's (%d)",
+                              ls_model_hparams(p->draft_model)->n_ctx_train, p->n_ctx);
+    }
+    if (p->kind == LS_SPEC_LAYERSKIP) {
+        if (p->layers) {
+            if (p->n_layers < 1 || (uint32_t)p->n_layers > hp->n_layer)
+                return ls_err_set(err, LS_E_INVALID, "the layer list has %d layers (the model has %u)", p->n_layers,
+                                  hp->n_layer);
+            for (int32_t i = 0; i < p->n_layers; i++)
+                if (p->layers[i] < 0 || (uint32_t)p->layers[i] >= hp->n_layer)
+                    return ls_err_set(err, LS_E_INVALID, "layer %d does not exist (the model has %u: 0..%u)",
+                                      p->layers[i], hp->n_layer, hp->n_layer - 1);
+        } else if (p->skip_first < 0 || (uint32_t)p->skip_first > hp->n_layer) {
+            return ls_err_set(err, LS_E_INVALID, "--draft-layers %d is out of range (1..%u)", p->skip_first,
+                              hp->n_layer);
+        }
+    }
+    return LS_OK;
+}
+
+/* ---- ngram index: for n-gram size n, the latest end position e (exclusive, so the
+ * n-gram is hist[e-n..e) and hist[e] follows it) of each n-gram seen. */
+typedef struct {
+    uint64_t *keys; /* 0 = empty */
+    int32_t *ends;
+    uint32_t cap, used;
+} ng_index;
+
+static uint64_t ng_hash(const int32_t *t, int32_t n) {
+    uint64_t h = 0x9E3779B97F4A7C15ull;
+    for (int32_t i = 0; i < n; i++) {
+        h ^= (uint64_t)(uint32_t)t[i] + 0x632BE59BD9B4E019ull + (h << 6) + (h >> 2);
+        h *= 0xBF58476D1CE4E5B9ull;
+    }
+    return h | 1; /* never 0 */
+}
+
+static bool ng_put(ng_index *x, uint64_t k, int32_t e) {
+    if (2 * (x->used + 1) > x->cap) {
+        uint32_t nc = x->cap ? x->cap * 2 : 1024;
+        uint64_t *nk = calloc(nc, sizeof *nk);
+        int32_t *ne = malloc(nc * sizeof *ne);
+        if (!nk || !ne) {
+            free(nk);
+            free(ne);
+            return false;
+        }
+        for (uint32_t i = 0; i < x->cap; i++)
+            if (x->keys[i]) {
+                uint32_t j = (uint32_t)x->keys[i] & (nc - 1);
+                while (nk[j]) j = (j + 1) & (nc - 1);
+                nk[j] = x->keys[i];
+                ne[j] = x->ends[i];
+            }
+        free(x->keys);
+        free(x->ends);
+        x->keys = nk;
+        x->ends = ne;
+        x->cap = nc;
+    }
+    uint32_t j = (uint32_t)k & (x->cap - 1);
+    while (x->keys[j] && x->keys[j] != k) j = (j + 1) & (x->cap - 1);
+    if (!x->keys[j]) x->used++;
+    x->keys[j] = k;
+    x->ends[j] = e;
+    return true;
+}
+
+static int32_t ng_get(const ng_index *x, uint64_t k) {
+    if (!x->cap) return -1;
+    uint32_t j = (uint32_t)k & (x->cap - 1);
+    while (x->keys[j]) {
+        if (x->keys[j] == k) return x->ends[j];
+        j = (j + 1) & (x->cap - 1);
+    }
+    return -1;
+}
+
+struct ls_drafter {
+    ls_spec_params p;
+    ls_sampler_params sp;
+    /* ngram */
+    ng_index idx[17];
+    int32_t indexed; /* ends < indexed are in the indexes */
+    /* draft / layerskip */
+    ls_ctx *ctx;
+    int32_t *done;   /* tokens whose K/V the draft context holds, in order */
+    int32_t n_done;
+    float *logits;
+    void *sscratch;
+    int32_t n_vocab;
+    /* adaptation */
+    int32_t cur;             /* current draft length */
+    int32_t *prop;           /* the last proposal */
+    int32_t n_prop, prop_at; /* its length and the history length it followed */
+    float rate;              /* running acceptance rate */
+    int32_t pause, pause_len;
+};
+
+void ls_drafter_free(ls_drafter *d) {
+    if (!d) return;
+    for (int i = 0; i < 17; i++) {
+        free(d->idx[i].keys);
+        free(d->idx[i].ends);
+    }
+    ls_ctx_free(d->ctx);
+    free(d->done);
+    free(d->logits);
+    free(d->sscratch);
+    free(d->prop);
+    free(d);
+}
+
+ls_drafter *ls_drafter_create(const ls_model *target, const ls_spec_params *p, const ls_sampler_params *sp,
+                              ls_err *err) {
+    if (ls_spec_check(target, p, err)) return NULL;
+    ls_drafter *d = calloc(1, sizeof *d);
+    if (!d) {
+        ls_err_set(err, LS_E_NOMEM, "out of memory");
+        return NULL;
+    }
+    d->p = *p;
+    d->p.layers = NULL; /* copied into the context below */
+    d->sp = *sp;
+    d->cur = p->draft_max;
+    d->rate = 1.0f;
+    d->prop = malloc((size_t)p->draft_max * sizeof *d->prop);
+    if (!d->prop) goto nomem;
+    if (p->kind == LS_SPEC_DRAFT || p->kind == LS_SPEC_LAYERSKIP) {
+        const ls_model *m = p->kind == LS_SPEC_DRAFT ? p->draft_model : target;
+        int32_t first[1024];
+        ls_ctx_params cp = {.n_ctx = p->n_ctx, .n_batch = 512, .n_threads = p->n_threads, .isa = -1};
+        if (p->kind == LS_SPEC_LAYERSKIP) {
+            int32_t L = p->skip_first ? p->skip_first : (int32_t)ls_model_hparams(target)->n_layer / 2;
+            if (p->layers) {
+                cp.layers = p->layers;
+                cp.n_layers = p->n_layers;
+            } else {
+                if (L > 1024) L = 1024;
+                for (int32_t i = 0; i < L; i++) first[i] = i;
+                cp.layers = first;
+                cp.n_layers = L < 1 ? 1 : L;
+            }
+        }
+        if (!(d->ctx = ls_ctx_create(m, cp, err))) goto fail;
+        d->n_vocab = (int32_t)ls_model_hparams(m)->n_vocab;
+        d->done = malloc((size_t)p->n_ctx * sizeof *d->done);
+        d->logits = malloc((size_t)d->n_vocab * sizeof *d->logits);
+        d->sscratch = malloc(ls_sampler_scratch_bytes(d->n_vocab));
+        if (!d->done || !d->logits || !d->sscratch) goto nomem;
+    }
+    return d;
+nomem:
+    ls_err_set(err, LS_E_NOMEM, "out of memory for the drafter");
+fail:
+    ls_drafter_free(d);
+    return NULL;
+}
+
+static int32_t draft_ngram(ls_drafter *d, const int32_t *h, int32_t n, int32_t *out, int32_t max) {
+    const int32_t nmin = d->p.ngram_min, nmax = d->p.ngram_max;
+    if (d->indexed > n) { /* a different history: start over */
+        for (int i = 0; i < 17; i++) {
+            free(d->idx[i].keys);
+            free(d->idx[i].ends);
+            memset(&d->idx[i], 0, sizeof d->idx[i]);
+        }
+        d->indexed = 0;
+    }
+    for (int32_t e = d->indexed; e < n; e++) /* n-grams ending before e, followed by h[e] */
+        for (int32_t k = nmin; k <= nmax && k <= e; k++)
+            if (!ng_put(&d->idx[k], ng_hash(h + e - k, k), e)) return 0;
+    if (n > d->indexed) d->indexed = n;
+    for (int32_t k = nmax; k >= nmin; k--) {
+        if (k > n) continue;
+        int32_t e = ng_get(&d->idx[k], ng_hash(h + n - k, k));
+        if (e < 0 || e >= n || memcmp(h + e - k, h + n - k, (size_t)k * sizeof *h) != 0) continue;
+        int32_t c = 0;
+        while (c < max && e + c < n) {
+            out[c] = h[e + c];
+            c++;
+        }
+        return c;
+    }
+    return 0;
+}
+
+static int32_t draft_model(ls_drafter *d, const int32_t *h, int32_t n, int32_t *out, int32_t max) {
+    ls_err err;
+    int32_t n_ctx = ls_ctx_n_ctx(d->ctx);
+    if (n >= n_ctx) return 0;
+    if (max > n_ctx - n) max = n_ctx - n;
+    int32_t keep = 0; /* the draft context's K/V that still match the history */
+    while (keep < d->n_done && keep < n && d->done[keep] == h[keep]) keep++;
+    if (keep == n) keep = n - 1; /* recompute the last token: its logits start the chain */
+    if (ls_ctx_eval(d->ctx, h + keep, n - keep, keep, d->logits, false, &err)) return 0;
+    memcpy(d->done + keep, h + keep, (size_t)(n - keep) * sizeof *h);
+    d->n_done = n;
+    int32_t c = 0;
+    for (; c < max; c++) {
+        out[c] = ls_sample(&d->sp, d->logits, d->n_vocab, (uint64_t)(n + c), d->sscratch);
+        if (c + 1 == max) {
+            c++;
+            break;
+        }
+        if (ls_ctx_eval(d->ctx, &out[c], 1, n + c, d->logits, false, &err)) {
+            c++;
+            break;
+        }
+        d->done[d->n_done++] = out[c];
+    }
+    return c;
+}
+
+int32_t ls_drafter_draft(void *ud, const int32_t *hist, int32_t n_hist, int32_t *out, int32_t max) {
+    ls_drafter *d = ud;
+    /* How much of the last proposal was accepted (the token after the accepted prefix
+     * is the target's own, which differs from the proposal by construction). */
+    if (d->n_prop > 0 && n_hist > d->prop_at) {
+        int32_t a = 0;
+        while (a < d->n_prop && d->prop_at + a < n_hist && hist[d->prop_at + a] == d->prop[a]) a++;
+        if (!d->p.fixed_length) {
+            d->rate = 0.7f * d->rate + 0.3f * (float)a / (float)d->n_prop;
+            if (a == d->n_prop) d->cur = d->cur * 2 > d->p.draft_max ? d->p.draft_max : d->cur * 2;
+            else d->cur = a + 1;
+            if (d->rate < 0.25f) { /* acceptance stays low: pause, longer each time */
+                d->pause_len = d->pause_len ? (d->pause_len * 2 > 32 ? 32 : d->pause_len * 2) : 2;
+                d->pause = d->pause_len;
+                d->rate = 0.5f;
+            } else if (a > 0) {
+                d->pause_len = 0;
+            }
+        }
+        d->n_prop = 0;
+    }
+    if (d->pause > 0) {
+        d->pause--;
+        return 0;
+    }
+    if (max > d->cur) max = d->cur;
+    if (max > d->p.draft_max) max = d->p.draft_max;
+    if (max <= 0) return 0;
+    int32_t k = d->p.kind == LS_SPEC_NGRAM ? draft_ngram(d, hist, n_hist, out, max) : draft_model(d, hist, n_hist, out, max);
+    if (k < d->p.draft_min || k <= 0) return 0;
+    memcpy(d->prop, out, (size_t)k * sizeof *out);
+    d->n_prop = k;
+    d->prop_at = n_hist;
+    return k;
+}
+
+/* ---- single-stream speculative generation ------------------------------------ */
+#include "engine/engine.h"
+
+typedef struct {
+    const ls_gen_params *gp;
+    ls_gen_result *res;
+    size_t text_cap;
+    int32_t cap_tokens;
+    bool done, oom;
+    ls_finish finish;
+    int32_t n_drafted, n_accepted;
+    double t_first;
+} spec_run;
+
+static void spec_event(void *ud, const ls_event *ev) {
+    spec_run *r = ud;
+    ls_gen_result *res = r->res;
+    bool stop_tok = ev->done && ev->finish == LS_FINISH_STOP && ev->token >= 0 && ev->n_gen == res->n_gen;
+    if (ev->token >= 0 && !stop_tok && res->n_gen < r->cap_tokens) res->tokens[res->n_gen++] = ev->token;
+    if (ev->token >= 0 && !r->t_first) r->t_first = ls_now_ms();
+    if (ev->text_len) {
+        if (res->text_len + ev->text_len + 1 > r->text_cap) {
+            size_t nc = r->text_cap ? r->text_cap : 256;
+            while (nc < res->text_len + ev->text_len + 1) nc *= 2;
+            char *t = realloc(res->text, nc);
+            if (!t) {
+                r->oom = true;
+                return;
+            }
+            res->text = t;
+            r->text_cap = nc;
+        }
+        memcpy(res->text + res->text_len, ev->text, ev->text_len);
+        res->text_len += ev->text_len;
+        res->text[res->text_len] = '\0';
+    }
+    if (r->gp->on_text && (ev->text_len || ev->token >= 0) && !stop_tok)
+        r->gp->on_text(r->gp->ud, ev->token, ev->text, ev->text_len);
+    r->n_drafted = ev->n_drafted;
+    r->n_accepted = ev->n_accepted;
+    if (ev->done) {
+        r->done = true;
+        r->finish = ev->finish;
+    }
+}
+
+ls_status ls_generate_spec(const ls_model *m, const ls_spec_params *sp, int n_threads, int32_t n_ctx,
+                           const int32_t *prompt, int32_t n_prompt, const ls_gen_params *gp, ls_gen_result *res,
+                           ls_spec_stats *st, ls_err *err) {
+    memset(res, 0, sizeof *res);
+    memset(st, 0, sizeof *st);
+    ls_status s = ls_sampler_params_check(&gp->sampler, err);
+    if (s) return s;
+    const ls_hparams *hp = ls_model_hparams(m);
+    if (!n_ctx) n_ctx = (int32_t)(hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+    if (n_prompt <= 0) return ls_err_set(err, LS_E_INVALID, "the prompt is empty (0 tokens)");
+    if (n_prompt >= n_ctx)
+        return ls_err_set(err, LS_E_RANGE,
+                          "the prompt is %d tokens but the context holds %d (needs room for one more); "
+                          "shorten it or raise --ctx-size",
+                          n_prompt, n_ctx);
+    ls_spec_params p = *sp;
+    p.n_ctx = n_ctx;
+    p.n_threads = n_threads;
+    ls_engine_params ep = {.n_ctx = n_ctx, .n_seq_max = 1, .step_tokens = 512, .n_threads = n_threads, .isa = -1,
+                           .draft_max = p.kind == LS_SPEC_OFF ? 0 : p.draft_max, .no_prefix_cache = true};
+    ls_engine *e = ls_engine_create(m, ep, err);
+    if (!e) return err->code;
+    ls_drafter *d = NULL;
+    if (p.kind != LS_SPEC_OFF && !(d = ls_drafter_create(m, &p, &gp->sampler, err))) {
+        ls_engine_free(e);
+        return err->code;
+    }
+    spec_run r = {.gp = gp, .res = res};
+    int32_t max_new = n_ctx - n_prompt;
+    if (gp->n_predict >= 0 && gp->n_predict < max_new) max_new = gp->n_predict;
+    r.cap_tokens = max_new + 1;
+    res->tokens = malloc((size_t)r.cap_tokens * sizeof *res->tokens);
+    res->text = malloc(1);
+    r.text_cap = 1;
+    if (!res->tokens || !res->text) {
+        s = ls_err_set(err, LS_E_NOMEM, "out of memory");
+        goto done;
+    }
+    res->text[0] = '\0';
+    if (max_new <= 0) {
+        res->finish = LS_FINISH_LENGTH;
+        goto done;
+    }
+    ls_request q = {.prompt = prompt, .n_prompt = n_prompt, .sampling = gp->sampler, .max_tokens = max_new,
+                    .on_event = spec_event, .ud = &r};
+    if (d) {
+        q.draft = ls_drafter_draft;
+        q.draft_ud = d;
+    }
+    double t0 = ls_now_ms();
+    if ((s = ls_engine_submit(e, &q, NULL, err))) goto done;
+    while (!r.done && !r.oom) {
+        int32_t rows;
+        if ((s = ls_engine_step(e, &rows, err))) goto done;
+        if (r.t_first && rows) st->n_steps++;
+    }
+    if (r.oom) {
+        s = ls_err_set(err, LS_E_NOMEM, "out of memory");
+        goto done;
+    }
+    double t1 = ls_now_ms();
+    res->prefill_ms = (r.t_first ? r.t_first : t1) - t0;
+    res->decode_ms = r.t_first ? t1 - r.t_first : 0.0;
+    res->n_decode = res->n_gen > 1 ? res->n_gen - 1 : 0;
+    res->finish = r.finish;
+    st->n_drafted = r.n_drafted;
+    st->n_accepted = r.n_accepted;
+done:
+    ls_drafter_free(d);
+    ls_engine_free(e);
+    if (s) ls_gen_result_free(res);
+    return s;
+}
