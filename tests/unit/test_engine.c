@@ -3,7 +3,8 @@
  * are byte-identical (memcmp) to its solo run inside random mixes of up to 32
  * other sequences, with random arrivals, prompt lengths, prefill chunks, step
  * budgets, prefix-cache hits, preemption under a small KV cache, verify blocks and
- * cancellations, at 1 and 2 threads.  Every failure prints the seed that
+ * cancellations, and the real drafters (ngram, layer-skip, the target as its own
+ * draft), at 1 and 2 threads.  Every failure prints the seed that
  * reproduces it:  build/tests/test_engine random_parity  with LOCKSTEP_CASE_SEED=N.
  * The solo runs are themselves checked against the single-sequence ls_ctx path.
  * Model tests are skipped when MODEL does not name a readable file. */
@@ -21,6 +22,7 @@
 #include "engine/engine.h"
 #include "engine/kvcache.h"
 #include "model/model.h"
+#include "spec/spec.h"
 
 #define BS LS_KV_BLOCK
 
@@ -578,13 +580,14 @@ static void run_case(uint64_t seed, suite_totals *tot) {
     if (rng_int(&rs, 0, 3)) n_others = rng_int(&rs, 0, 12); /* mostly smaller mixes, to keep CI fast */
     int32_t n = n_others + 1;
     int32_t pick[33], arrive[33], chunk[33];
-    bool cancel_it[33], spec[33];
+    bool cancel_it[33];
+    int spec[33]; /* 0 none, 1 oracle drafter (with mistakes), 2 ngram, 3 layer-skip, 4 the target as draft */
     for (int32_t i = 0; i < n; i++) {
         pick[i] = rng_int(&rs, 0, POOL - 1);
         arrive[i] = rng_int(&rs, 0, 12);
         chunk[i] = rng_int(&rs, 0, 2) ? 0 : rng_int(&rs, 1, 40);
         cancel_it[i] = i > 0 && rng_int(&rs, 0, 9) == 0;
-        spec[i] = rng_int(&rs, 0, 3) == 0;
+        spec[i] = rng_int(&rs, 0, 3) == 0 ? rng_int(&rs, 1, 4) : 0;
     }
     ls_engine_params p = {.n_ctx = 256, .isa = -1};
     p.n_threads = rng_int(&rs, 1, 2);
@@ -599,6 +602,7 @@ static void run_case(uint64_t seed, suite_totals *tot) {
     if (!e) fail_msg("case seed %llu: engine: %s", (unsigned long long)seed, err.msg);
     outcome *o = calloc((size_t)n, sizeof *o);
     uint64_t *ids = calloc((size_t)n, sizeof *ids);
+    ls_drafter **dr = calloc((size_t)n, sizeof *dr);
     for (int32_t i = 0; i < n; i++) {
         o[i].logits = malloc(sizeof(float) * (size_t)g_V * (MAXGEN + 1));
         o[i].oracle = g_solo[pick[i]].toks;
@@ -613,9 +617,18 @@ static void run_case(uint64_t seed, suite_totals *tot) {
             if (arrive[i] == step) {
                 ls_request q = make_request(&g_pool[pick[i]], &o[i]);
                 q.prefill_chunk = chunk[i];
-                if (spec[i]) {
+                if (spec[i] == 1) {
                     q.draft = oracle_draft;
                     q.draft_ud = &o[i];
+                } else if (spec[i] > 1) {
+                    ls_spec_params sp = {.kind = spec[i] == 2 ? LS_SPEC_NGRAM : spec[i] == 3 ? LS_SPEC_LAYERSKIP : LS_SPEC_DRAFT,
+                                         .draft_max = p.draft_max ? p.draft_max : 1, .draft_min = 1, .ngram_min = 1,
+                                         .ngram_max = 3, .draft_model = g_model, .skip_first = 10, .n_ctx = p.n_ctx,
+                                         .n_threads = 1};
+                    dr[i] = ls_drafter_create(g_model, &sp, &q.sampling, &err);
+                    if (!dr[i]) fail_msg("case seed %llu: drafter: %s", (unsigned long long)seed, err.msg);
+                    q.draft = ls_drafter_draft;
+                    q.draft_ud = dr[i];
                 }
                 if (ls_engine_submit(e, &q, &ids[i], &err))
                     fail_msg("case seed %llu: submit %d: %s", (unsigned long long)seed, i, err.msg);
@@ -644,9 +657,9 @@ static void run_case(uint64_t seed, suite_totals *tot) {
             if (o[i].toks[t] != ref->toks[t] ||
                 memcmp(o[i].logits + (size_t)t * g_V, ref->logits + (size_t)t * g_V, sizeof(float) * (size_t)g_V))
                 fail_msg("case seed %llu: sequence %d (pool %d) differs from its solo run at generated token %d "
-                         "(threads %d, seqs %d, budget %d, prefix cache %d, kv %lld, chunk %d, drafts %d)",
+                         "(threads %d, seqs %d, budget %d, prefix cache %d, kv %lld, chunk %d, drafter %d, draft-max %d)",
                          (unsigned long long)seed, i, pick[i], t, p.n_threads, p.n_seq_max, p.step_tokens,
-                         !p.no_prefix_cache, (long long)p.kv_mem, chunk[i], spec[i] ? p.draft_max : 0);
+                         !p.no_prefix_cache, (long long)p.kv_mem, chunk[i], spec[i], p.draft_max);
             tot->compared++;
         }
     }
@@ -654,7 +667,11 @@ static void run_case(uint64_t seed, suite_totals *tot) {
     ls_engine_get_stats(e, &st);
     assert_int_equal(st.kv_used, 0); /* every block came back */
     tot->preempted += st.preemptions;
-    for (int32_t i = 0; i < n; i++) free(o[i].logits);
+    for (int32_t i = 0; i < n; i++) {
+        free(o[i].logits);
+        ls_drafter_free(dr[i]);
+    }
+    free(dr);
     free(o);
     free(ids);
     ls_engine_free(e);
