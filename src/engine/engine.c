@@ -30,7 +30,7 @@ typedef struct seq {
     char **stop;
     int32_t n_stop;
     size_t stop_max;                /* longest stop string */
-    bool ignore_eos, want_logits, cancel;
+    bool ignore_eos, want_logits, cancel, no_parity;
     int32_t prefill_chunk;
     int32_t (*draft)(void *, const int32_t *, int32_t, int32_t *, int32_t);
     void *draft_ud;
@@ -70,6 +70,7 @@ struct ls_engine {
     int32_t n_in_batch;
     uint64_t admit_counter;
     int32_t *b_tok, *b_pos, *b_seq, *b_lrow;
+    uint8_t *b_need;
     const int32_t **b_tables;
     int32_t *drafts;                /* n_seq_max * draft_max */
     float *logits;                  /* max_logit_rows * n_vocab */
@@ -150,6 +151,7 @@ static seq *seq_new(const ls_engine *e, const ls_request *r) {
     s->sp = r->sampling;
     s->max_tokens = r->max_tokens;
     s->ignore_eos = r->ignore_eos;
+    s->no_parity = r->no_parity;
     s->want_logits = r->want_logits;
     s->prefill_chunk = r->prefill_chunk;
     s->draft = r->draft;
@@ -222,7 +224,7 @@ ls_engine *ls_engine_create(const ls_model *m, ls_engine_params p, ls_err *err) 
     e->max_logit_rows = p.n_seq_max * (1 + p.draft_max);
     if (e->max_logit_rows > p.step_tokens) e->max_logit_rows = p.step_tokens;
     ls_fwd_params fp = {.n_rows = p.step_tokens, .n_ctx = p.n_ctx, .n_threads = p.n_threads, .isa = p.isa,
-                        .narrow = p.narrow};
+                        .narrow = p.narrow, .fam = p.fam, .fam_parity = p.fam_parity};
     if (!(e->fwd = ls_fwd_create(m, fp, err))) goto fail;
     if (!(e->store = ls_kv_store_create(m, (int32_t)n_blocks, err))) goto fail;
     if (!(e->kvc = ls_kvc_create((int32_t)n_blocks, !p.no_prefix_cache, err))) goto fail;
@@ -231,13 +233,14 @@ ls_engine *ls_engine_create(const ls_model *m, ls_engine_params p, ls_err *err) 
     e->b_pos = malloc(R * sizeof(int32_t));
     e->b_seq = malloc(R * sizeof(int32_t));
     e->b_lrow = malloc(R * sizeof(int32_t));
+    e->b_need = malloc(R);
     e->b_tables = malloc((size_t)p.n_seq_max * sizeof *e->b_tables);
     e->in_batch = malloc((size_t)p.n_seq_max * sizeof *e->in_batch);
     e->running = malloc((size_t)p.n_seq_max * sizeof *e->running);
     e->drafts = malloc(((size_t)p.n_seq_max * (size_t)p.draft_max + 1) * sizeof(int32_t));
     e->logits = malloc((size_t)e->max_logit_rows * (size_t)e->n_vocab * sizeof(float));
     e->sscratch = malloc(ls_sampler_scratch_bytes(e->n_vocab));
-    if (!e->b_tok || !e->b_pos || !e->b_seq || !e->b_lrow || !e->b_tables || !e->in_batch || !e->running ||
+    if (!e->b_tok || !e->b_need || !e->b_pos || !e->b_seq || !e->b_lrow || !e->b_tables || !e->in_batch || !e->running ||
         !e->drafts || !e->logits || !e->sscratch) {
         ls_err_set(err, LS_E_NOMEM, "out of memory for the engine's step buffers");
         goto fail;
@@ -263,6 +266,7 @@ void ls_engine_free(ls_engine *e) {
     free(e->b_pos);
     free(e->b_seq);
     free(e->b_lrow);
+    free(e->b_need);
     free(e->b_tables);
     free(e->drafts);
     free(e->logits);
@@ -567,6 +571,7 @@ static void add_rows(ls_engine *e, int32_t *nrows, seq *s, int32_t n, int32_t n_
         e->b_pos[r] = p;
         e->b_seq[r] = si;
         e->b_lrow[r] = -1;
+        e->b_need[r] = !s->no_parity;
         if (p >= s->n_toks - 1) { /* the last token and any drafts need logits */
             if (s->logit0 < 0) s->logit0 = *nlog;
             e->b_lrow[r] = (*nlog)++;
@@ -662,7 +667,7 @@ ls_status ls_engine_step(ls_engine *e, int32_t *n_rows_out, ls_err *err) {
     int32_t nrows = build(e);
     if (n_rows_out) *n_rows_out = nrows;
     if (nrows > 0) {
-        ls_batch b = {nrows, e->b_tok, e->b_pos, e->b_seq, e->b_tables, e->b_lrow};
+        ls_batch b = {nrows, e->b_tok, e->b_pos, e->b_seq, e->b_tables, e->b_lrow, e->b_need};
         ls_fwd_run(e->fwd, e->store, &b, e->logits);
         e->st.steps++;
         e->st.rows += (uint64_t)nrows;
@@ -713,6 +718,8 @@ ls_status ls_engine_step(ls_engine *e, int32_t *n_rows_out, ls_err *err) {
     (void)err;
     return LS_OK;
 }
+
+ls_fwd *ls_engine_fwd(ls_engine *e) { return e->fwd; }
 
 bool ls_engine_check(ls_engine *e, ls_err *err) {
     const int32_t *tables[4096 + 1];

@@ -39,6 +39,8 @@ typedef struct {
     bool narrow;          /* --kernels narrow: the single-row matmul kernel for every row */
     bool no_prefix_cache;
     int32_t draft_max;    /* largest draft a verify block may carry (0 = drafts off) */
+    int32_t fam;          /* matmul family (kernels.h) for rows of requests without a parity need */
+    int32_t fam_parity;   /* matmul family for rows that need parity (canonical by default) */
 } ls_engine_params;
 
 typedef struct {
@@ -68,6 +70,7 @@ typedef struct {
     const char *const *stop;  /* stop strings: generation ends before the first match */
     int32_t n_stop;
     bool ignore_eos;
+    bool no_parity;           /* this request's rows may run a non-canonical kernel family */
     int32_t prefill_chunk;    /* most prompt tokens per step for this request; 0 = the budget */
     bool want_logits;
     /* Speculation hook: propose up to `max` tokens to follow hist[0..n_hist) (prompt
@@ -104,6 +107,9 @@ typedef struct {
     uint64_t drafted, accepted;
 } ls_engine_stats;
 void ls_engine_get_stats(ls_engine *e, ls_engine_stats *s); /* thread-safe */
+
+/* The forward workspace (for the probe, which must run the serving configuration). */
+ls_fwd *ls_engine_fwd(ls_engine *e);
 
 /* For tests: checks the block bookkeeping against every live block table. */
 bool ls_engine_check(ls_engine *e, ls_err *err);

@@ -91,6 +91,7 @@ struct ls_fwd {
     float *gate;         /* (n_rows, n_ff) */
     float *up;           /* (n_rows, n_ff) */
     ls_kv_view *views;   /* (n_rows) */
+    uint8_t *need_out;   /* (n_rows) parity need of the gathered head rows */
     float *att_scratch;  /* (n_threads, att_scratch_per_thread) */
     size_t att_scratch_per_thread;
     void *arena;
@@ -145,6 +146,12 @@ ls_fwd *ls_fwd_create(const ls_model *m, ls_fwd_params p, ls_err *err) {
         }
     }
     f->kc.narrow = p.narrow;
+    if (!ls_mm_family_get(p.fam) || !ls_mm_family_get(p.fam_parity)) {
+        ls_err_set(err, LS_E_INVALID, "unknown matmul kernel family %d", ls_mm_family_get(p.fam) ? p.fam_parity : p.fam);
+        goto fail;
+    }
+    f->kc.fam = p.fam;
+    f->kc.fam_parity = p.fam_parity;
     f->pool = ls_pool_create(n_threads, err);
     if (!f->pool) goto fail;
     f->kc.pool = f->pool;
@@ -163,12 +170,13 @@ ls_fwd *ls_fwd_create(const ls_model *m, ls_fwd_params p, ls_err *err) {
     size_t sizes[] = {
         B * E * sizeof(float), B * E * sizeof(float), B * QD * sizeof(float),
         B * f->kv_dim * sizeof(float), B * f->kv_dim * sizeof(float), B * QD * sizeof(float),
-        B * E * sizeof(float), B * F * sizeof(float), B * F * sizeof(float), B * sizeof(ls_kv_view),
+        B * E * sizeof(float), B * F * sizeof(float), B * F * sizeof(float), B * sizeof(ls_kv_view), B,
         (size_t)n_threads * f->att_scratch_per_thread * sizeof(float), f->kc.scratch_bytes,
     };
     void **slots[] = {
         (void **)&f->x, (void **)&f->xn, (void **)&f->q, (void **)&f->k, (void **)&f->v, (void **)&f->att,
-        (void **)&f->tmp, (void **)&f->gate, (void **)&f->up, (void **)&f->views, (void **)&f->att_scratch,
+        (void **)&f->tmp, (void **)&f->gate, (void **)&f->up, (void **)&f->views, (void **)&f->need_out,
+        (void **)&f->att_scratch,
         &f->kc.scratch,
     };
     size_t total = 0;
@@ -200,6 +208,11 @@ void ls_fwd_free(ls_fwd *f) {
 }
 
 ls_isa ls_fwd_isa(const ls_fwd *f) { return f->kc.isa; }
+void ls_fwd_set_parity_family(ls_fwd *f, int fam) { f->kc.fam_parity = fam; }
+int ls_fwd_parity_family(const ls_fwd *f) { return f->kc.fam_parity; }
+int ls_fwd_family(const ls_fwd *f) { return f->kc.fam; }
+int32_t ls_fwd_n_rows(const ls_fwd *f) { return f->n_rows; }
+int32_t ls_fwd_n_ctx(const ls_fwd *f) { return f->n_ctx; }
 int ls_fwd_n_threads(const ls_fwd *f) { return ls_pool_size(f->pool); }
 
 static void add_rows(float *x, const float *y, size_t n) {
@@ -232,7 +245,7 @@ void ls_fwd_run(ls_fwd *f, ls_kv_store *kv, const ls_batch *b, float *logits) {
         { /* Q, K, V: one quantization of xn, one pool dispatch; same bits as three ls_matmul calls */
             const ls_wmat *wqkv[3] = {L->wq, L->wk, L->wv};
             float *yqkv[3] = {f->q, f->k, f->v};
-            ls_matmul_multi(kc, 3, wqkv, f->xn, M, yqkv);
+            ls_matmul_multi_rows(kc, 3, wqkv, f->xn, M, yqkv, b->need_parity);
         }
         ls_rope_apply(kc, f->rope, f->q, M, (int)hp->n_head, (int)D, b->pos);
         ls_rope_apply(kc, f->rope, f->k, M, (int)hp->n_head_kv, (int)D, b->pos);
@@ -248,23 +261,33 @@ void ls_fwd_run(ls_fwd *f, ls_kv_store *kv, const ls_batch *b, float *logits) {
         }
         ls_attention(kc, f->q, M, b->pos, f->views, (int)hp->n_head, (int)hp->n_head_kv, (int)D, scale, f->att,
                      f->att_scratch, f->att_scratch_per_thread);
-        ls_matmul(kc, L->wo, f->att, M, f->tmp);
+        {
+            const ls_wmat *wo[1] = {L->wo};
+            ls_matmul_multi_rows(kc, 1, wo, f->att, M, &f->tmp, b->need_parity);
+        }
         add_rows(f->x, f->tmp, (size_t)M * E);
 
         ls_rmsnorm(kc, f->x, L->ffn_norm, hp->norm_eps, M, (int64_t)E, f->xn);
         {
             const ls_wmat *wgu[2] = {L->w_gate, L->w_up};
             float *ygu[2] = {f->gate, f->up};
-            ls_matmul_multi(kc, 2, wgu, f->xn, M, ygu);
+            ls_matmul_multi_rows(kc, 2, wgu, f->xn, M, ygu, b->need_parity);
         }
         ls_swiglu(kc, f->gate, f->up, M, (int64_t)hp->n_ff, f->gate);
-        ls_matmul(kc, L->w_down, f->gate, M, f->tmp);
+        {
+            const ls_wmat *wd[1] = {L->w_down};
+            ls_matmul_multi_rows(kc, 1, wd, f->gate, M, &f->tmp, b->need_parity);
+        }
         add_rows(f->x, f->tmp, (size_t)M * E);
     }
     if (n_out == 0 || !logits) return;
     /* The head runs only on the rows that need logits, gathered in row order. */
     for (int32_t r = 0, o = 0; r < b->n; r++)
-        if (b->logit_row[r] >= 0) memcpy(f->tmp + (size_t)o++ * E, f->x + (size_t)r * E, E * sizeof(float));
+        if (b->logit_row[r] >= 0) {
+            f->need_out[o] = b->need_parity ? b->need_parity[r] : 1;
+            memcpy(f->tmp + (size_t)o++ * E, f->x + (size_t)r * E, E * sizeof(float));
+        }
     ls_rmsnorm(kc, f->tmp, m->out_norm, hp->norm_eps, n_out, (int64_t)E, f->xn);
-    ls_matmul(kc, m->output, f->xn, n_out, logits);
+    const ls_wmat *wout[1] = {m->output};
+    ls_matmul_multi_rows(kc, 1, wout, f->xn, n_out, &logits, f->need_out);
 }

@@ -87,10 +87,17 @@ typedef struct {
     bool narrow;       /* force the single-row matmul kernel for every row (benchmarks) */
     const int32_t *layers; /* run only these layers, in this order (self-speculation); NULL = all */
     int32_t n_layers;
+    int32_t fam, fam_parity; /* matmul families (kernels.h) for rows without / with a parity need */
 } ls_fwd_params;
 ls_fwd *ls_fwd_create(const ls_model *m, ls_fwd_params p, ls_err *err);
 void ls_fwd_free(ls_fwd *f);
 ls_isa ls_fwd_isa(const ls_fwd *f);
+/* The family rows that need parity run (the probe withdraws a failing family). */
+void ls_fwd_set_parity_family(ls_fwd *f, int fam);
+int ls_fwd_parity_family(const ls_fwd *f);
+int ls_fwd_family(const ls_fwd *f);
+int32_t ls_fwd_n_rows(const ls_fwd *f);
+int32_t ls_fwd_n_ctx(const ls_fwd *f);
 int ls_fwd_n_threads(const ls_fwd *f);
 
 typedef struct {
@@ -100,6 +107,7 @@ typedef struct {
     const int32_t *seq;            /* (n) index into tables */
     const int32_t *const *tables;  /* per sequence: its block table (block of position p: p >> LS_KV_BLOCK_SHIFT) */
     const int32_t *logit_row;      /* (n) row of `logits` that receives this row's logits, or -1 for none */
+    const uint8_t *need_parity;    /* (n) nonzero: the row must get canonical bits; NULL = every row */
 } ls_batch;
 void ls_fwd_run(ls_fwd *f, ls_kv_store *kv, const ls_batch *b, float *logits);
 

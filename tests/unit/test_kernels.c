@@ -97,7 +97,7 @@ static void run_matmul(ls_isa isa, ls_pool *pool, const ls_wmat *w, const float 
     size_t sb = ls_matmul_scratch_bytes(M, ls_wmat_cols(w));
     void *scratch = malloc(sb);
     assert_non_null(scratch);
-    ls_kctx kc = {isa, pool, scratch, sb, false};
+    ls_kctx kc = {isa, pool, scratch, sb, false, 0, 0};
     ls_matmul(&kc, w, x, M, y);
     free(scratch);
 }
@@ -288,7 +288,7 @@ static void test_expf_accuracy(void **state) {
 static void test_ops_accuracy(void **state) {
     (void)state;
     uint64_t s = 5;
-    ls_kctx kc = {LS_ISA_SCALAR, NULL, NULL, 0, false};
+    ls_kctx kc = {LS_ISA_SCALAR, NULL, NULL, 0, false, 0, 0};
     enum { n = 576 };
     float x[n], w[n], out[n], g[n];
     for (int i = 0; i < n; i++) {
@@ -565,7 +565,7 @@ static void test_parity_ops(void **state) {
         x[0] = 200.0f; /* exp overflow in silu */
         x[n > 1 ? 1 : 0] = -200.0f;
         for (int64_t i = 0; i < n; i++) wv[i] = rng_unif(&s);
-        ls_kctx ks = {LS_ISA_SCALAR, NULL, NULL, 0, false};
+        ls_kctx ks = {LS_ISA_SCALAR, NULL, NULL, 0, false, 0, 0};
         for (int op = 0; op < 2; op++) {
             for (int64_t m = 0; m < M; m++) {
                 if (op == 0) ls_rmsnorm(&ks, x + m * n, wv, 1e-5f, 1, n, ref + m * n);
@@ -574,7 +574,7 @@ static void test_parity_ops(void **state) {
             for (int isa = 0; isa <= 2; isa++) {
                 if (!ls_isa_supported((ls_isa)isa)) continue;
                 for (int t = 1; t <= 3; t++) {
-                    ls_kctx kc = {(ls_isa)isa, g_pools[t], NULL, 0, false};
+                    ls_kctx kc = {(ls_isa)isa, g_pools[t], NULL, 0, false, 0, 0};
                     if (op == 0) ls_rmsnorm(&kc, x, wv, 1e-5f, M, n, y);
                     else ls_swiglu(&kc, x, u, M, n, y);
                     assert_memory_equal(y, ref, sizeof(float) * (size_t)(M * n));
@@ -598,13 +598,13 @@ static void test_parity_ops(void **state) {
             for (int m = 0; m < M; m++) pos[m] = (int32_t)((m * 97) % 600);
             for (int64_t i = 0; i < len; i++) x0[i] = 4.0f * rng_unif(&s);
             memcpy(ref, x0, sizeof(float) * (size_t)len);
-            ls_kctx ks = {LS_ISA_SCALAR, NULL, NULL, 0, false};
+            ls_kctx ks = {LS_ISA_SCALAR, NULL, NULL, 0, false, 0, 0};
             for (int m = 0; m < M; m++) ls_rope_apply(&ks, r, ref + m * nh * stride, 1, nh, stride, &pos[m]);
             for (int isa = 0; isa <= 2; isa++) {
                 if (!ls_isa_supported((ls_isa)isa)) continue;
                 for (int t = 1; t <= 3; t += 2) {
                     memcpy(y, x0, sizeof(float) * (size_t)len);
-                    ls_kctx kc = {(ls_isa)isa, g_pools[t], NULL, 0, false};
+                    ls_kctx kc = {(ls_isa)isa, g_pools[t], NULL, 0, false, 0, 0};
                     ls_rope_apply(&kc, r, y, M, nh, stride, pos);
                     assert_memory_equal(y, ref, sizeof(float) * (size_t)len);
                 }
@@ -652,14 +652,14 @@ static void test_parity_ops(void **state) {
         size_t per = ls_attention_scratch_floats(npos);
         float *scr = malloc(sizeof(float) * per * 3);
         float ref[13 * 6 * 100], y[13 * 6 * 100];
-        ls_kctx ks = {LS_ISA_SCALAR, NULL, NULL, 0, false};
+        ls_kctx ks = {LS_ISA_SCALAR, NULL, NULL, 0, false, 0, 0};
         for (int m = 0; m < 13; m++)
             ls_attention(&ks, q + m * nh * hd, 1, &posv[m], &cview[m], nh, nkv, hd, 0.125f, ref + m * nh * hd,
                          scr, per);
         for (int isa = 0; isa <= 2; isa++) {
             if (!ls_isa_supported((ls_isa)isa)) continue;
             for (int t = 1; t <= 3; t++) {
-                ls_kctx kc = {(ls_isa)isa, g_pools[t], NULL, 0, false};
+                ls_kctx kc = {(ls_isa)isa, g_pools[t], NULL, 0, false, 0, 0};
                 for (int64_t mm = 1; mm <= 13; mm += 12) {
                     for (int paged = 0; paged < 2; paged++) {
                         memset(y, 0, sizeof y);

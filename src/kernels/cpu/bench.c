@@ -72,7 +72,7 @@ int ls_bench_kernels(bool json, FILE *out) {
                     int64_t M = Ms[mi];
                     if (isa == LS_ISA_SCALAR && M > 1) continue;   /* the reference is slow */
                     if (N >= 49152 && M > 64) continue;
-                    ls_kctx kc = {(ls_isa)isa, NULL, scratch, sb, false};
+                    ls_kctx kc = {(ls_isa)isa, NULL, scratch, sb, false, 0, 0};
                     ls_matmul(&kc, w, x, M, y); /* warm-up */
                     int iters = 0;
                     double t0 = ls_bench_now(), t;

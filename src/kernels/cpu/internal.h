@@ -47,6 +47,8 @@ struct ls_wmat {
     ls_rec rec16, rec_tail; /* record layouts for a full group and for the last group */
     int tail;               /* units in the last group (nb % 16), 0 if none */
     const uint8_t *data;    /* repacked rows (owned) or the caller's data (float types) */
+    const uint8_t *src;     /* the caller's ggml-layout rows (must outlive the matrix) */
+    size_t src_row_bytes;
     void *owned;
     /* Panel copy (Q4_1 and Q8_0 only, else NULL), read by the AVX-512 single-row path:
      * rows in panels of 16 (the last one zero-padded); panel P is panel_bytes long at

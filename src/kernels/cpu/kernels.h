@@ -33,6 +33,36 @@ int ls_pool_size(const ls_pool *p);
  * and returns when all are done. */
 void ls_pool_run(ls_pool *p, void (*fn)(void *arg, int ith, int nth), void *arg);
 
+/* ---- matmul kernel families ----------------------------------------------
+ * Every matmul kernel belongs to a family with a recipe id.  The canonical families
+ * compute the canonical recipe (docs/numerics.md) and so agree bit for bit:
+ *   "wide"    the default dispatch: the single-row kernel for one row, the multi-row
+ *             (wide) and cache-blocked (GEMM) kernels for more, per call;
+ *   "narrow"  the single-row kernel applied row by row.
+ * A non-canonical family (a faster recipe, or a test family) may be registered; it
+ * is used only where a call's kernel context selects it, and rows that need parity
+ * run the context's parity family (canonical unless the probe certified otherwise).
+ * There is no process-wide selection. */
+typedef struct ls_wmat ls_wmat;
+typedef struct {
+    const char *name;
+    bool canonical;
+    /* y[m*N + n] for m < M, n in [n0, n1): x is M x K floats.  Called from pool threads
+     * with disjoint column ranges.  NULL for the built-in canonical families. */
+    void (*run)(const ls_wmat *w, const float *x, int64_t M, float *y, int64_t n0, int64_t n1);
+} ls_mm_family;
+#define LS_MM_FAMILIES_MAX 8
+/* Registers a family (the struct must outlive its use); returns its id, or -1 when
+ * the registry is full or the name is taken. */
+int ls_mm_family_register(const ls_mm_family *f);
+/* Id of a family by name ("wide", "narrow", or a registered one), or -1. */
+int ls_mm_family_find(const char *name);
+const ls_mm_family *ls_mm_family_get(int id);
+/* Rows each family has computed so far (for tests and /metrics). */
+uint64_t ls_mm_family_rows(int id);
+#define LS_MM_WIDE 0
+#define LS_MM_NARROW 1
+
 /* ---- execution context: what one call runs with ------------------------- */
 typedef struct {
     ls_isa isa;
@@ -42,18 +72,21 @@ typedef struct {
     bool narrow;        /* run every matmul row through the single-row (M = 1) kernel:
                          * the same bits, at the cost of re-reading W per row (the
                          * "narrow pin" other engines use; here only for benchmarks) */
+    int fam;            /* family for rows that do not need parity (0 = wide) */
+    int fam_parity;     /* family for rows that need parity (0 = wide) */
 } ls_kctx;
 
 /* ---- weight matrices ------------------------------------------------------ */
 /* W is N rows of K elements in ggml layout (row n at data + n*row_bytes).
  * Creation may repack into a kernel-friendly layout (owned by the ls_wmat);
- * otherwise it points into `data`, which must outlive it. */
-typedef struct ls_wmat ls_wmat;
+ * `data` must outlive it either way. */
 ls_wmat *ls_wmat_create(uint32_t type, int64_t N, int64_t K, const void *data, ls_err *err);
 void ls_wmat_free(ls_wmat *w);
 bool ls_matmul_type_supported(uint32_t type);
 int64_t ls_wmat_rows(const ls_wmat *w);
 int64_t ls_wmat_cols(const ls_wmat *w);
+uint32_t ls_wmat_type(const ls_wmat *w);
+const void *ls_wmat_src_row(const ls_wmat *w, int64_t n); /* row n in ggml layout */
 
 /* Scratch needed by ls_matmul for up to M rows of K columns (any supported type). */
 size_t ls_matmul_scratch_bytes(int64_t M, int64_t K);
@@ -70,6 +103,10 @@ void ls_matmul(const ls_kctx *kc, const ls_wmat *w, const float *x, int64_t M, f
 #define LS_MATMUL_MULTI_MAX 4
 void ls_matmul_multi(const ls_kctx *kc, int n, const ls_wmat *const *w, const float *x, int64_t M,
                      float *const *y);
+/* The same with each row's parity need: row m runs kc->fam_parity when need[m] is
+ * nonzero (or need is NULL), else kc->fam. */
+void ls_matmul_multi_rows(const ls_kctx *kc, int n, const ls_wmat *const *w, const float *x, int64_t M,
+                          float *const *y, const uint8_t *need);
 
 /* ---- per-row operations (each row independent of the others in the call) -- */
 /* out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i]   for M rows of n  */

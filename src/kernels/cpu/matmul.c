@@ -56,9 +56,50 @@ void ls_quantize_x_row(const float *x, int64_t K, void *row_out) {
     }
 }
 
+/* ---- the family registry --------------------------------------------------- */
+#include <pthread.h>
+#include <string.h>
+
+static const ls_mm_family ls_fam_wide = {"wide", true, NULL}, ls_fam_narrow = {"narrow", true, NULL};
+static const ls_mm_family *ls_fams[LS_MM_FAMILIES_MAX] = {&ls_fam_wide, &ls_fam_narrow};
+static int ls_n_fams = 2;
+static uint64_t ls_fam_rows[LS_MM_FAMILIES_MAX];
+static pthread_mutex_t ls_fam_mu = PTHREAD_MUTEX_INITIALIZER;
+
+int ls_mm_family_register(const ls_mm_family *f) {
+    if (!f || !f->name || !f->run) return -1;
+    pthread_mutex_lock(&ls_fam_mu);
+    int id = -1;
+    bool taken = false;
+    for (int i = 0; i < ls_n_fams; i++) taken = taken || !strcmp(ls_fams[i]->name, f->name);
+    if (!taken && ls_n_fams < LS_MM_FAMILIES_MAX) {
+        id = ls_n_fams;
+        ls_fams[id] = f;
+        __atomic_store_n(&ls_n_fams, id + 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&ls_fam_mu);
+    return id;
+}
+
+int ls_mm_family_find(const char *name) {
+    int n = __atomic_load_n(&ls_n_fams, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < n; i++)
+        if (!strcmp(ls_fams[i]->name, name)) return i;
+    return -1;
+}
+
+const ls_mm_family *ls_mm_family_get(int id) {
+    return id >= 0 && id < __atomic_load_n(&ls_n_fams, __ATOMIC_ACQUIRE) ? ls_fams[id] : NULL;
+}
+
+uint64_t ls_mm_family_rows(int id) {
+    return id >= 0 && id < LS_MM_FAMILIES_MAX ? __atomic_load_n(&ls_fam_rows[id], __ATOMIC_RELAXED) : 0;
+}
+
 typedef struct {
     const ls_kctx *kc;
     const ls_kvtab *vt;
+    int fam;                        /* family of this call's rows */
     int n;                          /* matrices sharing x */
     ls_mm_job job[LS_MATMUL_MULTI_MAX];
     const float *x;
@@ -82,7 +123,11 @@ static void ls_mm_task(void *arg, int ith, int nth) {
         int64_t per = ((N + nth - 1) / nth + 15) & ~(int64_t)15;
         int64_t n0 = per * ith, n1 = n0 + per < N ? n0 + per : N;
         if (n0 >= n1) continue;
-        if (!c->kc->narrow || c->job[i].M == 1) {
+        if (c->fam >= 2) { /* a registered family */
+            ls_fams[c->fam]->run(c->job[i].w, c->job[i].x, c->job[i].M, c->job[i].y, n0, n1);
+            continue;
+        }
+        if (!(c->kc->narrow || c->fam == LS_MM_NARROW) || c->job[i].M == 1) {
             c->vt->matmul(&c->job[i], n0, n1);
             continue;
         }
@@ -100,8 +145,23 @@ static void ls_mm_task(void *arg, int ith, int nth) {
     }
 }
 
-void ls_matmul_multi(const ls_kctx *kc, int n, const ls_wmat *const *w, const float *x, int64_t M,
-                     float *const *y) {
+/* Rows [m0, m1) of a call, all with family fam; the quantized rows are at xq. */
+static void ls_mm_run_rows(ls_mm_call *c, int fam, int64_t m0, int64_t m1, const float *x, float *const *y) {
+    ls_mm_call r = *c;
+    r.fam = fam;
+    for (int i = 0; i < r.n; i++) {
+        int64_t K = r.job[i].w->K, N = r.job[i].w->N;
+        r.job[i].M = m1 - m0;
+        r.job[i].x = x + m0 * K;
+        r.job[i].y = y[i] + m0 * N;
+        if (c->job[i].xq) r.job[i].xq = (const uint8_t *)c->job[i].xq + (size_t)m0 * ls_xq_row_bytes(K);
+    }
+    ls_pool_run(r.kc->pool, ls_mm_task, &r);
+    __atomic_fetch_add(&ls_fam_rows[fam], (uint64_t)(m1 - m0), __ATOMIC_RELAXED);
+}
+
+void ls_matmul_multi_rows(const ls_kctx *kc, int n, const ls_wmat *const *w, const float *x, int64_t M,
+                          float *const *y, const uint8_t *need) {
     LS_ASSERT(kc && w && x && y && M >= 0 && n >= 1 && n <= LS_MATMUL_MULTI_MAX);
     if (M == 0) return;
     ls_mm_call c;
@@ -110,7 +170,11 @@ void ls_matmul_multi(const ls_kctx *kc, int n, const ls_wmat *const *w, const fl
     c.n = n;
     c.x = x;
     c.scratch = NULL;
-    bool quant = false;
+    c.fam = 0;
+    const int fp = ls_mm_family_get(kc->fam_parity) ? kc->fam_parity : LS_MM_WIDE;
+    const int ff = ls_mm_family_get(kc->fam) ? kc->fam : LS_MM_WIDE;
+    bool quant = false, builtin = false;
+    for (int64_t m = 0; m < M; m++) builtin = builtin || (need && !need[m] ? ff : fp) < 2;
     for (int i = 0; i < n; i++) {
         LS_ASSERT(w[i] && y[i] && w[i]->K == w[0]->K);
         c.job[i].w = w[i];
@@ -120,7 +184,7 @@ void ls_matmul_multi(const ls_kctx *kc, int n, const ls_wmat *const *w, const fl
         c.job[i].y = y[i];
         quant = quant || w[i]->st != LS_ST_FLOAT;
     }
-    if (quant) {
+    if (quant && builtin) { /* the canonical families read quantized activations */
         LS_ASSERT(kc->scratch && kc->scratch_bytes >= ls_matmul_scratch_bytes(M, w[0]->K));
         c.scratch = (void *)(((uintptr_t)kc->scratch + 63) & ~(uintptr_t)63);
         for (int i = 0; i < n; i++) c.job[i].xq = c.scratch;
@@ -129,7 +193,19 @@ void ls_matmul_multi(const ls_kctx *kc, int n, const ls_wmat *const *w, const fl
         else
             ls_mm_quant_task(&c, 0, 1);
     }
-    ls_pool_run(kc->pool, ls_mm_task, &c);
+    /* Runs of consecutive rows with the same family, each one dispatch. */
+    for (int64_t m0 = 0; m0 < M;) {
+        int f = need && !need[m0] ? ff : fp;
+        int64_t m1 = m0 + 1;
+        while (m1 < M && (need && !need[m1] ? ff : fp) == f) m1++;
+        ls_mm_run_rows(&c, f, m0, m1, x, y);
+        m0 = m1;
+    }
+}
+
+void ls_matmul_multi(const ls_kctx *kc, int n, const ls_wmat *const *w, const float *x, int64_t M,
+                     float *const *y) {
+    ls_matmul_multi_rows(kc, n, w, x, M, y, NULL);
 }
 
 void ls_matmul(const ls_kctx *kc, const ls_wmat *w, const float *x, int64_t M, float *y) {

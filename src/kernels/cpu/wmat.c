@@ -228,6 +228,10 @@ ls_wmat *ls_wmat_create(uint32_t type, int64_t N, int64_t K, const void *data, l
     w->N = N;
     w->K = K;
     w->st = st;
+    w->src = data;
+    uint64_t rb = 0;
+    (void)ls_type_nbytes(type, (uint64_t)K, &rb, NULL); /* K was checked above */
+    w->src_row_bytes = (size_t)rb;
     if (st == LS_ST_FLOAT) {
         w->row_bytes = (size_t)K * (type == LS_TYPE_F32 ? 4 : 2);
         w->data = data;
@@ -299,4 +303,6 @@ void ls_wmat_free(ls_wmat *w) {
 }
 
 int64_t ls_wmat_rows(const ls_wmat *w) { return w->N; }
+uint32_t ls_wmat_type(const ls_wmat *w) { return w->type; }
+const void *ls_wmat_src_row(const ls_wmat *w, int64_t n) { return w->src + (size_t)n * w->src_row_bytes; }
 int64_t ls_wmat_cols(const ls_wmat *w) { return w->K; }
