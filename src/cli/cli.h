@@ -13,6 +13,9 @@ int cli_info(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_bench_batch(int argc, char **argv);
+int cli_probe(int argc, char **argv);
+/* --kernels NAME -> families for rows without / with a parity need; prints and returns LS_EXIT_USAGE on error. */
+int cli_kernels_families(const char *cmd, const char *name, int *fam, int *fam_parity);
 
 /* Strict numeric flag parsing: the whole string must be a number in range.
  * On failure prints "lockstep CMD: invalid value 'S' for FLAG (...)" and returns false. */

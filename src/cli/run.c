@@ -10,6 +10,7 @@
 #include "engine/generate.h"
 #include "engine/probe.h"
 #include "model/model.h"
+#include "engine/spec_probe.h"
 #include "spec/spec.h"
 
 static const char *run_help =
@@ -35,7 +36,8 @@ static const char *run_help =
     "      --draft-model PATH  the draft model for --spec draft (same vocabulary)\n"
     "      --draft-layers L    --spec layerskip drafts with the first L layers (default half)\n"
     "      --ngram-min N, --ngram-max N   n-gram sizes for --spec ngram (default 2, 4)\n"
-    "      --no-probe          skip the startup parity probe\n"
+    "      --allow-inexact     speculate even if the exactness probe declines\n"
+    "      --no-probe          skip the startup parity probe (and the speculation probe)\n"
     "      --json              print one JSON object instead of streaming text\n"
     "  -h, --help              this help\n"
     "\n"
@@ -60,11 +62,11 @@ int cli_run(int argc, char **argv) {
     long long n_predict = 256, top_k = 40, threads = 0, ctx_size = 0;
     double temp = 0.8, top_p = 0.95;
     uint64_t seed = 0;
-    bool json = false, probe = true;
+    bool json = false, probe = true, allow_inexact = false;
     const char *spec_name = "off", *draft_path = NULL;
     long long draft_max = 8, draft_min = 1, draft_layers = 0, ngram_min = 2, ngram_max = 4;
     enum { O_CHAT = 256, O_SYSTEM, O_TEMP, O_TOPK, O_TOPP, O_SEED, O_JSON, O_TMPL, O_NOPROBE, O_SPEC, O_DMAX, O_DMIN,
-           O_DMODEL, O_DLAYERS, O_NGMIN, O_NGMAX };
+           O_DMODEL, O_DLAYERS, O_NGMIN, O_NGMAX, O_INEXACT };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},   {"prompt", required_argument, 0, 'p'},
         {"chat", required_argument, 0, O_CHAT}, {"system", required_argument, 0, O_SYSTEM},
@@ -76,7 +78,7 @@ int cli_run(int argc, char **argv) {
         {"spec", required_argument, 0, O_SPEC}, {"draft-max", required_argument, 0, O_DMAX},
         {"draft-min", required_argument, 0, O_DMIN}, {"draft-model", required_argument, 0, O_DMODEL},
         {"draft-layers", required_argument, 0, O_DLAYERS}, {"ngram-min", required_argument, 0, O_NGMIN},
-        {"ngram-max", required_argument, 0, O_NGMAX},
+        {"ngram-max", required_argument, 0, O_NGMAX}, {"allow-inexact", no_argument, 0, O_INEXACT},
         {"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
     };
     optind = 1;
@@ -99,6 +101,7 @@ int cli_run(int argc, char **argv) {
         case O_JSON: json = true; break;
         case O_NOPROBE: probe = false; break;
         case O_SPEC: spec_name = optarg; break;
+        case O_INEXACT: allow_inexact = true; break;
         case O_DMAX: if (!cli_parse_int(cmd, "--draft-max", optarg, 1, 64, &draft_max)) return LS_EXIT_USAGE; break;
         case O_DMIN: if (!cli_parse_int(cmd, "--draft-min", optarg, 0, 64, &draft_min)) return LS_EXIT_USAGE; break;
         case O_DMODEL: draft_path = optarg; break;
@@ -204,6 +207,8 @@ int cli_run(int argc, char **argv) {
         goto out;
     }
     stream_state ss = {.json = json};
+    ls_spec_gate gate = {.probe = probe, .allow_inexact = allow_inexact, .model_path = model_path,
+                         .memo_dir = ls_probe_memo_dir()};
     ls_gen_params gp = {
         .sampler = {.temperature = (float)temp, .top_k = (int32_t)top_k, .top_p = (float)top_p, .seed = seed},
         .n_predict = (int32_t)n_predict,
@@ -212,8 +217,8 @@ int cli_run(int argc, char **argv) {
     };
     ls_status gst = spp.kind == LS_SPEC_OFF
                         ? ls_generate(ctx, toks, (int32_t)n_tok, &gp, &res, &err)
-                        : ls_generate_spec(m, &spp, (int)threads, ls_ctx_n_ctx(ctx), toks, (int32_t)n_tok, &gp, &res,
-                                           &sst, &err);
+                        : ls_generate_spec(m, &spp, &gate, (int)threads, ls_ctx_n_ctx(ctx), toks, (int32_t)n_tok, &gp,
+                                           &res, &sst, &err);
     if (gst) {
         fprintf(stderr, "lockstep run: %s\n", err.msg);
         rc = err.code == LS_E_RANGE || err.code == LS_E_INVALID ? LS_EXIT_USAGE : 1;
@@ -238,6 +243,8 @@ int cli_run(int argc, char **argv) {
         cJSON_AddStringToObject(o, "isa", ls_isa_name(ls_ctx_isa(ctx)));
         cJSON_AddNumberToObject(o, "threads", (double)threads);
         cJSON_AddStringToObject(o, "spec", ls_spec_kind_name(spp.kind));
+        cJSON_AddStringToObject(o, "spec_probe", !sst.probed ? "skipped" : ls_verdict_name((ls_verdict)sst.verdict));
+        cJSON_AddBoolToObject(o, "spec_declined", sst.declined);
         cJSON_AddNumberToObject(o, "draft_n", sst.n_drafted);
         cJSON_AddNumberToObject(o, "draft_accepted", sst.n_accepted);
         /* tokens emitted per target decode step: 1 + the drafts accepted in it */
@@ -253,6 +260,10 @@ int cli_run(int argc, char **argv) {
                         "%s, %lld threads | finish: %s]\n",
                 (int)n_tok, res.n_gen, res.prefill_ms, res.prefill_ms > 0 ? n_tok / (res.prefill_ms / 1e3) : 0.0,
                 tok_s, ls_isa_name(ls_ctx_isa(ctx)), threads, ls_finish_name(res.finish));
+        if (sst.probed)
+            fprintf(stderr, "[speculation probe: %s%s (%.0f ms)%s%s]\n", ls_verdict_name((ls_verdict)sst.verdict),
+                    sst.probe_memo ? ", memoized" : "", sst.probe_ms, sst.declined ? " - speculation declined: " : "",
+                    sst.declined ? sst.probe_detail : "");
         if (spp.kind != LS_SPEC_OFF)
             fprintf(stderr, "[spec %s: %d drafted, %d accepted (%.0f %%), %.2f tokens per target step]\n",
                     ls_spec_kind_name(spp.kind), sst.n_drafted, sst.n_accepted,

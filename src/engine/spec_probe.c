@@ -158,3 +158,127 @@ done:
     out->ms = ls_now_ms() - t0;
     return st;
 }
+
+/* ---- memoization ------------------------------------------------------------- */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <openssl/evp.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static bool sha256_file(const char *path, char hex[65]) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return false;
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    unsigned char buf[1 << 16], md[32];
+    unsigned int n = 0;
+    bool ok = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+    size_t r;
+    while (ok && (r = fread(buf, 1, sizeof buf, fp)) > 0) ok = EVP_DigestUpdate(ctx, buf, r);
+    ok = ok && !ferror(fp) && EVP_DigestFinal_ex(ctx, md, &n) && n == 32;
+    EVP_MD_CTX_free(ctx);
+    fclose(fp);
+    for (unsigned i = 0; ok && i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", md[i]);
+    return ok;
+}
+
+static void sha256_str(const char *s, char hex[65]) {
+    unsigned char md[32];
+    unsigned int n = 0;
+    EVP_Digest(s, strlen(s), md, &n, EVP_sha256(), NULL);
+    for (unsigned i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", md[i]);
+}
+
+const char *ls_probe_memo_dir(void) {
+    static char buf[4096];
+    const char *d = getenv("LOCKSTEP_CACHE");
+    if (d && *d) return d;
+    const char *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
+    if (x && *x) snprintf(buf, sizeof buf, "%s/lockstep", x);
+    else if (h && *h) snprintf(buf, sizeof buf, "%s/.cache/lockstep", h);
+    else return NULL;
+    return buf;
+}
+
+static void mkdirs(const char *dir) {
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s", dir);
+    for (char *p = tmp + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            mkdir(tmp, 0755);
+            *p = '/';
+        }
+    mkdir(tmp, 0755);
+}
+
+ls_status ls_spec_probe_cached(const ls_model *m, const char *model_path, const char *memo_dir, const char *config,
+                               ls_fwd *f, int32_t draft_max, int draws, ls_spec_probe_result *out, bool *from_memo,
+                               ls_err *err) {
+    *from_memo = false;
+    const double t0 = ls_now_ms();
+    char path[4200] = "";
+    char msha[65], esha[65], key[65], desc[1024];
+    if (memo_dir && model_path && sha256_file(model_path, msha) && sha256_file("/proc/self/exe", esha)) {
+        const ls_mm_family *ff = ls_mm_family_get(ls_fwd_family(f)), *fp = ls_mm_family_get(ls_fwd_parity_family(f));
+        snprintf(desc, sizeof desc, "model=%s exe=%s isa=%s threads=%d fam=%s fam_parity=%s K=%d draws=%d %s", msha,
+                 esha, ls_isa_name(ls_fwd_isa(f)), ls_fwd_n_threads(f), ff ? ff->name : "?", fp ? fp->name : "?",
+                 draft_max, draws < 3 ? 3 : draws, config ? config : "");
+        sha256_str(desc, key);
+        snprintf(path, sizeof path, "%s/probe-%.32s.json", memo_dir, key);
+        FILE *fh = fopen(path, "rb");
+        if (fh) {
+            char text[4096];
+            size_t n = fread(text, 1, sizeof text - 1, fh);
+            fclose(fh);
+            text[n] = 0;
+            cJSON *j = cJSON_Parse(text);
+            const cJSON *v = cJSON_GetObjectItem(j, "verdict"), *fa = cJSON_GetObjectItem(j, "fam_parity_after");
+            const cJSON *d = cJSON_GetObjectItem(j, "desc");
+            if (cJSON_IsNumber(v) && cJSON_IsNumber(fa) && cJSON_IsString(d) && !strcmp(d->valuestring, desc) &&
+                ls_mm_family_get(fa->valueint)) {
+                memset(out, 0, sizeof *out);
+                out->verdict = (ls_verdict)v->valueint;
+                out->fam_parity_before = ls_fwd_parity_family(f);
+                out->fam_parity_after = fa->valueint;
+                out->fam_free = ls_fwd_family(f);
+                out->block_vs_chain = cJSON_IsTrue(cJSON_GetObjectItem(j, "block_vs_chain"));
+                out->batch_mix = cJSON_IsTrue(cJSON_GetObjectItem(j, "batch_mix"));
+                out->chunked_prefill = cJSON_IsTrue(cJSON_GetObjectItem(j, "chunked_prefill"));
+                out->draws = cJSON_GetObjectItem(j, "draws") ? cJSON_GetObjectItem(j, "draws")->valueint : 0;
+                const cJSON *det = cJSON_GetObjectItem(j, "detail");
+                if (cJSON_IsString(det)) snprintf(out->detail, sizeof out->detail, "%s", det->valuestring);
+                ls_fwd_set_parity_family(f, out->fam_parity_after);
+                *from_memo = true;
+                out->ms = ls_now_ms() - t0; /* the model and binary hashes, mostly */
+                cJSON_Delete(j);
+                return LS_OK;
+            }
+            cJSON_Delete(j); /* stale or foreign: probe again and overwrite */
+        }
+    }
+    ls_status st = ls_spec_probe(m, f, draft_max, draws, 0x5EEDull, out, err);
+    if (st || !path[0]) return st;
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "desc", desc);
+    cJSON_AddNumberToObject(j, "verdict", out->verdict);
+    cJSON_AddNumberToObject(j, "fam_parity_after", out->fam_parity_after);
+    cJSON_AddBoolToObject(j, "block_vs_chain", out->block_vs_chain);
+    cJSON_AddBoolToObject(j, "batch_mix", out->batch_mix);
+    cJSON_AddBoolToObject(j, "chunked_prefill", out->chunked_prefill);
+    cJSON_AddNumberToObject(j, "draws", out->draws);
+    cJSON_AddStringToObject(j, "detail", out->detail);
+    char *text = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    mkdirs(memo_dir);
+    char tmp[4300];
+    snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
+    FILE *fh = text ? fopen(tmp, "wb") : NULL;
+    if (fh) { /* write-then-rename: a reader never sees half a file */
+        bool ok = fputs(text, fh) >= 0;
+        ok = fclose(fh) == 0 && ok;
+        if (!ok || rename(tmp, path) != 0) remove(tmp);
+    }
+    free(text);
+    return LS_OK; /* a memo that cannot be written is only a slower next start */
+}

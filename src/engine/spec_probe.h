@@ -40,4 +40,14 @@ typedef struct {
 ls_status ls_spec_probe(const ls_model *m, ls_fwd *f, int32_t draft_max, int draws, uint64_t seed,
                         ls_spec_probe_result *out, ls_err *err);
 
+/* The probe, memoized per (model sha256, lockstep binary, configuration) in
+ * memo_dir/probe-<key>.json (memo_dir NULL: no disk memo).  On a hit the recorded
+ * result is applied (its parity family is set on f) without running the forward.
+ * config: what else defines the configuration (drafter, ...). */
+ls_status ls_spec_probe_cached(const ls_model *m, const char *model_path, const char *memo_dir, const char *config,
+                               ls_fwd *f, int32_t draft_max, int draws, ls_spec_probe_result *out, bool *from_memo,
+                               ls_err *err);
+/* $LOCKSTEP_CACHE, else $XDG_CACHE_HOME/lockstep, else $HOME/.cache/lockstep (static buffer), or NULL. */
+const char *ls_probe_memo_dir(void);
+
 #endif

@@ -2,6 +2,7 @@
  * length they share (see spec.h). */
 #include "spec/spec.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -299,6 +300,7 @@ int32_t ls_drafter_draft(void *ud, const int32_t *hist, int32_t n_hist, int32_t 
 
 /* ---- single-stream speculative generation ------------------------------------ */
 #include "engine/engine.h"
+#include "engine/spec_probe.h"
 
 typedef struct {
     const ls_gen_params *gp;
@@ -343,9 +345,9 @@ static void spec_event(void *ud, const ls_event *ev) {
     }
 }
 
-ls_status ls_generate_spec(const ls_model *m, const ls_spec_params *sp, int n_threads, int32_t n_ctx,
-                           const int32_t *prompt, int32_t n_prompt, const ls_gen_params *gp, ls_gen_result *res,
-                           ls_spec_stats *st, ls_err *err) {
+ls_status ls_generate_spec(const ls_model *m, const ls_spec_params *sp, const ls_spec_gate *gate, int n_threads,
+                           int32_t n_ctx, const int32_t *prompt, int32_t n_prompt, const ls_gen_params *gp,
+                           ls_gen_result *res, ls_spec_stats *st, ls_err *err) {
     memset(res, 0, sizeof *res);
     memset(st, 0, sizeof *st);
     ls_status s = ls_sampler_params_check(&gp->sampler, err);
@@ -365,6 +367,24 @@ ls_status ls_generate_spec(const ls_model *m, const ls_spec_params *sp, int n_th
                            .draft_max = p.kind == LS_SPEC_OFF ? 0 : p.draft_max, .no_prefix_cache = true};
     ls_engine *e = ls_engine_create(m, ep, err);
     if (!e) return err->code;
+    if (p.kind != LS_SPEC_OFF && gate && gate->probe) { /* the exactness gate, on the engine's own forward */
+        ls_spec_probe_result pr;
+        char cfg[64];
+        snprintf(cfg, sizeof cfg, "spec=%s", ls_spec_kind_name(p.kind));
+        if ((s = ls_spec_probe_cached(m, gate->model_path, gate->memo_dir, cfg, ls_engine_fwd(e), p.draft_max, 3, &pr,
+                                      &st->probe_memo, err))) {
+            ls_engine_free(e);
+            return s;
+        }
+        st->probed = true;
+        st->verdict = (int)pr.verdict;
+        st->probe_ms = pr.ms;
+        snprintf(st->probe_detail, sizeof st->probe_detail, "%s", pr.detail);
+        if (pr.verdict == LS_VERDICT_DECLINED && !gate->allow_inexact) {
+            st->declined = true;
+            p.kind = LS_SPEC_OFF; /* fail closed: plain decoding */
+        }
+    }
     ls_drafter *d = NULL;
     if (p.kind != LS_SPEC_OFF && !(d = ls_drafter_create(m, &p, &gp->sampler, err))) {
         ls_engine_free(e);

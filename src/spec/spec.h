@@ -62,16 +62,26 @@ int32_t ls_drafter_draft(void *ud, const int32_t *hist, int32_t n_hist, int32_t 
 #include "engine/generate.h"
 
 typedef struct {
+    bool probe;          /* run the exactness probe before enabling speculation */
+    bool allow_inexact;  /* keep speculating even if the probe declines */
+    const char *model_path, *memo_dir; /* for the probe's memo (memo_dir NULL: none) */
+} ls_spec_gate;
+
+typedef struct {
     int32_t n_drafted;   /* draft tokens proposed and verified */
     int32_t n_accepted;  /* of which accepted */
     int32_t n_steps;     /* engine steps (forward passes of the target) after the prefill */
+    bool probed, probe_memo, declined; /* declined: the probe failed, speculation was turned off */
+    int verdict;         /* ls_verdict, when probed */
+    double probe_ms;
+    char probe_detail[256];
 } ls_spec_stats;
 
 /* ls_generate's contract through the batched engine with a drafter (kind OFF: no
  * drafts): the same tokens as ls_generate for the same sampler, whatever the drafter.
  * res->n_decode counts tokens after the first (tokens per second, not forwards). */
-ls_status ls_generate_spec(const ls_model *m, const ls_spec_params *sp, int n_threads, int32_t n_ctx,
-                           const int32_t *prompt, int32_t n_prompt, const ls_gen_params *gp, ls_gen_result *res,
-                           ls_spec_stats *st, ls_err *err);
+ls_status ls_generate_spec(const ls_model *m, const ls_spec_params *sp, const ls_spec_gate *gate, int n_threads,
+                           int32_t n_ctx, const int32_t *prompt, int32_t n_prompt, const ls_gen_params *gp,
+                           ls_gen_result *res, ls_spec_stats *st, ls_err *err);
 
 #endif
