@@ -21,6 +21,7 @@
 static const char *bench_help =
     "usage: lockstep bench kernels [-m MODEL] [-t THREADS] [--reps N] [--json]\n"
     "       lockstep bench batch --help   (batched decode, narrow-pin tax, prefix-cache TTFT)\n"
+    "       lockstep bench spec --help    (speculative decoding per drafter)\n"
     "\n"
     "  -m, --model PATH   model whose matrix shapes are measured (default " LS_DEFAULT_MODEL ")\n"
     "  -t, --threads N    threads (default: online CPUs)\n"
@@ -90,8 +91,9 @@ int cli_bench(int argc, char **argv) {
         return argc < 2 ? LS_EXIT_USAGE : 0;
     }
     if (!strcmp(argv[1], "batch")) return cli_bench_batch(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "spec")) return cli_bench_spec(argc - 1, argv + 1);
     if (strcmp(argv[1], "kernels") != 0)
-        return cli_usage_error(cmd, "unknown suite '%s' (available: kernels, batch)", argv[1]);
+        return cli_usage_error(cmd, "unknown suite '%s' (available: kernels, batch, spec)", argv[1]);
     argc--;
     argv++;
     const char *model_path = LS_DEFAULT_MODEL;

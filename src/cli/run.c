@@ -248,7 +248,7 @@ int cli_run(int argc, char **argv) {
         cJSON_AddNumberToObject(o, "draft_n", sst.n_drafted);
         cJSON_AddNumberToObject(o, "draft_accepted", sst.n_accepted);
         /* tokens emitted per target decode step: 1 + the drafts accepted in it */
-        cJSON_AddNumberToObject(o, "mean_accepted_len", sst.n_steps ? (double)res.n_gen / sst.n_steps : 1.0);
+        cJSON_AddNumberToObject(o, "mean_accepted_len", sst.n_steps ? (double)(res.n_gen - 1 + (res.finish == LS_FINISH_STOP)) / sst.n_steps : 1.0);
         char *s = cJSON_PrintUnformatted(o);
         if (s) puts(s);
         free(s);
@@ -268,7 +268,7 @@ int cli_run(int argc, char **argv) {
             fprintf(stderr, "[spec %s: %d drafted, %d accepted (%.0f %%), %.2f tokens per target step]\n",
                     ls_spec_kind_name(spp.kind), sst.n_drafted, sst.n_accepted,
                     sst.n_drafted ? 100.0 * sst.n_accepted / sst.n_drafted : 0.0,
-                    sst.n_steps ? (double)res.n_gen / sst.n_steps : 1.0);
+                    sst.n_steps ? (double)(res.n_gen - 1 + (res.finish == LS_FINISH_STOP)) / sst.n_steps : 1.0);
     }
     if (probe) {
         if (pr.ok)

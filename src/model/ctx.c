@@ -34,7 +34,7 @@ ls_ctx *ls_ctx_create(const ls_model *m, ls_ctx_params p, ls_err *err) {
     }
     c->n_batch = p.n_batch ? p.n_batch : 512;
     ls_fwd_params fp = {.n_rows = c->n_batch, .n_ctx = c->n_ctx, .n_threads = p.n_threads, .isa = p.isa,
-                        .layers = p.layers, .n_layers = p.n_layers};
+                        .layers = p.layers, .n_layers = p.n_layers, .pool = p.pool};
     c->fwd = ls_fwd_create(m, fp, err);
     if (!c->fwd) goto fail;
     int32_t nb = (c->n_ctx + LS_KV_BLOCK - 1) / LS_KV_BLOCK;

@@ -152,9 +152,14 @@ ls_fwd *ls_fwd_create(const ls_model *m, ls_fwd_params p, ls_err *err) {
     }
     f->kc.fam = p.fam;
     f->kc.fam_parity = p.fam_parity;
-    f->pool = ls_pool_create(n_threads, err);
-    if (!f->pool) goto fail;
-    f->kc.pool = f->pool;
+    if (p.pool) {
+        f->kc.pool = p.pool; /* borrowed: not freed here */
+        n_threads = ls_pool_size(p.pool);
+    } else {
+        f->pool = ls_pool_create(n_threads, err);
+        if (!f->pool) goto fail;
+        f->kc.pool = f->pool;
+    }
     ls_rope_params rp = m->rope_params;
     rp.n_ctx = p.n_ctx;
     f->rope = ls_rope_create(rp, err);
@@ -213,7 +218,8 @@ int ls_fwd_parity_family(const ls_fwd *f) { return f->kc.fam_parity; }
 int ls_fwd_family(const ls_fwd *f) { return f->kc.fam; }
 int32_t ls_fwd_n_rows(const ls_fwd *f) { return f->n_rows; }
 int32_t ls_fwd_n_ctx(const ls_fwd *f) { return f->n_ctx; }
-int ls_fwd_n_threads(const ls_fwd *f) { return ls_pool_size(f->pool); }
+int ls_fwd_n_threads(const ls_fwd *f) { return ls_pool_size(f->kc.pool); }
+ls_pool *ls_fwd_pool(ls_fwd *f) { return f->kc.pool; }
 
 static void add_rows(float *x, const float *y, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] += y[i];

@@ -88,6 +88,7 @@ typedef struct {
     const int32_t *layers; /* run only these layers, in this order (self-speculation); NULL = all */
     int32_t n_layers;
     int32_t fam, fam_parity; /* matmul families (kernels.h) for rows without / with a parity need */
+    ls_pool *pool;         /* borrowed thread pool (n_threads ignored), or NULL: create one */
 } ls_fwd_params;
 ls_fwd *ls_fwd_create(const ls_model *m, ls_fwd_params p, ls_err *err);
 void ls_fwd_free(ls_fwd *f);
@@ -97,6 +98,7 @@ void ls_fwd_set_parity_family(ls_fwd *f, int fam);
 int ls_fwd_parity_family(const ls_fwd *f);
 int ls_fwd_family(const ls_fwd *f);
 int32_t ls_fwd_n_rows(const ls_fwd *f);
+ls_pool *ls_fwd_pool(ls_fwd *f);
 int32_t ls_fwd_n_ctx(const ls_fwd *f);
 int ls_fwd_n_threads(const ls_fwd *f);
 
@@ -121,6 +123,7 @@ typedef struct {
     int32_t isa;       /* -1 = from LOCKSTEP_ISA or the best the CPU has; else an ls_isa */
     const int32_t *layers; /* run only these layers (a layer-skip draft); NULL = all */
     int32_t n_layers;
+    ls_pool *pool;         /* borrowed thread pool (a drafter shares its engine's), or NULL */
 } ls_ctx_params;
 
 ls_ctx *ls_ctx_create(const ls_model *m, ls_ctx_params p, ls_err *err);

@@ -3,6 +3,7 @@
 #include "spec/spec.h"
 
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -139,13 +140,17 @@ struct ls_drafter {
     float *logits;
     void *sscratch;
     int32_t n_vocab;
-    /* adaptation */
-    int32_t cur;             /* current draft length */
+    /* adaptation: a cost model of one decode step */
     int32_t *prop;           /* the last proposal */
     int32_t n_prop, prop_at; /* its length and the history length it followed */
-    float rate;              /* running acceptance rate */
-    int32_t pause, pause_len;
+    double acc_s, acc_t;     /* decayed counts of accepted draft tokens and of trials */
+    double draft_cost;       /* one draft token's cost, in target single-row forwards */
+    int32_t idle, explore;   /* calls since the last draft; draft anyway after `explore` */
 };
+
+/* Extra cost of each additional row of a verify block, relative to a single-row
+ * decode step (measured with `lockstep bench batch`: 8 rows cost ~3.1x one row). */
+#define LS_SPEC_ROW_COST 0.3
 
 void ls_drafter_free(ls_drafter *d) {
     if (!d) return;
@@ -172,14 +177,15 @@ ls_drafter *ls_drafter_create(const ls_model *target, const ls_spec_params *p, c
     d->p = *p;
     d->p.layers = NULL; /* copied into the context below */
     d->sp = *sp;
-    d->cur = p->draft_max;
-    d->rate = 1.0f;
+    d->acc_s = 2.0; /* prior: 2 of 3 drafted tokens accepted */
+    d->acc_t = 3.0;
+    d->explore = 8;
     d->prop = malloc((size_t)p->draft_max * sizeof *d->prop);
     if (!d->prop) goto nomem;
     if (p->kind == LS_SPEC_DRAFT || p->kind == LS_SPEC_LAYERSKIP) {
         const ls_model *m = p->kind == LS_SPEC_DRAFT ? p->draft_model : target;
         int32_t first[1024];
-        ls_ctx_params cp = {.n_ctx = p->n_ctx, .n_batch = 512, .n_threads = p->n_threads, .isa = -1};
+        ls_ctx_params cp = {.n_ctx = p->n_ctx, .n_batch = 512, .n_threads = p->n_threads, .isa = -1, .pool = p->pool};
         if (p->kind == LS_SPEC_LAYERSKIP) {
             int32_t L = p->skip_first ? p->skip_first : (int32_t)ls_model_hparams(target)->n_layer / 2;
             if (p->layers) {
@@ -193,6 +199,10 @@ ls_drafter *ls_drafter_create(const ls_model *target, const ls_spec_params *p, c
             }
         }
         if (!(d->ctx = ls_ctx_create(m, cp, err))) goto fail;
+        if (p->kind == LS_SPEC_DRAFT)
+            d->draft_cost = (double)ls_model_weight_bytes(m) / (double)ls_model_weight_bytes(target);
+        else /* the layers it runs, plus the head (about a third of this model's bytes per token) */
+            d->draft_cost = 0.3 + 0.7 * (double)cp.n_layers / (double)ls_model_hparams(target)->n_layer;
         d->n_vocab = (int32_t)ls_model_hparams(m)->n_vocab;
         d->done = malloc((size_t)p->n_ctx * sizeof *d->done);
         d->logits = malloc((size_t)d->n_vocab * sizeof *d->logits);
@@ -262,6 +272,13 @@ static int32_t draft_model(ls_drafter *d, const int32_t *h, int32_t n, int32_t *
     return c;
 }
 
+/* Expected tokens per step with k drafts when each is accepted with probability p
+ * (given the ones before it), over the step's cost. */
+static double spec_gain(double p, int32_t k, double draft_cost) {
+    double e = p >= 0.999 ? (double)(k + 1) : (1.0 - pow(p, (double)(k + 1))) / (1.0 - p);
+    return e / (1.0 + (LS_SPEC_ROW_COST + draft_cost) * (double)k);
+}
+
 int32_t ls_drafter_draft(void *ud, const int32_t *hist, int32_t n_hist, int32_t *out, int32_t max) {
     ls_drafter *d = ud;
     /* How much of the last proposal was accepted (the token after the accepted prefix
@@ -269,33 +286,36 @@ int32_t ls_drafter_draft(void *ud, const int32_t *hist, int32_t n_hist, int32_t 
     if (d->n_prop > 0 && n_hist > d->prop_at) {
         int32_t a = 0;
         while (a < d->n_prop && d->prop_at + a < n_hist && hist[d->prop_at + a] == d->prop[a]) a++;
-        if (!d->p.fixed_length) {
-            d->rate = 0.7f * d->rate + 0.3f * (float)a / (float)d->n_prop;
-            if (a == d->n_prop) d->cur = d->cur * 2 > d->p.draft_max ? d->p.draft_max : d->cur * 2;
-            else d->cur = a + 1;
-            if (d->rate < 0.25f) { /* acceptance stays low: pause, longer each time */
-                d->pause_len = d->pause_len ? (d->pause_len * 2 > 32 ? 32 : d->pause_len * 2) : 2;
-                d->pause = d->pause_len;
-                d->rate = 0.5f;
-            } else if (a > 0) {
-                d->pause_len = 0;
-            }
-        }
+        d->acc_s = 0.8 * d->acc_s + a;
+        d->acc_t = 0.8 * d->acc_t + a + (a < d->n_prop ? 1 : 0);
         d->n_prop = 0;
     }
-    if (d->pause > 0) {
-        d->pause--;
-        return 0;
-    }
-    if (max > d->cur) max = d->cur;
     if (max > d->p.draft_max) max = d->p.draft_max;
     if (max <= 0) return 0;
-    int32_t k = d->p.kind == LS_SPEC_NGRAM ? draft_ngram(d, hist, n_hist, out, max) : draft_model(d, hist, n_hist, out, max);
-    if (k < d->p.draft_min || k <= 0) return 0;
-    memcpy(d->prop, out, (size_t)k * sizeof *out);
-    d->n_prop = k;
+    int32_t k = max;
+    if (!d->p.fixed_length) { /* the length with the best expected tokens per unit of cost */
+        double p = d->acc_s / d->acc_t, best = 0.0;
+        for (int32_t j = 1; j <= max; j++) {
+            double g = spec_gain(p, j, d->draft_cost);
+            if (g > best) {
+                best = g;
+                k = j;
+            }
+        }
+        if (best < 1.0) { /* not worth it now: draft only now and then, to notice a change */
+            if (++d->idle < d->explore) return 0;
+            d->explore = d->explore * 2 > 64 ? 64 : d->explore * 2;
+        } else {
+            d->explore = 8;
+        }
+        d->idle = 0;
+    }
+    int32_t n = d->p.kind == LS_SPEC_NGRAM ? draft_ngram(d, hist, n_hist, out, k) : draft_model(d, hist, n_hist, out, k);
+    if (n < d->p.draft_min || n <= 0) return 0;
+    memcpy(d->prop, out, (size_t)n * sizeof *out);
+    d->n_prop = n;
     d->prop_at = n_hist;
-    return k;
+    return n;
 }
 
 /* ---- single-stream speculative generation ------------------------------------ */
@@ -386,6 +406,7 @@ ls_status ls_generate_spec(const ls_model *m, const ls_spec_params *sp, const ls
         }
     }
     ls_drafter *d = NULL;
+    p.pool = ls_fwd_pool(ls_engine_fwd(e)); /* drafting runs between the engine's forwards */
     if (p.kind != LS_SPEC_OFF && !(d = ls_drafter_create(m, &p, &gp->sampler, err))) {
         ls_engine_free(e);
         return err->code;
@@ -416,8 +437,9 @@ ls_status ls_generate_spec(const ls_model *m, const ls_spec_params *sp, const ls
     if ((s = ls_engine_submit(e, &q, NULL, err))) goto done;
     while (!r.done && !r.oom) {
         int32_t rows;
+        bool had_first = r.t_first != 0; /* count decode steps: not the one that made the first token */
         if ((s = ls_engine_step(e, &rows, err))) goto done;
-        if (r.t_first && rows) st->n_steps++;
+        if (had_first && rows) st->n_steps++;
     }
     if (r.oom) {
         s = ls_err_set(err, LS_E_NOMEM, "out of memory");

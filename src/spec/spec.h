@@ -14,10 +14,12 @@
  *   layerskip  self-speculation: the target's first L layers (or a list), then its
  *              final norm and head, in its own context; no extra weights.
  *
- * Every drafter adapts its length: after a fully accepted draft it may grow (up to
- * draft_max), after a rejection it shrinks to one more than was accepted, and while
- * acceptance stays low it pauses drafting for a growing number of steps, so that
- * speculation is never much slower than plain decoding. */
+ * Every drafter adapts its length with a cost model: from a decayed estimate p of
+ * how often a drafted token is accepted it picks the k (1..draft_max) that maximizes
+ * the expected tokens per step, (1 - p^(k+1)) / (1 - p), over the step's cost,
+ * 1 + (row_cost + draft_cost) k, in single-row forwards of the target.  When no k
+ * beats plain decoding it stops drafting, trying again after 8, 16, ... 64 steps,
+ * so speculation is never much slower than plain decoding. */
 #ifndef LS_SPEC_SPEC_H
 #define LS_SPEC_SPEC_H
 
@@ -41,6 +43,7 @@ typedef struct {
     int32_t n_layers;
     int32_t n_ctx;             /* positions the draft context needs (the target's context) */
     int32_t n_threads;
+    ls_pool *pool;             /* the engine's pool, shared (drafting runs on the stepping thread) */
     bool fixed_length;         /* no adaptation: always draft_max (tests) */
 } ls_spec_params;
 
@@ -70,7 +73,7 @@ typedef struct {
 typedef struct {
     int32_t n_drafted;   /* draft tokens proposed and verified */
     int32_t n_accepted;  /* of which accepted */
-    int32_t n_steps;     /* engine steps (forward passes of the target) after the prefill */
+    int32_t n_steps;     /* decode steps (forward passes of the target) after the first token */
     bool probed, probe_memo, declined; /* declined: the probe failed, speculation was turned off */
     int verdict;         /* ls_verdict, when probed */
     double probe_ms;

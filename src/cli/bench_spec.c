@@ -1,0 +1,186 @@
+/* bench_spec.c - `lockstep bench spec`: speculative decoding's speedup over plain
+ * decoding and its mean accepted length, per drafter, on input-grounded prompts
+ * (quote a text, ask for an edit, a summary or a code rewrite) and on open prose.
+ * Greedy, the same tokens with and without speculation (checked here too); runs are
+ * interleaved (plain, then each drafter, per prompt and rep) and medians reported. */
+#include <cjson/cJSON.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "spec/spec.h"
+
+static const char *help =
+    "usage: lockstep bench spec [-m MODEL] [-t THREADS] [-n TOKENS] [--draft-max K] [--reps N] [--json]\n"
+    "\n"
+    "  -m, --model PATH   target model (default " LS_DEFAULT_MODEL "); it is also the\n"
+    "                     'draft' drafter's model (self-draft: acceptance must be 100 %)\n"
+    "  -t, --threads N    threads (default: online CPUs)\n"
+    "  -n N               tokens to generate per run (default 128)\n"
+    "      --draft-max K  longest draft (default 8)\n"
+    "      --reps N       runs per figure, medians reported (default 3)\n"
+    "      --json         one JSON object\n";
+
+static const char *grounded[] = {
+    "Here is a paragraph:\n\"The printing press, developed by Johannes Gutenberg around 1440, combined movable metal "
+    "type, oil-based ink and a wooden screw press. Within decades printing spread across Europe, books became cheaper, "
+    "and literacy rose.\"\nRepeat the paragraph exactly, but replace \"Johannes Gutenberg\" with \"a German goldsmith\".",
+    "Rewrite this Python function so that the variable `total` is called `acc`, keeping everything else the same:\n"
+    "def sum_list(values):\n    total = 0\n    for v in values:\n        total = total + v\n    return total\n\n"
+    "def mean(values):\n    total = sum_list(values)\n    return total / len(values)\n",
+    "Correct the spelling mistakes in this text and return the whole corrected text: \"Yesterday we went to the "
+    "museum of natural histroy. We saw the dinosaur skeletons, the big blue whale, and a room full of minerals that "
+    "glowed under ultraviolet light. Afterwards we had lunch in the park and walked home along the river.\"",
+};
+static const char *prose[] = {
+    "Write a short story about a lighthouse keeper who finds a message in a bottle.",
+    "Explain why the sky is blue to a ten-year-old, in a few paragraphs.",
+    "Describe a busy market in a small town on a Saturday morning.",
+};
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+#define NK 4 /* off, ngram, layerskip, draft (self) */
+
+int cli_bench_spec(int argc, char **argv) {
+    const char *cmd = "bench spec";
+    const char *model_path = LS_DEFAULT_MODEL;
+    long long threads = 0, n_gen = 128, draft_max = 8, reps = 3;
+    bool json = false;
+    enum { O_DMAX = 256, O_REPS, O_JSON };
+    static const struct option opts[] = {{"model", required_argument, 0, 'm'}, {"threads", required_argument, 0, 't'},
+                                         {"draft-max", required_argument, 0, O_DMAX}, {"reps", required_argument, 0, O_REPS},
+                                         {"json", no_argument, 0, O_JSON}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    optind = 1;
+    opterr = 0;
+    int o;
+    while ((o = getopt_long(argc, argv, ":m:t:n:h", opts, NULL)) != -1) {
+        switch (o) {
+        case 'm': model_path = optarg; break;
+        case 't': if (!cli_parse_int(cmd, "--threads", optarg, 1, 256, &threads)) return LS_EXIT_USAGE; break;
+        case 'n': if (!cli_parse_int(cmd, "-n", optarg, 8, 4096, &n_gen)) return LS_EXIT_USAGE; break;
+        case O_DMAX: if (!cli_parse_int(cmd, "--draft-max", optarg, 1, 64, &draft_max)) return LS_EXIT_USAGE; break;
+        case O_REPS: if (!cli_parse_int(cmd, "--reps", optarg, 1, 64, &reps)) return LS_EXIT_USAGE; break;
+        case O_JSON: json = true; break;
+        case 'h': fputs(help, stdout); return 0;
+        case ':': return cli_usage_error(cmd, "flag %s needs a value", argv[optind - 1]);
+        default: return cli_usage_error(cmd, "unknown flag '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind < argc) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+    if (access(model_path, R_OK) != 0) return cli_usage_error(cmd, "cannot read model file '%s'", model_path);
+    if (threads == 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = n > 0 ? n : 1;
+    }
+    ls_err err;
+    ls_model *m = ls_model_load((ls_model_params){.path = model_path}, &err);
+    if (!m) {
+        fprintf(stderr, "lockstep %s: cannot load '%s': %s\n", cmd, model_path, err.msg);
+        return LS_EXIT_USAGE;
+    }
+    const ls_chat_template *tmpl = ls_model_chat_template(m);
+    const ls_spec_kind kinds[NK] = {LS_SPEC_OFF, LS_SPEC_NGRAM, LS_SPEC_LAYERSKIP, LS_SPEC_DRAFT};
+    /* [class][kind][prompt * reps] */
+    double tps[2][NK][64], acc_len[2][NK][64], acc_rate[2][NK][64];
+    int cnt[2][NK] = {{0}};
+    int rc = 1;
+    for (int r = 0; r < reps; r++)
+        for (int cls = 0; cls < 2; cls++)
+            for (int pi = 0; pi < 3; pi++) {
+                const char *msg = cls == 0 ? grounded[pi] : prose[pi];
+                char *text = NULL;
+                ls_chat_msg cm = {"user", msg};
+                if (!tmpl || ls_chat_apply(tmpl, &cm, 1, true, &text, &err)) {
+                    fprintf(stderr, "lockstep %s: %s\n", cmd, tmpl ? err.msg : ls_model_template_error(m));
+                    goto out;
+                }
+                int32_t toks[2048];
+                size_t nt;
+                if (ls_tokenize(ls_model_tokenizer(m), text, strlen(text), true, true, toks, 2048, &nt, &err)) {
+                    free(text);
+                    fprintf(stderr, "lockstep %s: %s\n", cmd, err.msg);
+                    goto out;
+                }
+                free(text);
+                int32_t ref[4096], n_ref = 0;
+                for (int k = 0; k < NK; k++) {
+                    ls_spec_params sp = {.kind = kinds[k], .draft_max = (int32_t)draft_max, .draft_min = 1,
+                                         .ngram_min = 2, .ngram_max = 4, .draft_model = m};
+                    ls_gen_params gp = {.sampler = {.temperature = 0.0f, .top_p = 1.0f}, .n_predict = (int32_t)n_gen};
+                    ls_gen_result res;
+                    ls_spec_stats st;
+                    if (ls_generate_spec(m, &sp, NULL, (int)threads, (int32_t)(nt + n_gen + 16), toks, (int32_t)nt, &gp,
+                                         &res, &st, &err)) {
+                        fprintf(stderr, "lockstep %s: %s\n", cmd, err.msg);
+                        goto out;
+                    }
+                    if (k == 0) {
+                        n_ref = res.n_gen;
+                        memcpy(ref, res.tokens, sizeof(int32_t) * (size_t)res.n_gen);
+                    } else if (res.n_gen != n_ref || memcmp(ref, res.tokens, sizeof(int32_t) * (size_t)n_ref)) {
+                        fprintf(stderr, "lockstep %s: PARITY FAILURE: %s changed the tokens\n", cmd,
+                                ls_spec_kind_name(kinds[k]));
+                        ls_gen_result_free(&res);
+                        goto out;
+                    }
+                    int c = cnt[cls][k]++;
+                    tps[cls][k][c] = res.decode_ms > 0 ? res.n_decode / (res.decode_ms / 1e3) : 0.0;
+                    acc_len[cls][k][c] = /* tokens sampled in decode steps (a final stop token too) per step */
+                        st.n_steps ? (double)(res.n_gen - 1 + (res.finish == LS_FINISH_STOP)) / st.n_steps : 1.0;
+                    acc_rate[cls][k][c] = st.n_drafted ? (double)st.n_accepted / st.n_drafted : 0.0;
+                    if (!json)
+                        fprintf(stderr, "\r  rep %d  %-8s prompt %d  %-9s %7.1f tok/s   ", r + 1,
+                                cls ? "prose" : "grounded", pi, ls_spec_kind_name(kinds[k]), tps[cls][k][c]);
+                    ls_gen_result_free(&res);
+                }
+            }
+    if (!json) fprintf(stderr, "\r%78s\r", "");
+    cJSON *root = cJSON_CreateObject(), *rows = cJSON_AddArrayToObject(root, "spec");
+    cJSON_AddNumberToObject(root, "threads", (double)threads);
+    cJSON_AddNumberToObject(root, "n_gen", (double)n_gen);
+    cJSON_AddNumberToObject(root, "draft_max", (double)draft_max);
+    cJSON_AddNumberToObject(root, "reps", (double)reps);
+    if (!json)
+        printf("speculative decoding, greedy, %lld tokens, draft-max %lld, %lld threads; medians over 3 prompts x %lld reps\n"
+               "%-9s %-9s %10s %9s %14s %12s\n",
+               n_gen, draft_max, threads, reps, "prompts", "drafter", "tok/s", "speedup", "accepted len", "accept rate");
+    for (int cls = 0; cls < 2; cls++) {
+        double base = median(tps[cls][0], cnt[cls][0]);
+        for (int k = 0; k < NK; k++) {
+            double t = median(tps[cls][k], cnt[cls][k]), al = median(acc_len[cls][k], cnt[cls][k]),
+                   ar = median(acc_rate[cls][k], cnt[cls][k]);
+            cJSON *c = cJSON_CreateObject();
+            cJSON_AddStringToObject(c, "prompts", cls ? "prose" : "input-grounded");
+            cJSON_AddStringToObject(c, "drafter", k == 3 ? "draft (self)" : ls_spec_kind_name(kinds[k]));
+            cJSON_AddNumberToObject(c, "tok_s", t);
+            cJSON_AddNumberToObject(c, "speedup", base > 0 ? t / base : 0.0);
+            cJSON_AddNumberToObject(c, "mean_accepted_len", al);
+            cJSON_AddNumberToObject(c, "accept_rate", ar);
+            cJSON_AddItemToArray(rows, c);
+            if (!json)
+                printf("%-9s %-12s %7.1f %8.2fx %14.2f %11.0f%%\n", cls ? "prose" : "grounded",
+                       k == 3 ? "draft(self)" : ls_spec_kind_name(kinds[k]), t, base > 0 ? t / base : 0.0, al, 100 * ar);
+        }
+    }
+    if (json) {
+        char *s = cJSON_PrintUnformatted(root);
+        if (s) puts(s);
+        free(s);
+    }
+    cJSON_Delete(root);
+    rc = 0;
+out:
+    ls_model_free(m);
+    return rc;
+}
