@@ -13,7 +13,7 @@ CFLAGS_COMMON = -std=c11 -D_GNU_SOURCE $(OPT) -g -Wall -Wextra -Wno-unused-param
                 -ffp-contract=off -fno-math-errno -fPIC -pthread -Isrc $(SAN)
 CFLAGS  ?=
 ALL_CFLAGS = $(CFLAGS_COMMON) $(CFLAGS) $(shell pkg-config --cflags libpcre2-8 2>/dev/null)
-LDLIBS  = $(shell pkg-config --libs libpcre2-8 2>/dev/null || echo -lpcre2-8) -lcjson -lcrypto -lm -pthread $(SAN)
+LDLIBS  = $(shell pkg-config --libs libpcre2-8 2>/dev/null || echo -lpcre2-8) -lcjson -lcrypto -lmicrohttpd -lm -pthread $(SAN)
 
 MODEL   ?= models/SmolLM2-135M-Instruct.Q4_1.gguf
 

@@ -5,7 +5,7 @@
 #                            (gguf, tokenizers, numpy, pytest, llama-cpp-python from sdist)
 set -euo pipefail
 want_test=0; [ "${1:-}" = "--test" ] && want_test=1
-pkgs=(gcc make pkg-config libpcre2-dev libcjson-dev libssl-dev)
+pkgs=(gcc make pkg-config libpcre2-dev libcjson-dev libssl-dev libmicrohttpd-dev)
 [ $want_test = 1 ] && pkgs+=(libcmocka-dev cmake g++ clang)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -18,6 +18,7 @@ static void usage(FILE *out) {
             "  tokenize   show the token ids of a text\n"
             "  bench      benchmarks (`lockstep bench kernels`, `lockstep bench batch`)\n"
             "  probe      the exactness probe that gates speculative decoding\n"
+            "  serve      an OpenAI-compatible HTTP server\n"
             "\n"
             "Run `lockstep <command> --help` for a command's flags.\n"
             "The default model is %s (`make model` fetches it).\n",
@@ -89,6 +90,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "tokenize")) return cli_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cli_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "probe")) return cli_probe(argc - 1, argv + 1);
+    if (!strcmp(cmd, "serve")) return cli_serve(argc - 1, argv + 1);
     fprintf(stderr, "lockstep: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return LS_EXIT_USAGE;

@@ -60,6 +60,7 @@ struct ls_engine {
     int32_t n_cancels, cap_cancels;
     uint64_t next_id;
     int32_t live;                   /* submitted and not yet finished */
+    bool cancel_all;
     ls_engine_stats snap;
     /* owned by the stepping thread */
     seq **waiting;                  /* FIFO; preempted sequences go to the front */
@@ -316,6 +317,12 @@ void ls_engine_cancel(ls_engine *e, uint64_t id) {
     pthread_mutex_unlock(&e->mu);
 }
 
+void ls_engine_cancel_all(ls_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    e->cancel_all = true;
+    pthread_mutex_unlock(&e->mu);
+}
+
 bool ls_engine_idle(ls_engine *e) {
     pthread_mutex_lock(&e->mu);
     bool idle = e->live == 0;
@@ -518,6 +525,8 @@ static void intake(ls_engine *e) {
         e->n_waiting += e->n_pending;
         e->n_pending = 0;
     }
+    bool all = e->cancel_all;
+    e->cancel_all = false;
     int32_t nc = e->n_cancels;
     uint64_t cancel_ids[64];
     if (nc > 64) nc = 64; /* the rest are handled next step */
@@ -527,6 +536,8 @@ static void intake(ls_engine *e) {
         e->n_cancels -= nc;
     }
     pthread_mutex_unlock(&e->mu);
+    for (int32_t i = 0; all && i < e->n_waiting; i++) e->waiting[i]->cancel = true;
+    for (int32_t i = 0; all && i < e->n_running; i++) e->running[i]->cancel = true;
     for (int32_t c = 0; c < nc; c++) {
         for (int32_t i = 0; i < e->n_waiting; i++)
             if (e->waiting[i]->id == cancel_ids[c]) e->waiting[i]->cancel = true;

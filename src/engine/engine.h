@@ -93,6 +93,9 @@ ls_status ls_engine_submit(ls_engine *e, const ls_request *r, uint64_t *id, ls_e
  * blocks are freed there.  Unknown or finished ids are ignored. */
 void ls_engine_cancel(ls_engine *e, uint64_t id);
 
+/* Thread-safe: cancels every queued and running request (shutdown). */
+void ls_engine_cancel_all(ls_engine *e);
+
 /* Runs one step (one forward, or none when there is nothing to do).  Not
  * reentrant: one driver thread.  *n_rows (optional) receives the batch size. */
 ls_status ls_engine_step(ls_engine *e, int32_t *n_rows, ls_err *err);

@@ -1,0 +1,149 @@
+/* serve.c - `lockstep serve`: flags for the OpenAI-compatible server. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "server/server.h"
+
+static const char *help =
+    "usage: lockstep serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [-np/--parallel N] [-c/--ctx-size N]\n"
+    "                      [--kv-mem SIZE] [-t/--threads N] [--spec KIND] [--api-key KEY] [--max-queue N]\n"
+    "                      [--timeout S] [flags]\n"
+    "\n"
+    "  -m, --model PATH      GGUF model (default " LS_DEFAULT_MODEL ")\n"
+    "      --alias NAME      the model name in responses (default: the file name)\n"
+    "      --host ADDR       IPv4 address to bind (default 127.0.0.1, loopback only)\n"
+    "      --port N          (default 8080)\n"
+    "  -np, --parallel N     sequences decoded together (default 8)\n"
+    "  -c, --ctx-size N      context per sequence (default min(trained, 4096))\n"
+    "      --kv-mem SIZE     KV cache size, e.g. 512M or 2G (default: ctx-size x parallel positions)\n"
+    "  -t, --threads N       threads (default: online CPUs)\n"
+    "      --spec KIND       speculative decoding for every request: ngram, draft, layerskip, off\n"
+    "      --draft-max K, --draft-min N, --draft-model PATH, --draft-layers L   as for `run`\n"
+    "      --allow-inexact   keep speculating even if the exactness probe declines\n"
+    "      --kernels K       auto, wide, narrow, or a registered family (default auto)\n"
+    "      --api-key KEY     require Authorization: Bearer KEY (also $LOCKSTEP_API_KEY)\n"
+    "      --max-queue N     requests waiting beyond --parallel before 503 (default 64)\n"
+    "      --timeout S       idle-connection timeout and shutdown grace period (default 30)\n"
+    "      --max-body BYTES  request body limit (default 1048576)\n"
+    "      --max-tokens N    cap on a request's max_tokens (default 4096)\n"
+    "      --no-probe        skip the startup probes\n"
+    "\n"
+    "Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,\n"
+    "GET /metrics, POST /tokenize, POST /detokenize.  SIGINT/SIGTERM drain and exit 0.\n";
+
+static bool parse_size(const char *s, int64_t *out) {
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || v <= 0) return false;
+    double mul = 1;
+    if (*end == 'K' || *end == 'k') mul = 1024.0, end++;
+    else if (*end == 'M' || *end == 'm') mul = 1024.0 * 1024, end++;
+    else if (*end == 'G' || *end == 'g') mul = 1024.0 * 1024 * 1024, end++;
+    if (*end == 'B' || *end == 'b') end++;
+    if (*end) return false;
+    v *= mul;
+    if (v > 9e18) return false;
+    *out = (int64_t)v;
+    return true;
+}
+
+int cli_serve(int argc, char **argv) {
+    const char *cmd = "serve";
+    for (int i = 1; i < argc; i++) /* llama-server spells it -np */
+        if (!strcmp(argv[i], "-np")) argv[i] = "--parallel";
+    ls_server_params p = {.model_path = LS_DEFAULT_MODEL, .host = "127.0.0.1", .port = 8080, .n_parallel = 8,
+                          .max_queue = 64, .timeout_s = 30, .max_body = 1 << 20, .max_tokens = 4096,
+                          .max_messages = 256};
+    p.spec = (ls_spec_params){.draft_max = 8, .draft_min = 1, .ngram_min = 2, .ngram_max = 4};
+    const char *spec = "off", *kernels = "auto";
+    long long port = 8080, par = 8, ctx = 0, threads = 0, maxq = 64, timeout = 30, maxbody = 1 << 20, maxtok = 4096;
+    long long dmax = 8, dmin = 1, dlayers = 0;
+    p.api_key = getenv("LOCKSTEP_API_KEY");
+    if (p.api_key && !*p.api_key) p.api_key = NULL;
+    enum { O_HOST = 256, O_PORT, O_KVMEM, O_SPEC, O_DMAX, O_DMIN, O_DMODEL, O_DLAYERS, O_KEY, O_MAXQ, O_TIMEOUT,
+           O_MAXBODY, O_MAXTOK, O_ALIAS, O_INEXACT, O_NOPROBE, O_KERNELS, O_PAR };
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'}, {"host", required_argument, 0, O_HOST},
+        {"port", required_argument, 0, O_PORT}, {"parallel", required_argument, 0, O_PAR},
+        {"ctx-size", required_argument, 0, 'c'}, {"kv-mem", required_argument, 0, O_KVMEM},
+        {"threads", required_argument, 0, 't'}, {"spec", required_argument, 0, O_SPEC},
+        {"draft-max", required_argument, 0, O_DMAX}, {"draft-min", required_argument, 0, O_DMIN},
+        {"draft-model", required_argument, 0, O_DMODEL}, {"draft-layers", required_argument, 0, O_DLAYERS},
+        {"api-key", required_argument, 0, O_KEY}, {"max-queue", required_argument, 0, O_MAXQ},
+        {"timeout", required_argument, 0, O_TIMEOUT}, {"max-body", required_argument, 0, O_MAXBODY},
+        {"max-tokens", required_argument, 0, O_MAXTOK}, {"alias", required_argument, 0, O_ALIAS},
+        {"allow-inexact", no_argument, 0, O_INEXACT}, {"no-probe", no_argument, 0, O_NOPROBE},
+        {"kernels", required_argument, 0, O_KERNELS}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    optind = 1;
+    opterr = 0;
+    int o;
+    while ((o = getopt_long(argc, argv, ":m:c:t:h", opts, NULL)) != -1) {
+        switch (o) {
+        case 'm': p.model_path = optarg; break;
+        case O_HOST: p.host = optarg; break;
+        case O_PORT: if (!cli_parse_int(cmd, "--port", optarg, 1, 65535, &port)) return LS_EXIT_USAGE; break;
+        case O_PAR: if (!cli_parse_int(cmd, "--parallel", optarg, 1, 1024, &par)) return LS_EXIT_USAGE; break;
+        case 'c': if (!cli_parse_int(cmd, "--ctx-size", optarg, 2, 1 << 24, &ctx)) return LS_EXIT_USAGE; break;
+        case O_KVMEM:
+            if (!parse_size(optarg, &p.kv_mem))
+                return cli_usage_error(cmd, "invalid value '%s' for --kv-mem (a size like 512M or 2G)", optarg);
+            break;
+        case 't': if (!cli_parse_int(cmd, "--threads", optarg, 1, 256, &threads)) return LS_EXIT_USAGE; break;
+        case O_SPEC: spec = optarg; break;
+        case O_DMAX: if (!cli_parse_int(cmd, "--draft-max", optarg, 1, 64, &dmax)) return LS_EXIT_USAGE; break;
+        case O_DMIN: if (!cli_parse_int(cmd, "--draft-min", optarg, 0, 64, &dmin)) return LS_EXIT_USAGE; break;
+        case O_DMODEL: p.draft_model_path = optarg; break;
+        case O_DLAYERS: if (!cli_parse_int(cmd, "--draft-layers", optarg, 1, 4096, &dlayers)) return LS_EXIT_USAGE; break;
+        case O_KEY: p.api_key = optarg; break;
+        case O_MAXQ: if (!cli_parse_int(cmd, "--max-queue", optarg, 0, 1 << 20, &maxq)) return LS_EXIT_USAGE; break;
+        case O_TIMEOUT: if (!cli_parse_int(cmd, "--timeout", optarg, 1, 86400, &timeout)) return LS_EXIT_USAGE; break;
+        case O_MAXBODY: if (!cli_parse_int(cmd, "--max-body", optarg, 256, 1LL << 30, &maxbody)) return LS_EXIT_USAGE; break;
+        case O_MAXTOK: if (!cli_parse_int(cmd, "--max-tokens", optarg, 1, 1 << 24, &maxtok)) return LS_EXIT_USAGE; break;
+        case O_ALIAS: p.model_alias = optarg; break;
+        case O_INEXACT: p.allow_inexact = true; break;
+        case O_NOPROBE: p.no_probe = true; break;
+        case O_KERNELS: kernels = optarg; break;
+        case 'h': fputs(help, stdout); return 0;
+        case ':': return cli_usage_error(cmd, "flag %s needs a value", argv[optind - 1]);
+        default: return cli_usage_error(cmd, "unknown flag '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind < argc) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+    ls_err err;
+    if (ls_spec_kind_from_name(spec, &p.spec.kind, &err)) return cli_usage_error(cmd, "%s", err.msg);
+    if (p.draft_model_path && p.spec.kind != LS_SPEC_DRAFT) return cli_usage_error(cmd, "--draft-model needs --spec draft");
+    if (p.spec.kind == LS_SPEC_DRAFT && !p.draft_model_path) return cli_usage_error(cmd, "--spec draft needs --draft-model PATH");
+    if (p.draft_model_path && access(p.draft_model_path, R_OK) != 0)
+        return cli_usage_error(cmd, "cannot read draft model file '%s'", p.draft_model_path);
+    if (dmin > dmax) return cli_usage_error(cmd, "--draft-min %lld exceeds --draft-max %lld", dmin, dmax);
+    if (cli_kernels_families(cmd, kernels, &p.kernels_fam, &p.kernels_fam_parity)) return LS_EXIT_USAGE;
+    if (p.api_key && !*p.api_key) return cli_usage_error(cmd, "--api-key is empty");
+    if (access(p.model_path, R_OK) != 0)
+        return cli_usage_error(cmd, "cannot read model file '%s'%s", p.model_path,
+                               strcmp(p.model_path, LS_DEFAULT_MODEL) ? "" : " (run `make model` to fetch it)");
+    if (threads == 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = n > 0 ? n : 1;
+    }
+    p.port = (int)port;
+    p.n_parallel = (int)par;
+    p.n_ctx = (int)ctx;
+    p.n_threads = (int)threads;
+    p.max_queue = (int)maxq;
+    p.timeout_s = (int)timeout;
+    p.max_body = (size_t)maxbody;
+    p.max_tokens = (int)maxtok;
+    p.spec.draft_max = (int32_t)dmax;
+    p.spec.draft_min = (int32_t)dmin;
+    p.spec.skip_first = (int32_t)dlayers;
+    int rc = ls_server_run(&p, &err);
+    if (rc) {
+        fprintf(stderr, "lockstep serve: %s\n", err.msg);
+        return err.code == LS_E_INVALID || err.code == LS_E_IO ? LS_EXIT_USAGE : 1;
+    }
+    return 0;
+}

@@ -1,0 +1,40 @@
+/* server.h - `lockstep serve`: the batched engine behind OpenAI's HTTP API
+ * (libmicrohttpd + cJSON).  See docs/server.md. */
+#ifndef LS_SERVER_SERVER_H
+#define LS_SERVER_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "spec/spec.h"
+#include "util/err.h"
+
+typedef struct {
+    const char *model_path;
+    const char *model_alias;   /* the "model" name in responses (default: the file name) */
+    const char *host;          /* default 127.0.0.1 */
+    int port;                  /* default 8080 */
+    int n_parallel;            /* sequences decoded together (default 8) */
+    int n_ctx;                 /* per sequence (default min(trained, 4096)) */
+    int64_t kv_mem;            /* bytes of KV cache (default: n_ctx x n_parallel positions) */
+    int n_threads;
+    const char *api_key;       /* NULL: no authentication */
+    int max_queue;             /* requests waiting beyond n_parallel before 503 (default 64) */
+    int timeout_s;             /* idle connection timeout, and the shutdown grace period (default 30) */
+    size_t max_body;           /* bytes (default 1 MiB) */
+    int max_tokens;            /* cap on a request's max_tokens (default 4096) */
+    int max_messages;          /* default 256 */
+    ls_spec_params spec;       /* kind LS_SPEC_OFF: no speculation */
+    const char *draft_model_path;
+    bool allow_inexact;
+    bool no_probe;
+    int kernels_fam, kernels_fam_parity;
+} ls_server_params;
+
+/* Binds, loads the model (GET /health answers 503 meanwhile), probes, serves until
+ * SIGINT or SIGTERM, drains in-flight requests within timeout_s, and returns 0; or
+ * returns non-zero with err set when it cannot start. */
+int ls_server_run(const ls_server_params *p, ls_err *err);
+
+#endif
