@@ -48,4 +48,10 @@ PY
         "$PYTHON" -c 'import gguf, tokenizers, numpy, pytest, llama_cpp' \
             || { echo "install-deps: python test references failed to install" >&2; exit 1; }
     fi
+    # The official OpenAI client, for the server tests (separate: no llama.cpp rebuild).
+    if ! "$PYTHON" -c 'import importlib.metadata as m, sys; sys.exit(m.version("openai") != "3.57.0")' 2>/dev/null; then
+        echo "install-deps: pip install openai==3.57.0" >&2
+        "$PYTHON" -m pip install -q openai==3.57.0 2>&1 | grep -v 'Running pip as the' || true
+        "$PYTHON" -c 'import openai' || { echo "install-deps: openai failed to install" >&2; exit 1; }
+    fi
 fi

@@ -1,0 +1,308 @@
+"""`lockstep serve` end to end, with the server started by the test.
+
+- The official `openai` Python client: chat, completion, streaming.
+- Parity: one request returns byte-identical text and token ids alone and amid 16
+  concurrent requests, with and without --spec ngram (four cases, one answer).
+- Load: 32 concurrent clients x LOCKSTEP_LOAD_REQUESTS requests each (default 200),
+  0 failures.
+- Bad input: every error of the API (400, 401, 404, 405, 413, 503 + Retry-After) is
+  an OpenAI-style error JSON, and the server keeps serving.
+- A client that disconnects mid-stream has its KV freed (metrics back to baseline).
+- SIGTERM drains an in-flight request and exits 0.
+"""
+import concurrent.futures as cf
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+openai = pytest.importorskip("openai")
+
+REPO = Path(__file__).resolve().parents[2]
+EXE = REPO / os.environ.get("LOCKSTEP_BUILD", "build") / "lockstep"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, model_path: Path, *args: str):
+        self.port = free_port()
+        self.cmd = [str(EXE), "serve", "-m", str(model_path), "--port", str(self.port), "-t", "2", *args]
+        self.log = open(f"/tmp/lockstep-serve-{self.port}.log", "w+")
+        self.proc = subprocess.Popen(self.cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 120
+        while True:
+            try:
+                st, body, _ = self.request("GET", "/health")
+                if st == 200:
+                    self.health = json.loads(body)
+                    break
+                assert st == 503 and json.loads(body)["status"] in ("loading", "probing")
+            except (ConnectionError, OSError):
+                pass
+            if self.proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"server did not start: {self.logtext()}")
+            time.sleep(0.1)
+
+    def logtext(self) -> str:
+        if not self.log.closed:
+            self.log.flush()
+        return Path(self.log.name).read_text()
+
+    def request(self, method: str, path: str, body=None, headers=None, timeout=120):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+        c.request(method, path, body=data, headers=headers or {"Content-Type": "application/json"})
+        r = c.getresponse()
+        out = r.read()
+        hdrs = dict(r.getheaders())
+        c.close()
+        return r.status, out, hdrs
+
+    def post(self, path, body, **kw):
+        st, out, h = self.request("POST", path, body, **kw)
+        return st, json.loads(out), h
+
+    def metrics(self) -> dict:
+        _, out, _ = self.request("GET", "/metrics")
+        m = {}
+        for line in out.decode().splitlines():
+            if line and not line.startswith("#"):
+                k, v = line.rsplit(" ", 1)
+                m[k] = float(v)
+        return m
+
+    def client(self, key="none"):
+        return openai.OpenAI(base_url=f"http://127.0.0.1:{self.port}/v1", api_key=key, max_retries=0)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        rc = self.proc.wait(timeout=60)
+        self.log.close()
+        return rc
+
+
+@pytest.fixture(scope="module")
+def server(model_path):
+    s = Server(model_path, "--parallel", "32", "--ctx-size", "1024")
+    yield s
+    assert s.stop() == 0, s.logtext()
+
+
+@pytest.fixture(scope="module")
+def spec_server(model_path):
+    s = Server(model_path, "--parallel", "32", "--ctx-size", "1024", "--spec", "ngram", "--draft-max", "4")
+    yield s
+    assert s.stop() == 0, s.logtext()
+
+
+def test_health_and_models(server):
+    assert server.health["status"] == "ok" and server.health["parity"] == "verified"
+    models = server.client().models.list()
+    assert [m.id for m in models.data] == ["SmolLM2-135M-Instruct.Q4_1.gguf"]
+
+
+def test_openai_chat_completion_and_stream(server):
+    c = server.client()
+    r = c.chat.completions.create(model="x", messages=[{"role": "user", "content": "Name a colour."}],
+                                  max_tokens=12, temperature=0)
+    ch = r.choices[0]
+    assert r.object == "chat.completion" and ch.message.role == "assistant" and ch.message.content
+    assert ch.finish_reason in ("stop", "length")
+    assert r.usage.prompt_tokens > 5 and r.usage.completion_tokens == len(ch.model_extra["token_ids"]) <= 12
+    # the same request streamed: the deltas add up to the same text, then [DONE]
+    parts, finish = [], None
+    for ev in c.chat.completions.create(model="x", messages=[{"role": "user", "content": "Name a colour."}],
+                                        max_tokens=12, temperature=0, stream=True):
+        assert ev.object == "chat.completion.chunk"
+        d = ev.choices[0].delta
+        parts.append(d.content or "")
+        finish = ev.choices[0].finish_reason or finish
+    assert "".join(parts) == ch.message.content and finish == ch.finish_reason
+    t = c.completions.create(model="x", prompt="Once upon a time", max_tokens=8, temperature=0)
+    assert t.object == "text_completion" and t.choices[0].text and t.usage.completion_tokens <= 8
+    st = "".join(e.choices[0].text for e in c.completions.create(model="x", prompt="Once upon a time", max_tokens=8,
+                                                                  temperature=0, stream=True))
+    assert st == t.choices[0].text
+
+
+def test_logprobs_and_stop(server):
+    c = server.client()
+    r = c.chat.completions.create(model="x", messages=[{"role": "user", "content": "Count: 1, 2, 3,"}], max_tokens=6,
+                                  temperature=0, logprobs=True, top_logprobs=3)
+    lp = r.choices[0].logprobs.content
+    assert len(lp) == r.usage.completion_tokens and all(len(x.top_logprobs) == 3 for x in lp)
+    assert all(x.logprob <= 0 and x.top_logprobs[0].logprob >= x.logprob - 1e-6 for x in lp)  # greedy: the top one
+    full = c.completions.create(model="x", prompt="1, 2, 3, 4, 5, 6, 7,", max_tokens=12, temperature=0)
+    text = full.choices[0].text
+    stop = text[len(text) // 2:len(text) // 2 + 2]
+    cut = c.completions.create(model="x", prompt="1, 2, 3, 4, 5, 6, 7,", max_tokens=12, temperature=0, stop=[stop])
+    assert cut.choices[0].finish_reason == "stop" and cut.choices[0].text == text[:text.index(stop)]
+
+
+def test_tokenize_detokenize(server):
+    st, out, _ = server.post("/tokenize", {"content": "Hello world"})
+    assert st == 200 and out["tokens"]
+    st, back, _ = server.post("/detokenize", {"tokens": out["tokens"]})
+    assert st == 200 and back["content"] == "Hello world"
+    st, err, _ = server.post("/detokenize", {"tokens": [10**9]})
+    assert st == 400 and "token id" in err["error"]["message"]
+
+
+PARITY_REQ = {"model": "x", "messages": [{"role": "user", "content": "Write two sentences about rivers."}],
+              "max_tokens": 24, "temperature": 0.8, "seed": 1234, "top_p": 0.95}
+
+
+def _others(i):
+    return {"model": "x", "messages": [{"role": "user", "content": f"Tell me fact number {i} about the sea."}],
+            "max_tokens": 8 + i % 7, "temperature": 0.7, "seed": i}
+
+
+def _one(srv, req):
+    st, out, _ = srv.post("/v1/chat/completions", req)
+    assert st == 200, out
+    return out["choices"][0]["message"]["content"], out["choices"][0]["token_ids"]
+
+
+def test_parity_alone_amid_16_with_and_without_spec(server, spec_server, report):
+    answers = {}
+    for name, srv in (("plain", server), ("spec ngram", spec_server)):
+        answers[f"{name}, alone"] = _one(srv, PARITY_REQ)
+        with cf.ThreadPoolExecutor(17) as ex:
+            futs = [ex.submit(_one, srv, _others(i)) for i in range(16)]
+            mine = ex.submit(_one, srv, PARITY_REQ)
+            for f in futs:
+                f.result()
+            answers[f"{name}, amid 16"] = mine.result()
+    ref = answers["plain, alone"]
+    for k, v in answers.items():
+        assert v == ref, f"{k}: {v!r} != {ref!r}"
+    m = spec_server.metrics()
+    report(f"server parity: 4 cases byte-identical ({len(ref[1])} tokens); spec server drafted "
+           f"{m['lockstep_draft_tokens_total']:.0f}, accepted {m['lockstep_draft_accepted_total']:.0f}")
+
+
+def test_load_32_clients(server, report):
+    per = int(os.environ.get("LOCKSTEP_LOAD_REQUESTS", "200"))
+    before = server.metrics()
+
+    def client(i):
+        fails = 0
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=300)
+        for k in range(per):
+            body = json.dumps({"prompt": f"Client {i} request {k}:", "max_tokens": 2, "temperature": 0}).encode()
+            conn.request("POST", "/v1/completions", body=body, headers={"Content-Type": "application/json"})
+            r = conn.getresponse()
+            data = r.read()
+            if r.status != 200 or len(json.loads(data)["choices"]) != 1:
+                fails += 1
+        conn.close()
+        return fails
+
+    t0 = time.time()
+    with cf.ThreadPoolExecutor(32) as ex:
+        failures = sum(ex.map(client, range(32)))
+    dt = time.time() - t0
+    after = server.metrics()
+    n = 32 * per
+    assert failures == 0
+    assert after['lockstep_requests_total{status="2xx"}'] - before['lockstep_requests_total{status="2xx"}'] >= n
+    assert after["lockstep_kv_blocks_used"] == 0
+    report(f"server load: {n} requests from 32 clients, 0 failures, {dt:.1f} s ({n / dt:.0f} req/s)")
+
+
+def test_errors(server, model_path):
+    bad = [
+        (b"{not json", 400, "not valid JSON"),
+        ({"messages": "hi"}, 400, "'messages' must be a non-empty list"),
+        ({"model": "x"}, 400, "'messages' is required"),
+        ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": "ten"}, 400, "'max_tokens' must be a number"),
+        ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}, 400, "'max_tokens' is 0"),
+        ({"messages": [{"role": "user", "content": "hi"}], "n": 2}, 400, "'n' must be 1"),
+        ({"messages": [{"role": "user", "content": "hi"}], "temperature": -1}, 400, "'temperature'"),
+        ({"messages": [{"role": "user", "content": "hi"}], "stop": [1]}, 400, "'stop'"),
+        ({"messages": [{"role": "robot", "content": "hi"}]}, 400, "role"),
+        ({"messages": [{"role": "user", "content": "word " * 2000}]}, 400, "context holds 1024"),
+    ]
+    for body, status, msg in bad:
+        st, out, h = server.request("POST", "/v1/chat/completions", body)
+        j = json.loads(out)
+        assert st == status and msg in j["error"]["message"], (body if isinstance(body, bytes) else str(body)[:80], st, j)
+        assert j["error"]["type"] == "invalid_request_error"
+    st, out, _ = server.request("GET", "/v1/nope")
+    assert st == 404 and "no such endpoint" in json.loads(out)["error"]["message"]
+    st, out, _ = server.request("GET", "/v1/chat/completions")
+    assert st == 405
+    st, out, _ = server.request("POST", "/v1/completions", {"prompt": "x" * (2 << 20)})
+    assert st == 413 and "exceeds the limit" in json.loads(out)["error"]["message"]
+    assert _one(server, PARITY_REQ)  # still serving
+
+
+def test_api_key_and_full_queue(model_path):
+    s = Server(model_path, "--api-key", "sesame", "--parallel", "1", "--max-queue", "0", "--ctx-size", "512")
+    try:
+        req = {"prompt": "Hello", "max_tokens": 2}
+        st, out, _ = s.request("POST", "/v1/completions", req)
+        assert st == 401 and "API key" in json.loads(out)["error"]["message"]
+        st, out, _ = s.request("POST", "/v1/completions", req, headers={"Authorization": "Bearer sesamf"})
+        assert st == 401
+        auth = {"Authorization": "Bearer sesame", "Content-Type": "application/json"}
+        st, out, _ = s.request("POST", "/v1/completions", req, headers=auth)
+        assert st == 200
+        with pytest.raises(openai.AuthenticationError):
+            s.client("wrong").completions.create(model="x", prompt="hi", max_tokens=1)
+        assert s.client("sesame").completions.create(model="x", prompt="hi", max_tokens=1).choices
+        # one long request fills the only slot; the next one is turned away with Retry-After
+        with cf.ThreadPoolExecutor(1) as ex:
+            long = ex.submit(s.request, "POST", "/v1/completions",
+                             {"prompt": "Tell a long story.", "max_tokens": 400, "ignore_eos": True}, auth)
+            time.sleep(0.5)
+            st, out, h = s.request("POST", "/v1/completions", req, headers=auth)
+            assert st == 503 and h.get("Retry-After") == "1" and "queue is full" in json.loads(out)["error"]["message"]
+            assert long.result()[0] == 200
+    finally:
+        assert s.stop() == 0
+
+
+def test_disconnect_frees_kv(server):
+    base = server.metrics()["lockstep_kv_blocks_used"]
+    c = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    c.request("POST", "/v1/completions", body=json.dumps({"prompt": "Write a very long essay about the moon.",
+                                                          "max_tokens": 900, "stream": True, "ignore_eos": True}),
+              headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    assert r.status == 200
+    r.fp.readline()  # the first event arrived: the sequence is running
+    assert server.metrics()["lockstep_kv_blocks_used"] > base
+    c.sock.shutdown(socket.SHUT_RDWR)
+    c.close()
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        m = server.metrics()
+        if m["lockstep_kv_blocks_used"] == base and m["lockstep_requests_in_flight"] == 0:
+            break
+        time.sleep(0.1)
+    assert m["lockstep_kv_blocks_used"] == base and m["lockstep_requests_in_flight"] == 0, m
+
+
+def test_sigterm_drains_in_flight(model_path):
+    s = Server(model_path, "--ctx-size", "512")
+    with cf.ThreadPoolExecutor(1) as ex:
+        fut = ex.submit(s.post, "/v1/completions", {"prompt": "Count to fifty:", "max_tokens": 60, "ignore_eos": True})
+        time.sleep(0.3)
+        s.proc.send_signal(signal.SIGTERM)
+        st, out, _ = fut.result()
+    assert st == 200 and out["usage"]["completion_tokens"] == 60
+    assert s.stop() == 0
+    assert "stopped" in s.logtext()
