@@ -54,7 +54,44 @@ static int cand_cmp(const void *a, const void *b) {
     return (x->id > y->id) - (x->id < y->id);
 }
 
-size_t ls_sampler_scratch_bytes(int32_t n_vocab) { return (size_t)n_vocab * (sizeof(cand) + sizeof(float)); }
+size_t ls_sampler_scratch_bytes(int32_t n_vocab) {
+    return (size_t)n_vocab * (2 * sizeof(cand) + sizeof(float) + 2 * sizeof(uint32_t));
+}
+
+/* The candidate order of cand_cmp (logit descending, then id ascending) by a stable
+ * LSD radix sort: 4 passes of 8 bits over a key that orders floats like `<`
+ * (-0 counts as +0, as the comparator sees them).  The input arrives in id order, so
+ * stability gives the id tie-break.  Same result as qsort with cand_cmp, in O(n). */
+static void sort_all(cand *c, int32_t n, void *tmp_space) {
+    cand *tmp = tmp_space;
+    uint32_t *key = (uint32_t *)(tmp + n), *key2 = key + n;
+    for (int32_t i = 0; i < n; i++) {
+        float f = c[i].logit == 0.0f ? 0.0f : c[i].logit;
+        uint32_t b;
+        memcpy(&b, &f, 4);
+        b = (b & 0x80000000u) ? ~b : b | 0x80000000u; /* ascending float order */
+        key[i] = ~b;                                   /* descending */
+    }
+    cand *src = c, *dst = tmp;
+    uint32_t *ks = key, *kd = key2;
+    for (int shift = 0; shift < 32; shift += 8) {
+        int32_t count[257] = {0};
+        for (int32_t i = 0; i < n; i++) count[((ks[i] >> shift) & 0xFF) + 1]++;
+        for (int b = 0; b < 256; b++) count[b + 1] += count[b];
+        for (int32_t i = 0; i < n; i++) {
+            int32_t at = count[(ks[i] >> shift) & 0xFF]++;
+            dst[at] = src[i];
+            kd[at] = ks[i];
+        }
+        cand *t = src;
+        src = dst;
+        dst = t;
+        uint32_t *tk = ks;
+        ks = kd;
+        kd = tk;
+    }
+    /* 4 passes: the sorted data is back in c */
+}
 
 static int32_t argmax(const float *logits, int32_t n) {
     int32_t best = 0;
@@ -64,9 +101,9 @@ static int32_t argmax(const float *logits, int32_t n) {
 }
 
 /* Moves the k largest candidates (in cand_cmp order) to the front, sorted. */
-static void select_top(cand *c, int32_t n, int32_t k) {
+static void select_top(cand *c, int32_t n, int32_t k, void *tmp) {
     if (k >= n) {
-        qsort(c, (size_t)n, sizeof *c, cand_cmp);
+        sort_all(c, n, tmp);
         return;
     }
     /* Quickselect-free: a bounded insertion into a sorted prefix of size k. */
@@ -88,13 +125,14 @@ int32_t ls_sample(const ls_sampler_params *p, const float *logits, int32_t n_voc
     if (p->temperature == 0.0f) return argmax(logits, n_vocab);
     cand *c = scratch;
     float *prob = (float *)(c + n_vocab);
+    void *tmp = prob + n_vocab;
     for (int32_t i = 0; i < n_vocab; i++) c[i] = (cand){logits[i], i};
     int32_t n = n_vocab;
     if (p->top_k > 0 && p->top_k < n) {
-        select_top(c, n, p->top_k);
+        select_top(c, n, p->top_k, tmp);
         n = p->top_k;
     } else {
-        select_top(c, n, n);
+        select_top(c, n, n, tmp);
     }
     const float lmax = c[0].logit;
     float total = 0.0f;

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/kernels.h"
 #include "sample/sample.h"
 
 #define V 6
@@ -102,6 +103,70 @@ static void test_distribution_matches_softmax(void **st) {
     free(s);
 }
 
+/* The full-vocabulary path (top-k off) must draw exactly what sorting every candidate
+ * with qsort by (logit descending, id ascending) draws: an independent reference. */
+typedef struct {
+    float logit;
+    int32_t id;
+} ref_cand;
+static int ref_cmp(const void *a, const void *b) {
+    const ref_cand *x = a, *y = b;
+    if (x->logit > y->logit) return -1;
+    if (x->logit < y->logit) return 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+static int32_t ref_sample(const ls_sampler_params *p, const float *lg, int32_t n, uint64_t pos) {
+    ref_cand *c = malloc(sizeof *c * (size_t)n);
+    float *pr = malloc(sizeof *pr * (size_t)n);
+    for (int32_t i = 0; i < n; i++) c[i] = (ref_cand){lg[i], i};
+    qsort(c, (size_t)n, sizeof *c, ref_cmp);
+    float total = 0.0f;
+    for (int32_t i = 0; i < n; i++) total += (pr[i] = ls_expf((c[i].logit - c[0].logit) / p->temperature));
+    int32_t m = n;
+    if (p->top_p < 1.0f) {
+        float cum = 0.0f, target = p->top_p * total;
+        for (int32_t i = 0; i < n; i++)
+            if ((cum += pr[i]) >= target) {
+                m = i + 1;
+                break;
+            }
+        total = 0.0f;
+        for (int32_t i = 0; i < m; i++) total += pr[i];
+    }
+    double u = ls_rand_uniform(p->seed, pos, 0) * (double)total, cum = 0.0;
+    int32_t out = c[m - 1].id;
+    for (int32_t i = 0; i < m; i++)
+        if ((cum += (double)pr[i]) > u) {
+            out = c[i].id;
+            break;
+        }
+    free(c);
+    free(pr);
+    return out;
+}
+
+static void test_full_vocab_order_matches_qsort(void **st) {
+    (void)st;
+    const int32_t n = 5000;
+    float *lg = malloc(sizeof *lg * (size_t)n);
+    void *scratch = malloc(ls_sampler_scratch_bytes(n));
+    uint64_t s = 99;
+    for (int trial = 0; trial < 300; trial++) {
+        for (int32_t i = 0; i < n; i++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            int kind = (int)((s >> 60) & 7);
+            float v = (float)((int64_t)(s >> 40) % 4000) / 100.0f - 20.0f; /* many exact ties */
+            lg[i] = kind == 0 ? 0.0f : kind == 1 ? -0.0f : v;
+        }
+        ls_sampler_params p = {.temperature = 0.2f + (float)(trial % 9) / 4.0f, .top_k = 0,
+                               .top_p = trial % 3 ? 1.0f : 0.9f, .seed = (uint64_t)trial};
+        for (uint64_t pos = 0; pos < 4; pos++)
+            assert_int_equal(ls_sample(&p, lg, n, pos, scratch), ref_sample(&p, lg, n, pos));
+    }
+    free(lg);
+    free(scratch);
+}
+
 static void test_param_check_names_field(void **st) {
     ls_err err;
     ls_sampler_params p = {.temperature = -1, .top_p = 1};
@@ -124,6 +189,7 @@ int main(void) {
         cmocka_unit_test(test_draw_depends_only_on_seed_and_pos),
         cmocka_unit_test(test_uniform_is_in_range_and_spread),
         cmocka_unit_test(test_distribution_matches_softmax),
+        cmocka_unit_test(test_full_vocab_order_matches_qsort),
         cmocka_unit_test(test_param_check_names_field),
     };
     return cmocka_run_group_tests_name("sample", tests, NULL, NULL);
