@@ -73,8 +73,8 @@ class Server:
         st, out, h = self.request("POST", path, body, **kw)
         return st, json.loads(out), h
 
-    def metrics(self) -> dict:
-        _, out, _ = self.request("GET", "/metrics")
+    def metrics(self, headers=None) -> dict:
+        _, out, _ = self.request("GET", "/metrics", headers=headers)
         m = {}
         for line in out.decode().splitlines():
             if line and not line.startswith("#"):
@@ -267,7 +267,10 @@ def test_api_key_and_full_queue(model_path):
         with cf.ThreadPoolExecutor(1) as ex:
             long = ex.submit(s.request, "POST", "/v1/completions",
                              {"prompt": "Tell a long story.", "max_tokens": 400, "ignore_eos": True}, auth)
-            time.sleep(0.5)
+            deadline = time.time() + 30
+            while s.metrics(auth)["lockstep_requests_in_flight"] < 1:  # the slot is taken
+                assert time.time() < deadline and not long.done()
+                time.sleep(0.02)
             st, out, h = s.request("POST", "/v1/completions", req, headers=auth)
             assert st == 503 and h.get("Retry-After") == "1" and "queue is full" in json.loads(out)["error"]["message"]
             assert long.result()[0] == 200
@@ -300,7 +303,10 @@ def test_sigterm_drains_in_flight(model_path):
     s = Server(model_path, "--ctx-size", "512")
     with cf.ThreadPoolExecutor(1) as ex:
         fut = ex.submit(s.post, "/v1/completions", {"prompt": "Count to fifty:", "max_tokens": 60, "ignore_eos": True})
-        time.sleep(0.3)
+        deadline = time.time() + 30
+        while s.metrics()["lockstep_requests_in_flight"] < 1:  # the request is in the engine
+            assert time.time() < deadline and not fut.done()
+            time.sleep(0.02)
         s.proc.send_signal(signal.SIGTERM)
         st, out, _ = fut.result()
     assert st == 200 and out["usage"]["completion_tokens"] == 60
