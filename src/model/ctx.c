@@ -55,6 +55,8 @@ fail:
     return NULL;
 }
 
+size_t ls_ctx_params_sizeof(void) { return sizeof(ls_ctx_params); }
+
 void ls_ctx_free(ls_ctx *c) {
     if (!c) return;
     ls_fwd_free(c->fwd);

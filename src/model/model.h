@@ -127,6 +127,7 @@ typedef struct {
 } ls_ctx_params;
 
 ls_ctx *ls_ctx_create(const ls_model *m, ls_ctx_params p, ls_err *err);
+size_t ls_ctx_params_sizeof(void); /* for foreign-function bindings to check their mirror */
 void ls_ctx_free(ls_ctx *c);
 int32_t ls_ctx_n_ctx(const ls_ctx *c);
 ls_isa ls_ctx_isa(const ls_ctx *c);

@@ -25,7 +25,9 @@ class ModelParams(C.Structure):
 
 
 class CtxParams(C.Structure):
-    _fields_ = [("n_ctx", C.c_int32), ("n_batch", C.c_int32), ("n_threads", C.c_int32), ("isa", C.c_int32)]
+    """ls_ctx_params (src/model/model.h): keep in step with the C struct."""
+    _fields_ = [("n_ctx", C.c_int32), ("n_batch", C.c_int32), ("n_threads", C.c_int32), ("isa", C.c_int32),
+                ("layers", C.c_void_p), ("n_layers", C.c_int32), ("pool", C.c_void_p)]
 
 
 class HParams(C.Structure):
@@ -58,6 +60,9 @@ def lib():
         L.ls_tokenize.argtypes = [C.c_void_p, C.c_char_p, C.c_size_t, C.c_bool, C.c_bool,
                                   C.POINTER(C.c_int32), C.c_size_t, C.POINTER(C.c_size_t), C.POINTER(Err)]
         L.ls_tokenize.restype = C.c_int
+        L.ls_ctx_params_sizeof.restype = C.c_size_t
+        if L.ls_ctx_params_sizeof() != C.sizeof(CtxParams):
+            raise RuntimeError("tests/python/ls_ffi.py: CtxParams does not match ls_ctx_params in src/model/model.h")
         _lib = L
     return _lib
 
