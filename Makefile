@@ -94,10 +94,22 @@ FUZZ_FLAGS = -std=c11 -D_GNU_SOURCE -O1 -g -Isrc -ffp-contract=off -fsanitize=fu
 build-fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c src/gguf/gguf.c src/quant/quant.c src/util/err.c
 	@mkdir -p build-fuzz
 	clang $(FUZZ_FLAGS) -o $@ $^
-fuzz: build-fuzz/fuzz_gguf
-	@mkdir -p build-fuzz/corpus-gguf
-	build-fuzz/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -artifact_prefix=build-fuzz/ \
-	    build-fuzz/corpus-gguf tests/fuzz/corpus/gguf
+FUZZ_TOK_SRC = tests/fuzz/fuzz_tokenizer.c src/tokenizer/tokenizer.c src/tokenizer/pretok.c src/gguf/gguf.c \
+               src/quant/quant.c src/util/err.c
+build-fuzz/fuzz_tokenizer: $(FUZZ_TOK_SRC)
+	@mkdir -p build-fuzz
+	clang $(FUZZ_FLAGS) -o $@ $^ -lpcre2-8
+build-fuzz/fuzz_request: tests/fuzz/fuzz_request.c src/server/request.c src/tokenizer/chat.c src/util/err.c
+	@mkdir -p build-fuzz
+	clang $(FUZZ_FLAGS) -o $@ $^ -lcjson
+FUZZ_TARGETS = gguf tokenizer request
+fuzz: $(FUZZ_TARGETS:%=build-fuzz/fuzz_%) model
+	@for t in $(FUZZ_TARGETS); do \
+	    mkdir -p build-fuzz/corpus-$$t; \
+	    echo "== fuzz_$$t for $(FUZZ_SECONDS) s"; \
+	    MODEL=$(MODEL) build-fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
+	        -artifact_prefix=build-fuzz/$$t- build-fuzz/corpus-$$t tests/fuzz/corpus/$$t || exit 1; \
+	done
 
 clean:
 	rm -rf $(BUILD) build-asan build-fuzz

@@ -176,6 +176,9 @@ def _hf_tokenizer(meta, with_specials: bool):
 # the corpus
 
 HAND_PICKED = [
+    # control characters, some of which (0x04, 0x06, 0x13, 0x14, 0x16, 0x1d) have no
+    # byte-level token in SmolLM2's vocabulary (found by tests/fuzz/fuzz_tokenizer.c)
+    "a\x04b", "\x06", "x\x13\x14y", "\x16 hi \x1d", "\x00null\x00", "\x01\x02\x03 \x07\x08", "tab\x0bvt\x0cff",
     "", " ", "  ", "\n", "\n\n\n", " \n ", "\r\n", "\t", "\t\t x", "a  ", "a \n", "trailing   ",
     "Hello world", "Hello, world!", "  leading spaces", "multiple   spaces   here",
     "line one\nline two\r\nline three\n", "tabs\tand\ttabs", "x\n\n\ny", "   \n\n   \t  end ",

@@ -1,0 +1,31 @@
+/* libFuzzer target: HTTP request bodies -> the validated request struct
+ * (server/request.c), for chat and text completions, with every chat template
+ * family.  Never a crash; a rejection always names what was wrong. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/request.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size < 1) return 0;
+    static const char *fams[] = {"chatml", "llama2", "llama3", "mistral", "gemma", "phi3", "zephyr"};
+    ls_chat_template t;
+    ls_err err;
+    if (ls_chat_template_by_name(fams[data[0] % 7], &t, &err)) __builtin_trap();
+    ls_srv_limits lim = {.max_messages = 64, .max_tokens = 4096};
+    ls_srv_req r;
+    for (int chat = 0; chat < 2; chat++) {
+        ls_status st = ls_srv_parse((const char *)data + 1, size - 1, chat, &t, &lim, &r, &err);
+        if (st) {
+            if (!err.msg[0]) __builtin_trap();
+            continue;
+        }
+        if (!r.prompt || r.n_stop > LS_SRV_MAX_STOP || (r.max_tokens != -1 && (r.max_tokens < 1 || r.max_tokens > 4096)))
+            __builtin_trap();
+        if (!(r.top_p > 0.0f && r.top_p <= 1.0f) || !(r.temperature >= 0.0f)) __builtin_trap();
+        ls_srv_req_free(&r);
+    }
+    ls_chat_template_free(&t);
+    return 0;
+}
