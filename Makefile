@@ -28,7 +28,7 @@ TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 ISA_AVX2   = -mavx2 -mfma -mf16c
 ISA_AVX512 = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni $(ISA_AVX2)
 
-.PHONY: all lib cli tests test test-c test-asan fuzz run model deps clean
+.PHONY: all lib cli tests test test-c test-asan test-tsan fuzz run model deps clean
 all: cli lib tests
 
 lib: $(BUILD)/liblockstep.a $(BUILD)/liblockstep.so
@@ -85,7 +85,18 @@ test-c: all
 ASAN_FLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 test-asan: model
 	@$(MAKE) --no-print-directory BUILD=build-asan SAN="$(ASAN_FLAGS)" OPT=-O1 all
-	@LOCKSTEP_BUILD=build-asan MODEL=$(MODEL) bash scripts/run-tests.sh --c-only
+	@LOCKSTEP_BUILD=build-asan MODEL=$(MODEL) LOCKSTEP_ENGINE_CASES=$${LOCKSTEP_ENGINE_CASES:-24} \
+	    bash scripts/run-tests.sh --c-only
+
+# ThreadSanitizer over the multi-threaded parts: the engine (pools, parity mixes),
+# the drafters, and the server end to end (its HTTP threads and the engine thread).
+test-tsan: model
+	@$(MAKE) --no-print-directory BUILD=build-tsan SAN="-fsanitize=thread" OPT=-O1 all
+	@set -e; export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"; \
+	    LOCKSTEP_ENGINE_CASES=8 MODEL=$(MODEL) build-tsan/tests/test_engine; \
+	    MODEL=$(MODEL) build-tsan/tests/test_spec; \
+	    LOCKSTEP_BUILD=build-tsan LOCKSTEP_LOAD_REQUESTS=3 MODEL=$(MODEL) $(PYTHON) -m pytest -q \
+	        tests/python/test_server.py -k "chat or logprobs or errors or disconnect or load or tokenize"
 
 # libFuzzer targets (clang) over the parsers, each for FUZZ_SECONDS, from the seed
 # corpus in tests/fuzz/corpus/<target>; crashes land in build-fuzz/.
@@ -112,4 +123,4 @@ fuzz: $(FUZZ_TARGETS:%=build-fuzz/fuzz_%) model
 	done
 
 clean:
-	rm -rf $(BUILD) build-asan build-fuzz
+	rm -rf $(BUILD) build-asan build-tsan build-fuzz

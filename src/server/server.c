@@ -68,7 +68,8 @@ struct server {
     pthread_t engine_thread;
     pthread_mutex_t mu;        /* guards the fields below */
     pthread_cond_t work;
-    volatile int ready;        /* 0 loading, 1 probing, 2 serving */
+    int ready;                 /* 0 loading, 1 probing, 2 serving: atomic; serving publishes
+                                * (release) parity, spec and the engine to the handlers */
     bool stop_engine;
     int live;                  /* requests submitted and not finished */
     char parity[32], spec_verdict[32], probe_detail[256];
@@ -491,6 +492,7 @@ static void stream_free(void *cls) {
     job *j = cls;
     pthread_mutex_lock(&j->mu);
     bool done = j->done;
+    int32_t n_tokens = j->n_tokens;
     j->http_gone = true;
     pthread_mutex_unlock(&j->mu);
     if (!done) ls_engine_cancel(j->srv->e, j->engine_id); /* frees its KV at the next step */
@@ -498,7 +500,7 @@ static void stream_free(void *cls) {
     pthread_cond_signal(&j->srv->work);
     pthread_mutex_unlock(&j->srv->mu);
     fprintf(stderr, "lockstep serve: %s %s stream prompt=%d gen=%d ms=%.0f%s\n", j->id, j->path, j->n_prompt,
-            j->n_tokens, ls_now_ms() - j->t0, done ? "" : " (client left; cancelled)");
+            n_tokens, ls_now_ms() - j->t0, done ? "" : " (client left; cancelled)");
     job_unref(j);
 }
 
@@ -771,8 +773,9 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     if (!strcmp(url, "/health")) {
         if (!get) return send_error(s, c, 405, "invalid_request_error", "use GET /health", NULL);
         cJSON *o = cJSON_CreateObject();
-        if (s->ready < 2) {
-            cJSON_AddStringToObject(o, "status", s->ready == 0 ? "loading" : "probing");
+        int ready = __atomic_load_n(&s->ready, __ATOMIC_ACQUIRE);
+        if (ready < 2) {
+            cJSON_AddStringToObject(o, "status", ready == 0 ? "loading" : "probing");
             char *t = cJSON_PrintUnformatted(o);
             cJSON_Delete(o);
             return t ? send_text(s, c, 503, "application/json", t, "1") : MHD_NO;
@@ -786,7 +789,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     if (s->p->api_key && !key_ok(s->p->api_key, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization")))
         return send_error(s, c, 401, "invalid_request_error", "missing or wrong API key (Authorization: Bearer KEY)",
                           NULL);
-    if (s->ready < 2) return send_error(s, c, 503, "server_busy", "the model is still loading", "1");
+    if (__atomic_load_n(&s->ready, __ATOMIC_ACQUIRE) < 2)
+        return send_error(s, c, 503, "server_busy", "the model is still loading", "1");
     if (cn->too_big) {
         char msg[128];
         snprintf(msg, sizeof msg, "the request body exceeds the limit of %zu bytes", s->p->max_body);
@@ -895,7 +899,7 @@ int ls_server_run(const ls_server_params *p, ls_err *err) {
                            .fam_parity = p->kernels_fam_parity};
     s->e = ls_engine_create(s->m, ep, err);
     if (!s->e) goto out;
-    s->ready = 1;
+    __atomic_store_n(&s->ready, 1, __ATOMIC_RELEASE);
     if (!p->no_probe) {
         int32_t toks[8] = {1, 504, 3120, 282, 5248, 30, 198, 2};
         for (int i = 0; i < 8; i++) toks[i] %= (int32_t)ls_model_hparams(s->m)->n_vocab;
@@ -925,7 +929,7 @@ int ls_server_run(const ls_server_params *p, ls_err *err) {
         ls_err_set(err, LS_E_NOMEM, "cannot start the engine thread");
         goto out;
     }
-    s->ready = 2;
+    __atomic_store_n(&s->ready, 2, __ATOMIC_RELEASE);
     fprintf(stderr, "lockstep serve: ready (parity: %s; spec: %s %s; %d parallel, context %d)\n", s->parity,
             ls_spec_kind_name(s->spec.kind), s->spec_verdict, p->n_parallel, s->n_ctx);
     while (!g_stop) usleep(100 * 1000);

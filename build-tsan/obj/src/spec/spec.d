@@ -1,0 +1,16 @@
+build-tsan/obj/src/spec/spec.o: src/spec/spec.c src/spec/spec.h \
+ src/model/model.h src/gguf/gguf.h src/util/err.h \
+ src/kernels/cpu/kernels.h src/tokenizer/chat.h src/tokenizer/tokenizer.h \
+ src/sample/sample.h src/engine/generate.h src/engine/engine.h \
+ src/engine/spec_probe.h
+src/spec/spec.h:
+src/model/model.h:
+src/gguf/gguf.h:
+src/util/err.h:
+src/kernels/cpu/kernels.h:
+src/tokenizer/chat.h:
+src/tokenizer/tokenizer.h:
+src/sample/sample.h:
+src/engine/generate.h:
+src/engine/engine.h:
+src/engine/spec_probe.h:
