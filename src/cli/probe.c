@@ -21,7 +21,7 @@ static const char *help =
     "withdrawn for the rows that need parity) or declined (exit 1 unless --allow-inexact).\n"
     "\n"
     "  -m, --model PATH    model (default " LS_DEFAULT_MODEL ")\n"
-    "      --spec KIND     the drafter serving would use: ngram, draft, layerskip (default ngram)\n"
+    "      --spec KIND     the drafter serving would use: ngram, draft, layerskip, mtp (default ngram)\n"
     "      --draft-max K   longest draft (default 8)\n"
     "      --kernels K     auto, wide, narrow, fast, or a registered family name (default auto)\n"
     "  -t, --threads N     threads (default: online CPUs)\n"

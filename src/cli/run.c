@@ -29,7 +29,7 @@ static const char *run_help =
     "      --seed S            seed of the draw; token p uses only (seed, p) (default 0)\n"
     "  -t, --threads N         threads (default: online CPUs)\n"
     "  -c, --ctx-size N        context size in tokens (default min(trained, 4096))\n"
-    "      --spec KIND         speculative decoding: ngram, draft, layerskip or off (default off);\n"
+    "      --spec KIND         speculative decoding: ngram, draft, layerskip, mtp or off (default off);\n"
     "                          the tokens are the same as without it, only faster or slower\n"
     "      --draft-max K       longest draft (default 8)\n"
     "      --draft-min N       shorter drafts are not verified (default 1)\n"

@@ -21,7 +21,7 @@ static const char *help =
     "  -c, --ctx-size N      context per sequence (default min(trained, 4096))\n"
     "      --kv-mem SIZE     KV cache size, e.g. 512M or 2G (default: ctx-size x parallel positions)\n"
     "  -t, --threads N       threads (default: online CPUs)\n"
-    "      --spec KIND       speculative decoding for every request: ngram, draft, layerskip, off\n"
+    "      --spec KIND       speculative decoding for every request: ngram, draft, layerskip, mtp, off\n"
     "      --draft-max K, --draft-min N, --draft-model PATH, --draft-layers L   as for `run`\n"
     "      --allow-inexact   keep speculating even if the exactness probe declines\n"
     "      --kernels K       auto, wide, narrow, or a registered family (default auto)\n"

@@ -34,6 +34,7 @@ typedef struct seq {
     int32_t prefill_chunk;
     int32_t (*draft)(void *, const int32_t *, int32_t, int32_t *, int32_t);
     void *draft_ud;
+    void (*draft_observe)(void *, int32_t, const float *);
     void (*on_event)(void *, const ls_event *);
     void *ud;
     uint64_t admit_order;
@@ -49,7 +50,7 @@ typedef struct seq {
 struct ls_engine {
     const ls_model *m;
     ls_engine_params p;
-    int32_t n_vocab, max_blocks, max_logit_rows;
+    int32_t n_vocab, n_embd, max_blocks, max_logit_rows;
     ls_fwd *fwd;
     ls_kv_store *store;
     ls_kvcache *kvc;
@@ -75,6 +76,7 @@ struct ls_engine {
     const int32_t **b_tables;
     int32_t *drafts;                /* n_seq_max * draft_max */
     float *logits;                  /* max_logit_rows * n_vocab */
+    float *hidden;                  /* step_tokens * n_embd: rows' hidden states for observers */
     void *sscratch;
     ls_engine_stats st;
 };
@@ -157,6 +159,7 @@ static seq *seq_new(const ls_engine *e, const ls_request *r) {
     s->prefill_chunk = r->prefill_chunk;
     s->draft = r->draft;
     s->draft_ud = r->draft_ud;
+    s->draft_observe = r->draft_observe;
     s->on_event = r->on_event;
     s->ud = r->ud;
     s->t_submit = ls_now_ms();
@@ -221,6 +224,7 @@ ls_engine *ls_engine_create(const ls_model *m, ls_engine_params p, ls_err *err) 
     if (n_blocks > INT32_MAX / 2) n_blocks = INT32_MAX / 2;
     e->p = p;
     e->n_vocab = (int32_t)hp->n_vocab;
+    e->n_embd = (int32_t)hp->n_embd;
     e->max_blocks = (p.n_ctx + BS - 1) / BS + 1;
     e->max_logit_rows = p.n_seq_max * (1 + p.draft_max);
     if (e->max_logit_rows > p.step_tokens) e->max_logit_rows = p.step_tokens;
@@ -241,8 +245,9 @@ ls_engine *ls_engine_create(const ls_model *m, ls_engine_params p, ls_err *err) 
     e->drafts = malloc(((size_t)p.n_seq_max * (size_t)p.draft_max + 1) * sizeof(int32_t));
     e->logits = malloc((size_t)e->max_logit_rows * (size_t)e->n_vocab * sizeof(float));
     e->sscratch = malloc(ls_sampler_scratch_bytes(e->n_vocab));
+    e->hidden = malloc(R * hp->n_embd * sizeof(float));
     if (!e->b_tok || !e->b_need || !e->b_pos || !e->b_seq || !e->b_lrow || !e->b_tables || !e->in_batch || !e->running ||
-        !e->drafts || !e->logits || !e->sscratch) {
+        !e->drafts || !e->logits || !e->sscratch || !e->hidden) {
         ls_err_set(err, LS_E_NOMEM, "out of memory for the engine's step buffers");
         goto fail;
     }
@@ -272,6 +277,7 @@ void ls_engine_free(ls_engine *e) {
     free(e->drafts);
     free(e->logits);
     free(e->sscratch);
+    free(e->hidden);
     ls_kvc_free(e->kvc);
     ls_kv_store_free(e->store);
     ls_fwd_free(e->fwd);
@@ -678,7 +684,10 @@ ls_status ls_engine_step(ls_engine *e, int32_t *n_rows_out, ls_err *err) {
     int32_t nrows = build(e);
     if (n_rows_out) *n_rows_out = nrows;
     if (nrows > 0) {
-        ls_batch b = {nrows, e->b_tok, e->b_pos, e->b_seq, e->b_tables, e->b_lrow, e->b_need};
+        bool observe = false;
+        for (int32_t i = 0; i < e->n_in_batch; i++) observe = observe || e->in_batch[i]->draft_observe;
+        ls_batch b = {nrows, e->b_tok, e->b_pos, e->b_seq, e->b_tables, e->b_lrow, e->b_need, NULL,
+                      observe ? e->hidden : NULL};
         ls_fwd_run(e->fwd, e->store, &b, e->logits);
         e->st.steps++;
         e->st.rows += (uint64_t)nrows;
@@ -686,6 +695,7 @@ ls_status ls_engine_step(ls_engine *e, int32_t *n_rows_out, ls_err *err) {
     /* Sample, verify drafts, emit; sequences finish here. */
     for (int32_t bi = 0; bi < e->n_in_batch; bi++) {
         seq *s = e->in_batch[bi];
+        const int32_t past0 = s->n_past;
         s->n_past += s->n_rows - s->n_draft;
         bool alive = true;
         if (s->logit0 >= 0) {
@@ -705,6 +715,9 @@ ls_status ls_engine_step(ls_engine *e, int32_t *n_rows_out, ls_err *err) {
             e->st.drafted += (uint64_t)s->n_draft;
             e->st.accepted += (uint64_t)a;
         }
+        if (s->draft_observe && alive) /* the rows that are now part of the sequence */
+            for (int32_t j = 0; past0 + j < s->n_past; j++)
+                s->draft_observe(s->draft_ud, past0 + j, e->hidden + (size_t)(s->row0 + j) * e->n_embd);
         seq_trim(e, s);
         seq_commit_full(e, s); /* also when it just finished: its blocks stay cached */
         if (!alive) retire(e, s);

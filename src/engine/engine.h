@@ -78,6 +78,11 @@ typedef struct {
      * block and keeps the longest prefix that plain decoding would have produced. */
     int32_t (*draft)(void *draft_ud, const int32_t *hist, int32_t n_hist, int32_t *out, int32_t max);
     void *draft_ud;
+    /* Optional, for drafters that continue the target's hidden states (MTP): called
+     * for each position as its K/V becomes part of the sequence (prompt rows, decode
+     * rows, accepted drafts), in position order, with the row's last hidden state
+     * (n_embd floats, before the final norm); again from 0 after a preemption. */
+    void (*draft_observe)(void *draft_ud, int32_t pos, const float *hidden);
     void (*on_event)(void *ud, const ls_event *ev); /* called from the stepping thread */
     void *ud;
 } ls_request;

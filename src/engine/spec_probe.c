@@ -42,7 +42,7 @@ static void fwd_a(probe_ctx *c, const int32_t *toks, int32_t n, int32_t p0, floa
         c->lrow[i] = i;
         c->need[i] = 1;
     }
-    ls_batch b = {n, c->tok, c->pos, c->seq, tables, c->lrow, c->need};
+    ls_batch b = {n, c->tok, c->pos, c->seq, tables, c->lrow, c->need, NULL, NULL};
     ls_fwd_run(c->f, c->kv, &b, out);
 }
 
@@ -101,7 +101,7 @@ static void probe_pass(probe_ctx *c, int32_t K, int draws, uint64_t seed, ls_spe
             c->lrow[nb] = i;
             c->need[nb] = 1;
         }
-        ls_batch b = {nb, c->tok, c->pos, c->seq, tables, c->lrow, c->need};
+        ls_batch b = {nb, c->tok, c->pos, c->seq, tables, c->lrow, c->need, NULL, NULL};
         ls_fwd_run(c->f, c->kv, &b, c->alt);
         r->batch_mix &= same_rows(c, c->ref, c->alt, W, "verify block in a mixed batch", W, r);
     }

@@ -102,7 +102,7 @@ ls_status ls_ctx_eval(ls_ctx *c, const int32_t *tokens, int32_t n, int32_t pos0,
                 c->logit_row[chunk - 1] = 0;
             }
         }
-        ls_batch b = {chunk, tokens + done, c->pos, c->seq, tables, c->logit_row, NULL};
+        ls_batch b = {chunk, tokens + done, c->pos, c->seq, tables, c->logit_row, NULL, NULL, NULL};
         ls_fwd_run(c->fwd, c->kv, &b, out);
         done += chunk;
     }

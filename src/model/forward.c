@@ -80,6 +80,8 @@ struct ls_fwd {
     int32_t n_rows, n_ctx;
     int32_t *layers;     /* the layers to run, in order */
     int32_t n_layers;
+    bool mtp;            /* the MTP module (see ls_fwd_params) */
+    float *cat;          /* (n_rows, 2 n_embd) MTP input [enorm(embed); hnorm(hidden)] */
     size_t kv_dim;
     float *x;            /* (n_rows, n_embd) residual stream */
     float *xn;           /* (n_rows, n_embd) normed */
@@ -119,7 +121,12 @@ ls_fwd *ls_fwd_create(const ls_model *m, ls_fwd_params p, ls_err *err) {
     }
     f->n_rows = p.n_rows;
     f->n_ctx = p.n_ctx;
-    f->n_layers = p.layers ? p.n_layers : (int32_t)hp->n_layer;
+    f->mtp = p.mtp;
+    if (p.mtp && !ls_model_has_mtp(m)) {
+        ls_err_set(err, LS_E_UNSUPPORTED, "this model has no MTP (nextn) module");
+        goto fail;
+    }
+    f->n_layers = p.mtp ? 1 : p.layers ? p.n_layers : (int32_t)hp->n_layer;
     if (f->n_layers < 1 || (uint32_t)f->n_layers > hp->n_layer) {
         ls_err_set(err, LS_E_INVALID, "layer list of %d layers (the model has %u)", f->n_layers, hp->n_layer);
         goto fail;
@@ -130,8 +137,8 @@ ls_fwd *ls_fwd_create(const ls_model *m, ls_fwd_params p, ls_err *err) {
         goto fail;
     }
     for (int32_t i = 0; i < f->n_layers; i++) {
-        f->layers[i] = p.layers ? p.layers[i] : i;
-        if (f->layers[i] < 0 || (uint32_t)f->layers[i] >= hp->n_layer) {
+        f->layers[i] = p.mtp ? (int32_t)hp->n_layer : p.layers ? p.layers[i] : i;
+        if (f->layers[i] < 0 || (uint32_t)f->layers[i] >= hp->n_layer + (p.mtp ? 1u : 0u)) {
             ls_err_set(err, LS_E_INVALID, "layer %d does not exist (the model has %u)", f->layers[i], hp->n_layer);
             goto fail;
         }
@@ -176,11 +183,13 @@ ls_fwd *ls_fwd_create(const ls_model *m, ls_fwd_params p, ls_err *err) {
         B * E * sizeof(float), B * E * sizeof(float), B * QD * sizeof(float),
         B * f->kv_dim * sizeof(float), B * f->kv_dim * sizeof(float), B * QD * sizeof(float),
         B * E * sizeof(float), B * F * sizeof(float), B * F * sizeof(float), B * sizeof(ls_kv_view), B,
+        p.mtp ? B * 2 * E * sizeof(float) : 0,
         (size_t)n_threads * f->att_scratch_per_thread * sizeof(float), f->kc.scratch_bytes,
     };
     void **slots[] = {
         (void **)&f->x, (void **)&f->xn, (void **)&f->q, (void **)&f->k, (void **)&f->v, (void **)&f->att,
         (void **)&f->tmp, (void **)&f->gate, (void **)&f->up, (void **)&f->views, (void **)&f->need_out,
+        (void **)&f->cat,
         (void **)&f->att_scratch,
         &f->kc.scratch,
     };
@@ -234,18 +243,32 @@ void ls_fwd_run(ls_fwd *f, ls_kv_store *kv, const ls_batch *b, float *logits) {
     LS_ASSERT(b->n >= 1 && b->n <= f->n_rows && kv->kv_dim == KV);
 
     int32_t n_out = 0;
+    const gguf_tensor *emb = f->mtp && m->mtp_embd ? m->mtp_embd : m->tok_embd;
+    const size_t emb_rb = f->mtp && m->mtp_embd ? emb->nbytes / hp->n_vocab : m->tok_embd_row_bytes;
     for (int32_t r = 0; r < b->n; r++) {
         LS_ASSERT(b->token[r] >= 0 && (uint32_t)b->token[r] < hp->n_vocab);
         LS_ASSERT(b->pos[r] >= 0 && b->pos[r] < f->n_ctx);
         if (b->logit_row[r] >= 0) LS_ASSERT(b->logit_row[r] == n_out++); /* numbered in row order */
-        const uint8_t *row = (const uint8_t *)m->tok_embd->data + (size_t)b->token[r] * m->tok_embd_row_bytes;
-        ls_dequant_row(m->tok_embd->type, row, f->x + r * E, (int64_t)E);
+        const uint8_t *row = (const uint8_t *)emb->data + (size_t)b->token[r] * emb_rb;
+        ls_dequant_row(emb->type, row, f->x + r * E, (int64_t)E);
+    }
+    if (f->mtp) { /* x = eh_proj([enorm(embed(token)); hnorm(hidden)]) */
+        LS_ASSERT(b->embd_in);
+        ls_rmsnorm(kc, f->x, m->mtp_enorm, hp->norm_eps, M, (int64_t)E, f->xn);
+        ls_rmsnorm(kc, b->embd_in, m->mtp_hnorm, hp->norm_eps, M, (int64_t)E, f->tmp);
+        for (int32_t r = 0; r < b->n; r++) {
+            memcpy(f->cat + (size_t)r * 2 * E, f->xn + (size_t)r * E, E * sizeof(float));
+            memcpy(f->cat + (size_t)r * 2 * E + E, f->tmp + (size_t)r * E, E * sizeof(float));
+        }
+        const ls_wmat *we[1] = {m->mtp_eh_proj};
+        ls_matmul_multi_rows(kc, 1, we, f->cat, M, &f->x, b->need_parity);
     }
     const float scale = 1.0f / sqrtf((float)D);
     for (int32_t li = 0; li < f->n_layers; li++) {
         const int32_t l = f->layers[li];
         const ls_layer *L = &m->layers[l];
-        float *kbase = kv->data + (size_t)l * kv->layer_floats, *vbase = kbase + LS_KV_BLOCK * KV;
+        /* the MTP block keeps its K/V in layer slot 0 of its own store */
+        float *kbase = kv->data + (size_t)(f->mtp ? 0 : l) * kv->layer_floats, *vbase = kbase + LS_KV_BLOCK * KV;
 
         ls_rmsnorm(kc, f->x, L->attn_norm, hp->norm_eps, M, (int64_t)E, f->xn);
         { /* Q, K, V: one quantization of xn, one pool dispatch; same bits as three ls_matmul calls */
@@ -286,6 +309,7 @@ void ls_fwd_run(ls_fwd *f, ls_kv_store *kv, const ls_batch *b, float *logits) {
         }
         add_rows(f->x, f->tmp, (size_t)M * E);
     }
+    if (b->hidden_out) memcpy(b->hidden_out, f->x, (size_t)M * E * sizeof(float));
     if (n_out == 0 || !logits) return;
     /* The head runs only on the rows that need logits, gathered in row order. */
     for (int32_t r = 0, o = 0; r < b->n; r++)
@@ -293,7 +317,7 @@ void ls_fwd_run(ls_fwd *f, ls_kv_store *kv, const ls_batch *b, float *logits) {
             f->need_out[o] = b->need_parity ? b->need_parity[r] : 1;
             memcpy(f->tmp + (size_t)o++ * E, f->x + (size_t)r * E, E * sizeof(float));
         }
-    ls_rmsnorm(kc, f->tmp, m->out_norm, hp->norm_eps, n_out, (int64_t)E, f->xn);
-    const ls_wmat *wout[1] = {m->output};
+    ls_rmsnorm(kc, f->tmp, f->mtp ? m->mtp_head_norm : m->out_norm, hp->norm_eps, n_out, (int64_t)E, f->xn);
+    const ls_wmat *wout[1] = {f->mtp && m->mtp_head ? m->mtp_head : m->output};
     ls_matmul_multi_rows(kc, 1, wout, f->xn, n_out, &logits, f->need_out);
 }

@@ -50,6 +50,15 @@ static ls_status read_hparams(const gguf_file *f, ls_hparams *hp, ls_err *err) {
     const char *a = hp->arch;
     if ((st = get_arch_u32(f, a, "embedding_length", &hp->n_embd, NULL, err))) return st;
     if ((st = get_arch_u32(f, a, "block_count", &hp->n_layer, NULL, err))) return st;
+    const uint32_t zero = 0;
+    if ((st = get_arch_u32(f, a, "nextn_predict_layers", &hp->n_nextn, &zero, err))) return st;
+    if (hp->n_nextn > 1)
+        return ls_err_set(err, LS_E_UNSUPPORTED, "nextn_predict_layers = %u: only one MTP module is supported",
+                          hp->n_nextn);
+    if (hp->n_nextn >= hp->n_layer)
+        return ls_err_set(err, LS_E_FORMAT, "nextn_predict_layers %u leaves no trunk in block_count %u",
+                          hp->n_nextn, hp->n_layer);
+    hp->n_layer -= hp->n_nextn; /* the MTP block comes after the trunk */
     if ((st = get_arch_u32(f, a, "attention.head_count", &hp->n_head, NULL, err))) return st;
     if ((st = get_arch_u32(f, a, "attention.head_count_kv", &hp->n_head_kv, &hp->n_head, err))) return st;
     if ((st = get_arch_u32(f, a, "feed_forward_length", &hp->n_ff, NULL, err))) return st;
@@ -185,10 +194,12 @@ static ls_status load_weights(ls_model *m, ls_err *err) {
         m->weight_bytes += emb->nbytes;
     }
 
-    m->layers = calloc(hp->n_layer, sizeof *m->layers);
+    m->layers = calloc(hp->n_layer + hp->n_nextn, sizeof *m->layers);
     if (!m->layers) return ls_err_set(err, LS_E_NOMEM, "out of memory");
     char name[96];
-    for (uint32_t l = 0; l < hp->n_layer; l++) {
+    uint64_t trunk_bytes = 0;
+    for (uint32_t l = 0; l < hp->n_layer + hp->n_nextn; l++) {
+        if (l == hp->n_layer) trunk_bytes = m->weight_bytes;
         ls_layer *L = &m->layers[l];
 #define MAT(field, suffix, k, n)                                               \
     snprintf(name, sizeof name, "blk.%u." suffix ".weight", l);               \
@@ -207,6 +218,30 @@ static ls_status load_weights(ls_model *m, ls_err *err) {
         MAT(w_down, "ffn_down", F, E);
 #undef MAT
 #undef VEC
+    }
+    if (hp->n_nextn) { /* the MTP module's own tensors (llama.cpp's nextn names) */
+        const uint32_t l = hp->n_layer;
+        snprintf(name, sizeof name, "blk.%u.nextn.enorm.weight", l);
+        if ((st = load_vector(m, name, E, &m->mtp_enorm, err))) return st;
+        snprintf(name, sizeof name, "blk.%u.nextn.hnorm.weight", l);
+        if ((st = load_vector(m, name, E, &m->mtp_hnorm, err))) return st;
+        snprintf(name, sizeof name, "blk.%u.nextn.shared_head_norm.weight", l);
+        if ((st = load_vector(m, name, E, &m->mtp_head_norm, err))) return st;
+        snprintf(name, sizeof name, "blk.%u.nextn.eh_proj.weight", l);
+        if ((st = load_matrix(m, name, 2 * E, E, &m->mtp_eh_proj, err))) return st;
+        snprintf(name, sizeof name, "blk.%u.nextn.shared_head_head.weight", l);
+        if (gguf_find_tensor(f, name) && (st = load_matrix(m, name, E, hp->n_vocab, &m->mtp_head, err))) return st;
+        snprintf(name, sizeof name, "blk.%u.nextn.embed_tokens.weight", l);
+        if (gguf_find_tensor(f, name)) {
+            const gguf_tensor *t;
+            if ((st = find_tensor(f, name, E, hp->n_vocab, &t, err))) return st;
+            const ls_type_info *ei = ls_type_get(t->type);
+            if (!ei || !ei->can_dequant)
+                return ls_err_set(err, LS_E_UNSUPPORTED, "tensor '%s' has unsupported type %s", name,
+                                  ei ? ei->name : "?");
+            m->mtp_embd = t;
+        }
+        m->weight_bytes = trunk_bytes; /* bytes per token count the trunk only */
     }
     return LS_OK;
 }
@@ -270,7 +305,7 @@ fail:
 void ls_model_free(ls_model *m) {
     if (!m) return;
     if (m->layers) {
-        for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+        for (uint32_t l = 0; l < m->hp.n_layer + m->hp.n_nextn; l++) {
             ls_layer *L = &m->layers[l];
             ls_wmat_free(L->wq);
             ls_wmat_free(L->wk);
@@ -286,6 +321,11 @@ void ls_model_free(ls_model *m) {
     }
     ls_wmat_free(m->output);
     free(m->out_norm);
+    free(m->mtp_enorm);
+    free(m->mtp_hnorm);
+    free(m->mtp_head_norm);
+    ls_wmat_free(m->mtp_eh_proj);
+    ls_wmat_free(m->mtp_head);
     if (m->has_tmpl) ls_chat_template_free(&m->tmpl);
     ls_tokenizer_free(m->tok);
     gguf_close(m->gguf);
@@ -298,3 +338,4 @@ const gguf_file *ls_model_gguf(const ls_model *m) { return m->gguf; }
 const ls_chat_template *ls_model_chat_template(const ls_model *m) { return m->has_tmpl ? &m->tmpl : NULL; }
 const char *ls_model_template_error(const ls_model *m) { return m->tmpl_err; }
 uint64_t ls_model_weight_bytes(const ls_model *m) { return m->weight_bytes; }
+bool ls_model_has_mtp(const ls_model *m) { return m->hp.n_nextn > 0 && m->mtp_eh_proj; }

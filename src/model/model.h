@@ -33,6 +33,7 @@ typedef struct {
     float rope_freq_scale;  /* 1 / {arch}.rope.scaling.factor for linear scaling, else 1 */
     float norm_eps;         /* {arch}.attention.layer_norm_rms_epsilon */
     bool tied_output;       /* no output.weight: the head reuses token_embd */
+    uint32_t n_nextn;       /* {arch}.nextn_predict_layers: MTP modules after the n_layer blocks (0 or 1) */
 } ls_hparams;
 
 typedef struct ls_model ls_model;
@@ -54,6 +55,11 @@ const gguf_file *ls_model_gguf(const ls_model *m);
 const ls_chat_template *ls_model_chat_template(const ls_model *m);
 const char *ls_model_template_error(const ls_model *m);
 uint64_t ls_model_weight_bytes(const ls_model *m); /* bytes of weights read per token */
+/* Whether the file carries a DeepSeek-V3/GLM-style multi-token-prediction module
+ * (llama.cpp's names: blk.{n_layer}.nextn.{eh_proj,enorm,hnorm,shared_head_norm}
+ * plus that block's own attention and FFN; optional nextn.embed_tokens and
+ * nextn.shared_head_head, else the model's embedding and head are shared). */
+bool ls_model_has_mtp(const ls_model *m);
 
 /* ---- paged KV storage ------------------------------------------------------
  * n_blocks blocks of LS_KV_BLOCK positions; a block holds, for every layer, the K
@@ -88,6 +94,9 @@ typedef struct {
     const int32_t *layers; /* run only these layers, in this order (self-speculation); NULL = all */
     int32_t n_layers;
     int32_t fam, fam_parity; /* matmul families (kernels.h) for rows without / with a parity need */
+    bool mtp;              /* run the model's MTP module instead of its blocks: each row's input is
+                            * eh_proj([enorm(embed(token)); hnorm(hidden)]), with ls_batch.embd_in as the
+                            * hidden; its one block keeps K/V at layer 0 of the store; its own head */
     ls_pool *pool;         /* borrowed thread pool (n_threads ignored), or NULL: create one */
 } ls_fwd_params;
 ls_fwd *ls_fwd_create(const ls_model *m, ls_fwd_params p, ls_err *err);
@@ -110,6 +119,9 @@ typedef struct {
     const int32_t *const *tables;  /* per sequence: its block table (block of position p: p >> LS_KV_BLOCK_SHIFT) */
     const int32_t *logit_row;      /* (n) row of `logits` that receives this row's logits, or -1 for none */
     const uint8_t *need_parity;    /* (n) nonzero: the row must get canonical bits; NULL = every row */
+    const float *embd_in;          /* (n x n_embd) MTP only: the hidden state each row continues from */
+    float *hidden_out;             /* (n x n_embd) optional: every row's last hidden state (before the
+                                    * final norm): what an MTP drafter continues from */
 } ls_batch;
 void ls_fwd_run(ls_fwd *f, ls_kv_store *kv, const ls_batch *b, float *logits);
 

@@ -32,6 +32,11 @@ struct ls_model {
     bool has_tmpl;
     char tmpl_err[512];
     uint64_t weight_bytes;
+    /* MTP module (hp.n_nextn == 1): its block is layers[hp.n_layer] */
+    float *mtp_enorm, *mtp_hnorm, *mtp_head_norm; /* (n_embd) */
+    ls_wmat *mtp_eh_proj;                         /* (n_embd, 2 n_embd) */
+    const gguf_tensor *mtp_embd;                  /* nextn.embed_tokens, or NULL: token_embd */
+    ls_wmat *mtp_head;                            /* nextn.shared_head_head, or NULL: output */
 };
 
 #endif

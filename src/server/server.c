@@ -569,6 +569,7 @@ static enum MHD_Result generate(server *s, struct MHD_Connection *c, conn *cn, b
         }
         q.draft = ls_drafter_draft;
         q.draft_ud = j->drafter;
+        if (ls_drafter_wants_hidden(j->drafter)) q.draft_observe = ls_drafter_observe;
     }
     j->refs = 2; /* the HTTP side and the engine's events */
     pthread_mutex_lock(&s->mu);

@@ -8,20 +8,21 @@
 #include <string.h>
 
 ls_status ls_spec_kind_from_name(const char *name, ls_spec_kind *out, ls_err *err) {
-    static const char *names[] = {"off", "ngram", "draft", "layerskip"};
-    for (int i = 0; i < 4; i++)
+    static const char *names[] = {"off", "ngram", "draft", "layerskip", "mtp"};
+    for (int i = 0; i < 5; i++)
         if (!strcmp(name, names[i])) {
             *out = (ls_spec_kind)i;
             return LS_OK;
         }
-    if (!strcmp(name, "mtp"))
-        return ls_err_set(err, LS_E_UNSUPPORTED, "--spec mtp is not implemented yet (available: ngram, draft, "
-                                                 "layerskip, off)");
-    return ls_err_set(err, LS_E_INVALID, "unknown drafter '%s' (available: ngram, draft, layerskip, off)", name);
+    return ls_err_set(err, LS_E_INVALID, "unknown drafter '%s' (available: ngram, draft, layerskip, mtp, off)", name);
 }
 
 const char *ls_spec_kind_name(ls_spec_kind k) {
-    return k == LS_SPEC_NGRAM ? "ngram" : k == LS_SPEC_DRAFT ? "draft" : k == LS_SPEC_LAYERSKIP ? "layerskip" : "off";
+    return k == LS_SPEC_NGRAM       ? "ngram"
+           : k == LS_SPEC_DRAFT     ? "draft"
+           : k == LS_SPEC_LAYERSKIP ? "layerskip"
+           : k == LS_SPEC_MTP       ? "mtp"
+                                    : "off";
 }
 
 ls_status ls_spec_check(const ls_model *target, const ls_spec_params *p, ls_err *err) {
@@ -52,6 +53,9 @@ ls_status ls_spec_check(const ls_model *target, const ls_spec_params *p, ls_err 
             return ls_err_set(err, LS_E_INVALID, "the draft model's context (%u) is shorter than the target's (%d)",
                               ls_model_hparams(p->draft_model)->n_ctx_train, p->n_ctx);
     }
+    if (p->kind == LS_SPEC_MTP && !ls_model_has_mtp(target))
+        return ls_err_set(err, LS_E_UNSUPPORTED, "--spec mtp needs a model with an MTP module (nextn tensors); "
+                                                 "this one has none");
     if (p->kind == LS_SPEC_LAYERSKIP) {
         if (p->layers) {
             if (p->n_layers < 1 || (uint32_t)p->n_layers > hp->n_layer)
@@ -146,7 +150,18 @@ struct ls_drafter {
     double acc_s, acc_t;     /* decayed counts of accepted draft tokens and of trials */
     double draft_cost;       /* one draft token's cost, in target single-row forwards */
     int32_t idle, explore;   /* calls since the last draft; draft anyway after `explore` */
+    /* mtp */
+    ls_fwd *mf;
+    ls_kv_store *mkv;
+    int32_t *mtable;
+    float *H;                /* (n_ctx, n_embd): the target's hidden state per observed position */
+    float *hbuf, *hchain;    /* (LS_MTP_ROWS, n_embd) the module's outputs; one chained input */
+    int32_t n_obs, n_mtp;    /* positions observed; positions whose MTP K/V is computed */
+    int32_t n_ctx, n_embd;
+    int32_t mtok[64], mpos[64], mseq[64], mlrow[64];
 };
+
+#define LS_MTP_ROWS 64
 
 /* Extra cost of each additional row of a verify block, relative to a single-row
  * decode step (measured with `lockstep bench batch`: 8 rows cost ~3.1x one row). */
@@ -159,6 +174,12 @@ void ls_drafter_free(ls_drafter *d) {
         free(d->idx[i].ends);
     }
     ls_ctx_free(d->ctx);
+    ls_fwd_free(d->mf);
+    ls_kv_store_free(d->mkv);
+    free(d->mtable);
+    free(d->H);
+    free(d->hbuf);
+    free(d->hchain);
     free(d->done);
     free(d->logits);
     free(d->sscratch);
@@ -182,6 +203,27 @@ ls_drafter *ls_drafter_create(const ls_model *target, const ls_spec_params *p, c
     d->explore = 8;
     d->prop = malloc((size_t)p->draft_max * sizeof *d->prop);
     if (!d->prop) goto nomem;
+    if (p->kind == LS_SPEC_MTP) {
+        const ls_hparams *hp = ls_model_hparams(target);
+        d->n_ctx = p->n_ctx;
+        d->n_embd = (int32_t)hp->n_embd;
+        d->n_vocab = (int32_t)hp->n_vocab;
+        ls_fwd_params fp = {.n_rows = LS_MTP_ROWS, .n_ctx = p->n_ctx, .n_threads = p->n_threads, .isa = -1,
+                            .pool = p->pool, .mtp = true};
+        if (!(d->mf = ls_fwd_create(target, fp, err))) goto fail;
+        int32_t nb = (p->n_ctx + LS_KV_BLOCK - 1) / LS_KV_BLOCK;
+        if (!(d->mkv = ls_kv_store_create(target, nb, err))) goto fail;
+        d->mtable = malloc((size_t)nb * sizeof *d->mtable);
+        d->H = malloc((size_t)p->n_ctx * hp->n_embd * sizeof(float));
+        d->hbuf = malloc((size_t)LS_MTP_ROWS * hp->n_embd * sizeof(float));
+        d->hchain = malloc((size_t)hp->n_embd * sizeof(float));
+        d->logits = malloc((size_t)d->n_vocab * sizeof *d->logits);
+        d->sscratch = malloc(ls_sampler_scratch_bytes(d->n_vocab));
+        if (!d->mtable || !d->H || !d->hbuf || !d->hchain || !d->logits || !d->sscratch) goto nomem;
+        for (int32_t i = 0; i < nb; i++) d->mtable[i] = i;
+        /* one block and the head: about a third of this model's per-token bytes */
+        d->draft_cost = 0.3 + 0.7 / (double)hp->n_layer;
+    }
     if (p->kind == LS_SPEC_DRAFT || p->kind == LS_SPEC_LAYERSKIP) {
         const ls_model *m = p->kind == LS_SPEC_DRAFT ? p->draft_model : target;
         int32_t first[1024];
@@ -272,6 +314,59 @@ static int32_t draft_model(ls_drafter *d, const int32_t *h, int32_t n, int32_t *
     return c;
 }
 
+bool ls_drafter_wants_hidden(const ls_drafter *d) { return d->p.kind == LS_SPEC_MTP; }
+
+void ls_drafter_observe(void *ud, int32_t pos, const float *hidden) {
+    ls_drafter *d = ud;
+    if (d->p.kind != LS_SPEC_MTP || pos < 0 || pos >= d->n_ctx) return;
+    memcpy(d->H + (size_t)pos * d->n_embd, hidden, (size_t)d->n_embd * sizeof(float));
+    if (pos < d->n_mtp) d->n_mtp = pos; /* seen again (recomputed after a preemption) */
+    d->n_obs = pos + 1;
+}
+
+/* One MTP forward over rows (token, position, input hidden); logits of the last. */
+static void mtp_run(ls_drafter *d, int32_t n, const float *hin, bool logits) {
+    const int32_t *tables[1] = {d->mtable};
+    for (int32_t j = 0; j < n; j++) {
+        d->mseq[j] = 0;
+        d->mlrow[j] = logits && j == n - 1 ? 0 : -1;
+    }
+    ls_batch b = {n, d->mtok, d->mpos, d->mseq, tables, d->mlrow, NULL, hin, d->hbuf};
+    ls_fwd_run(d->mf, d->mkv, &b, logits ? d->logits : NULL);
+}
+
+static int32_t draft_mtp(ls_drafter *d, const int32_t *h, int32_t n, int32_t *out, int32_t max) {
+    const size_t E = (size_t)d->n_embd;
+    if (n < 2 || d->n_obs != n - 1) return 0; /* every position but the last token's is observed */
+    if (max > d->n_ctx - (n - 1)) max = d->n_ctx - (n - 1);
+    if (max <= 0) return 0;
+    /* Catch up: MTP position i continues h_i with token t_(i+1). */
+    const float *hid = NULL;
+    if (d->n_mtp == d->n_obs) d->n_mtp = d->n_obs - 1; /* nothing new: redo the last one for its logits */
+    while (d->n_mtp < d->n_obs) {
+        int32_t c = d->n_obs - d->n_mtp < LS_MTP_ROWS ? d->n_obs - d->n_mtp : LS_MTP_ROWS;
+        for (int32_t j = 0; j < c; j++) {
+            d->mtok[j] = h[d->n_mtp + j + 1];
+            d->mpos[j] = d->n_mtp + j;
+        }
+        bool last = d->n_mtp + c == d->n_obs;
+        mtp_run(d, c, d->H + (size_t)d->n_mtp * E, last);
+        if (last) hid = d->hbuf + (size_t)(c - 1) * E;
+        d->n_mtp += c;
+    }
+    int32_t k = 0;
+    for (;;) { /* the chain: each draft continues the module's own last hidden state */
+        out[k] = ls_sample(&d->sp, d->logits, d->n_vocab, (uint64_t)(n + k), d->sscratch);
+        if (++k == max) break;
+        memcpy(d->hchain, hid, E * sizeof(float));
+        d->mtok[0] = out[k - 1];
+        d->mpos[0] = n - 2 + k; /* past the observed positions: overwritten when they are observed */
+        mtp_run(d, 1, d->hchain, true);
+        hid = d->hbuf;
+    }
+    return k;
+}
+
 /* Expected tokens per step with k drafts when each is accepted with probability p
  * (given the ones before it), over the step's cost. */
 static double spec_gain(double p, int32_t k, double draft_cost) {
@@ -310,7 +405,9 @@ int32_t ls_drafter_draft(void *ud, const int32_t *hist, int32_t n_hist, int32_t 
         }
         d->idle = 0;
     }
-    int32_t n = d->p.kind == LS_SPEC_NGRAM ? draft_ngram(d, hist, n_hist, out, k) : draft_model(d, hist, n_hist, out, k);
+    int32_t n = d->p.kind == LS_SPEC_NGRAM ? draft_ngram(d, hist, n_hist, out, k)
+                : d->p.kind == LS_SPEC_MTP ? draft_mtp(d, hist, n_hist, out, k)
+                                           : draft_model(d, hist, n_hist, out, k);
     if (n < d->p.draft_min || n <= 0) return 0;
     memcpy(d->prop, out, (size_t)n * sizeof *out);
     d->n_prop = n;
@@ -432,6 +529,7 @@ ls_status ls_generate_spec(const ls_model *m, const ls_spec_params *sp, const ls
     if (d) {
         q.draft = ls_drafter_draft;
         q.draft_ud = d;
+        if (ls_drafter_wants_hidden(d)) q.draft_observe = ls_drafter_observe;
     }
     double t0 = ls_now_ms();
     if ((s = ls_engine_submit(e, &q, NULL, err))) goto done;

@@ -13,6 +13,12 @@
  *              so the target used as its own draft is accepted 100 % at any temperature.
  *   layerskip  self-speculation: the target's first L layers (or a list), then its
  *              final norm and head, in its own context; no extra weights.
+ *   mtp        the model's own multi-token-prediction module (DeepSeek-V3 / GLM style,
+ *              llama.cpp's nextn tensors): from the target's last hidden state h_i and
+ *              the next token t_(i+1), eh_proj([enorm(embed(t)); hnorm(h)]), one block
+ *              with its own K/V, the shared (or its own) head; chained on its own
+ *              output hidden state for longer drafts.  It sees every position's hidden
+ *              state through the engine's draft_observe hook.
  *
  * Every drafter adapts its length with a cost model: from a decayed estimate p of
  * how often a drafted token is accepted it picks the k (1..draft_max) that maximizes
@@ -30,7 +36,7 @@
 #include "sample/sample.h"
 #include "util/err.h"
 
-typedef enum { LS_SPEC_OFF = 0, LS_SPEC_NGRAM, LS_SPEC_DRAFT, LS_SPEC_LAYERSKIP } ls_spec_kind;
+typedef enum { LS_SPEC_OFF = 0, LS_SPEC_NGRAM, LS_SPEC_DRAFT, LS_SPEC_LAYERSKIP, LS_SPEC_MTP } ls_spec_kind;
 
 typedef struct {
     ls_spec_kind kind;
@@ -60,6 +66,9 @@ ls_drafter *ls_drafter_create(const ls_model *target, const ls_spec_params *p, c
 void ls_drafter_free(ls_drafter *d);
 /* The engine's draft callback (ls_request.draft), with ud = the drafter. */
 int32_t ls_drafter_draft(void *ud, const int32_t *hist, int32_t n_hist, int32_t *out, int32_t max);
+/* The engine's draft_observe callback (needed by mtp; a no-op for the others). */
+void ls_drafter_observe(void *ud, int32_t pos, const float *hidden);
+bool ls_drafter_wants_hidden(const ls_drafter *d);
 
 /* ---- single-stream speculative generation (lockstep run --spec) ---------- */
 #include "engine/generate.h"

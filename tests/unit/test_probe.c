@@ -141,7 +141,7 @@ static void test_probe_scopes_a_failing_family(void **state) {
     uint8_t need[6] = {1, 1, 1, 0, 0, 0};
     float *lg = malloc(sizeof(float) * (size_t)V * 6), *ref = malloc(sizeof(float) * (size_t)V * 3);
     uint64_t before = ls_mm_family_rows(g_test), before_wide = ls_mm_family_rows(LS_MM_WIDE);
-    ls_fwd_run(f, kv, &(ls_batch){6, tok, pos, seq, tables, lrow, need}, lg);
+    ls_fwd_run(f, kv, &(ls_batch){6, tok, pos, seq, tables, lrow, need, NULL, NULL}, lg);
     assert_true(ls_mm_family_rows(g_test) > before);           /* the free rows ran the test family */
     assert_true(ls_mm_family_rows(LS_MM_WIDE) > before_wide);  /* the parity rows the canonical one */
     ls_ctx *c = ls_ctx_create(g_model, (ls_ctx_params){.n_ctx = 16, .n_threads = 1, .isa = -1}, &err);

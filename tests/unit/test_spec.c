@@ -16,6 +16,8 @@
 #include <unistd.h>
 
 #include "engine/engine.h"
+#include "gguf/gguf.h"
+#include "gguf/gguf_write.h"
 #include "spec/spec.h"
 
 static uint64_t rng_next(uint64_t *s) {
@@ -122,6 +124,7 @@ static void run(const int32_t *prompt, int32_t n_prompt, ls_sampler_params sp, i
     if (d) {
         q.draft = ls_drafter_draft;
         q.draft_ud = d;
+        if (ls_drafter_wants_hidden(d)) q.draft_observe = ls_drafter_observe;
     }
     assert_int_equal(ls_engine_submit(e, &q, NULL, &err), LS_OK);
     while (!ls_engine_idle(e)) assert_int_equal(ls_engine_step(e, NULL, &err), LS_OK);
@@ -180,7 +183,7 @@ static void test_spec_bad_params(void **state) {
     ls_spec_kind k;
     assert_int_equal(ls_spec_kind_from_name("bogus", &k, &err), LS_E_INVALID);
     assert_non_null(strstr(err.msg, "unknown drafter 'bogus'"));
-    assert_int_equal(ls_spec_kind_from_name("mtp", &k, &err), LS_E_UNSUPPORTED);
+    assert_int_equal(ls_spec_kind_from_name("mtp", &k, &err), LS_OK);
     ls_spec_params p = {.kind = LS_SPEC_DRAFT, .draft_max = 4, .n_ctx = 64};
     assert_int_equal(ls_spec_check(g_model, &p, &err), LS_E_INVALID);
     assert_non_null(strstr(err.msg, "--draft-model"));
@@ -193,12 +196,160 @@ static void test_spec_bad_params(void **state) {
     assert_non_null(strstr(err.msg, "--draft-max"));
 }
 
+/* ---- MTP: a synthetic module written with the project's GGUF writer ---------
+ * The default model plus blk.30 as an MTP block (block_count 31,
+ * nextn_predict_layers 1): its attention/FFN copied from blk.29, eh_proj random
+ * (seeded) with the identity on the hidden half, norms of ones, the shared head. */
+static char g_mtp_path[256];
+
+static void copy_kv(gguf_writer *w, const gguf_kv *kv) {
+    char key[256];
+    snprintf(key, sizeof key, "%.*s", (int)kv->key.len, kv->key.ptr);
+    const gguf_value *v = &kv->value;
+    if (!strcmp(key, "general.alignment")) return; /* the writer's default */
+    if (!strcmp(key, "llama.block_count")) {
+        assert_int_equal(gguf_writer_add_u32(w, key, (uint32_t)v->v.u64 + 1), LS_OK);
+        return;
+    }
+    ls_status st = LS_OK;
+    switch (v->type) {
+    case GGUF_VT_UINT8: st = gguf_writer_add_u8(w, key, (uint8_t)v->v.u64); break;
+    case GGUF_VT_INT8: st = gguf_writer_add_i8(w, key, (int8_t)v->v.i64); break;
+    case GGUF_VT_UINT16: st = gguf_writer_add_u16(w, key, (uint16_t)v->v.u64); break;
+    case GGUF_VT_INT16: st = gguf_writer_add_i16(w, key, (int16_t)v->v.i64); break;
+    case GGUF_VT_UINT32: st = gguf_writer_add_u32(w, key, (uint32_t)v->v.u64); break;
+    case GGUF_VT_INT32: st = gguf_writer_add_i32(w, key, (int32_t)v->v.i64); break;
+    case GGUF_VT_UINT64: st = gguf_writer_add_u64(w, key, v->v.u64); break;
+    case GGUF_VT_INT64: st = gguf_writer_add_i64(w, key, v->v.i64); break;
+    case GGUF_VT_FLOAT32: st = gguf_writer_add_f32(w, key, (float)v->v.f64); break;
+    case GGUF_VT_FLOAT64: st = gguf_writer_add_f64(w, key, v->v.f64); break;
+    case GGUF_VT_BOOL: st = gguf_writer_add_bool(w, key, v->v.u64 != 0); break;
+    case GGUF_VT_STRING: st = gguf_writer_add_strn(w, key, v->v.str.ptr, v->v.str.len); break;
+    case GGUF_VT_ARRAY:
+        if (v->v.arr.elem_type == GGUF_VT_STRING) {
+            char **strs = malloc(sizeof *strs * (size_t)v->v.arr.n);
+            for (uint64_t i = 0; i < v->v.arr.n; i++) {
+                strs[i] = malloc(v->v.arr.strs[i].len + 1);
+                memcpy(strs[i], v->v.arr.strs[i].ptr, v->v.arr.strs[i].len);
+                strs[i][v->v.arr.strs[i].len] = 0;
+            }
+            st = gguf_writer_add_arr_str(w, key, (const char *const *)strs, v->v.arr.n);
+            for (uint64_t i = 0; i < v->v.arr.n; i++) free(strs[i]);
+            free(strs);
+        } else {
+            st = gguf_writer_add_arr(w, key, v->v.arr.elem_type, v->v.arr.raw, v->v.arr.n);
+        }
+        break;
+    default: fail_msg("unexpected KV type %d for %s", v->type, key);
+    }
+    assert_int_equal(st, LS_OK);
+}
+
+static void build_mtp_model(void) {
+    ls_err err;
+    gguf_file *f = gguf_open(model_path(), &err);
+    assert_non_null(f);
+    gguf_writer *w = gguf_writer_create();
+    for (uint64_t i = 0; i < gguf_n_kv(f); i++) copy_kv(w, gguf_kv_at(f, i));
+    assert_int_equal(gguf_writer_add_u32(w, "llama.nextn_predict_layers", 1), LS_OK);
+    uint64_t E = 0;
+    for (uint64_t i = 0; i < gguf_n_tensors(f); i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
+        assert_int_equal(gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data, t->nbytes), LS_OK);
+        if (!strncmp(name, "blk.29.", 7)) { /* the MTP block: a copy of the last one */
+            char mtp[128];
+            snprintf(mtp, sizeof mtp, "blk.30.%s", name + 7);
+            assert_int_equal(gguf_writer_add_tensor(w, mtp, t->type, t->n_dims, t->ne, t->data, t->nbytes), LS_OK);
+        }
+        if (!strcmp(name, "output_norm.weight")) E = t->ne[0];
+    }
+    assert_true(E > 0);
+    float *ones = malloc(sizeof(float) * E), *eh = malloc(sizeof(float) * 2 * E * E);
+    for (uint64_t i = 0; i < E; i++) ones[i] = 1.0f;
+    uint64_t rs = 42;
+    for (uint64_t n = 0; n < E; n++)
+        for (uint64_t k = 0; k < 2 * E; k++)
+            eh[n * 2 * E + k] = (k == E + n ? 1.0f : 0.0f) + 0.02f * ((float)(rng_next(&rs) >> 40) / 16777216.0f - 0.5f);
+    uint64_t ne1[1] = {E}, ne2[2] = {2 * E, E};
+    const char *vecs[] = {"blk.30.nextn.enorm.weight", "blk.30.nextn.hnorm.weight", "blk.30.nextn.shared_head_norm.weight"};
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(gguf_writer_add_tensor(w, vecs[i], 0 /* F32 */, 1, ne1, ones, sizeof(float) * E), LS_OK);
+    assert_int_equal(gguf_writer_add_tensor(w, "blk.30.nextn.eh_proj.weight", 0, 2, ne2, eh, sizeof(float) * 2 * E * E),
+                     LS_OK);
+    snprintf(g_mtp_path, sizeof g_mtp_path, "/tmp/lockstep-test-mtp-%d.gguf", (int)getpid());
+    assert_int_equal(gguf_writer_write_file(w, g_mtp_path, &err), LS_OK);
+    gguf_writer_free(w);
+    free(ones);
+    free(eh);
+    gguf_close(f);
+}
+
+static void test_mtp_equals_plain(void **state) {
+    (void)state;
+    if (!g_model) skip();
+    ls_err err;
+    assert_int_equal(ls_spec_check(g_model, &(ls_spec_params){.kind = LS_SPEC_MTP, .draft_max = 4, .n_ctx = 64}, &err),
+                     LS_E_UNSUPPORTED); /* the default model has no MTP module */
+    assert_non_null(strstr(err.msg, "no"));
+    build_mtp_model();
+    ls_model *mm = ls_model_load((ls_model_params){.path = g_mtp_path}, &err);
+    remove(g_mtp_path);
+    if (!mm) fail_msg("synthetic MTP model: %s", err.msg);
+    assert_true(ls_model_has_mtp(mm));
+    assert_int_equal(ls_model_hparams(mm)->n_layer, 30);
+    ls_model *saved = g_model;
+    g_model = mm; /* run() uses g_model */
+    const char *text = "<|im_start|>user\nList the days of the week.<|im_end|>\n<|im_start|>assistant\n";
+    int32_t prompt[128];
+    size_t n;
+    assert_int_equal(ls_tokenize(ls_model_tokenizer(mm), text, strlen(text), false, true, prompt, 128, &n, &err), LS_OK);
+    int64_t drafted = 0, accepted = 0;
+    const float temps[2] = {0.0f, 0.8f};
+    for (int ti = 0; ti < 2; ti++) {
+        ls_sampler_params sp = {.temperature = temps[ti], .top_k = 40, .top_p = 0.95f, .seed = 5};
+        outcome ref = {0};
+        ref.logits = malloc(sizeof(float) * (size_t)g_V * 64);
+        run(prompt, (int32_t)n, sp, 16, NULL, &ref);
+        /* the trunk is the default model's: the same logits as with the plain file */
+        outcome base = {0};
+        base.logits = malloc(sizeof(float) * (size_t)g_V * 64);
+        g_model = saved;
+        run(prompt, (int32_t)n, sp, 16, NULL, &base);
+        g_model = mm;
+        assert_int_equal(base.n, ref.n);
+        assert_memory_equal(base.logits, ref.logits, sizeof(float) * (size_t)g_V * (size_t)ref.n);
+        for (int32_t k = 1; k <= 8; k++) {
+            ls_spec_params p = {.kind = LS_SPEC_MTP, .draft_max = k, .draft_min = 1, .n_ctx = 256, .n_threads = 1,
+                                .fixed_length = true};
+            outcome o = {0};
+            o.logits = malloc(sizeof(float) * (size_t)g_V * 64);
+            run(prompt, (int32_t)n, sp, 16, &p, &o);
+            if (o.n != ref.n || memcmp(o.toks, ref.toks, sizeof(int32_t) * (size_t)o.n) ||
+                memcmp(o.logits, ref.logits, sizeof(float) * (size_t)g_V * (size_t)o.n))
+                fail_msg("mtp, draft-max %d, temperature %.1f: differs from plain decoding", k, (double)temps[ti]);
+            drafted += o.n_drafted;
+            accepted += o.n_accepted;
+            free(o.logits);
+        }
+        free(ref.logits);
+        free(base.logits);
+    }
+    g_model = saved;
+    print_message("mtp parity: 16 runs equal to plain decoding; %lld of %lld drafts accepted\n", (long long)accepted,
+                  (long long)drafted);
+    assert_true(drafted > 0);
+    ls_model_free(mm);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) cmocka_set_test_filter(argv[1]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ngram_matches_brute_force),
         cmocka_unit_test(test_spec_bad_params),
         cmocka_unit_test(test_spec_equals_plain),
+        cmocka_unit_test(test_mtp_equals_plain),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
