@@ -265,10 +265,11 @@ int cli_run(int argc, char **argv) {
                     sst.probe_memo ? ", memoized" : "", sst.probe_ms, sst.declined ? " - speculation declined: " : "",
                     sst.declined ? sst.probe_detail : "");
         if (spp.kind != LS_SPEC_OFF)
-            fprintf(stderr, "[spec %s: %d drafted, %d accepted (%.0f %%), %.2f tokens per target step]\n",
+            fprintf(stderr, "[spec %s: %d drafted, %d accepted (%.0f %%), %.2f tokens per target step, %.0f ms drafting]\n",
                     ls_spec_kind_name(spp.kind), sst.n_drafted, sst.n_accepted,
                     sst.n_drafted ? 100.0 * sst.n_accepted / sst.n_drafted : 0.0,
-                    sst.n_steps ? (double)(res.n_gen - 1 + (res.finish == LS_FINISH_STOP)) / sst.n_steps : 1.0);
+                    sst.n_steps ? (double)(res.n_gen - 1 + (res.finish == LS_FINISH_STOP)) / sst.n_steps : 1.0,
+                    sst.draft_ms);
     }
     if (probe) {
         if (pr.ok)

@@ -2,10 +2,14 @@
  * length they share (see spec.h). */
 #include "spec/spec.h"
 
+#include "engine/generate.h"
+
 #include <stdio.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+static double spec_gain(double p, int32_t k, double draft_cost);
 
 ls_status ls_spec_kind_from_name(const char *name, ls_spec_kind *out, ls_err *err) {
     static const char *names[] = {"off", "ngram", "draft", "layerskip", "mtp"};
@@ -150,6 +154,8 @@ struct ls_drafter {
     double acc_s, acc_t;     /* decayed counts of accepted draft tokens and of trials */
     double draft_cost;       /* one draft token's cost, in target single-row forwards */
     int32_t idle, explore;   /* calls since the last draft; draft anyway after `explore` */
+    double draft_ms;         /* time spent proposing */
+    bool hopeless;           /* even at 90 % acceptance no draft length would pay: never draft */
     /* mtp */
     ls_fwd *mf;
     ls_kv_store *mkv;
@@ -250,6 +256,14 @@ ls_drafter *ls_drafter_create(const ls_model *target, const ls_spec_params *p, c
         d->logits = malloc((size_t)d->n_vocab * sizeof *d->logits);
         d->sscratch = malloc(ls_sampler_scratch_bytes(d->n_vocab));
         if (!d->done || !d->logits || !d->sscratch) goto nomem;
+    }
+    if (!p->fixed_length) {
+        double best = 0.0;
+        for (int32_t k = 1; k <= p->draft_max; k++) {
+            double g = spec_gain(0.9, k, d->draft_cost);
+            best = g > best ? g : best;
+        }
+        d->hopeless = best < 1.1;
     }
     return d;
 nomem:
@@ -374,8 +388,19 @@ static double spec_gain(double p, int32_t k, double draft_cost) {
     return e / (1.0 + (LS_SPEC_ROW_COST + draft_cost) * (double)k);
 }
 
+static int32_t drafter_draft(ls_drafter *d, const int32_t *hist, int32_t n_hist, int32_t *out, int32_t max);
+
 int32_t ls_drafter_draft(void *ud, const int32_t *hist, int32_t n_hist, int32_t *out, int32_t max) {
     ls_drafter *d = ud;
+    double t0 = ls_now_ms();
+    int32_t n = drafter_draft(d, hist, n_hist, out, max);
+    d->draft_ms += ls_now_ms() - t0;
+    return n;
+}
+
+double ls_drafter_ms(const ls_drafter *d) { return d->draft_ms; }
+
+static int32_t drafter_draft(ls_drafter *d, const int32_t *hist, int32_t n_hist, int32_t *out, int32_t max) {
     /* How much of the last proposal was accepted (the token after the accepted prefix
      * is the target's own, which differs from the proposal by construction). */
     if (d->n_prop > 0 && n_hist > d->prop_at) {
@@ -386,7 +411,7 @@ int32_t ls_drafter_draft(void *ud, const int32_t *hist, int32_t n_hist, int32_t 
         d->n_prop = 0;
     }
     if (max > d->p.draft_max) max = d->p.draft_max;
-    if (max <= 0) return 0;
+    if (max <= 0 || d->hopeless) return 0;
     int32_t k = max;
     if (!d->p.fixed_length) { /* the length with the best expected tokens per unit of cost */
         double p = d->acc_s / d->acc_t, best = 0.0;
@@ -550,6 +575,7 @@ ls_status ls_generate_spec(const ls_model *m, const ls_spec_params *sp, const ls
     res->finish = r.finish;
     st->n_drafted = r.n_drafted;
     st->n_accepted = r.n_accepted;
+    st->draft_ms = d ? ls_drafter_ms(d) : 0.0;
 done:
     ls_drafter_free(d);
     ls_engine_free(e);

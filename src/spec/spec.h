@@ -25,7 +25,10 @@
  * the expected tokens per step, (1 - p^(k+1)) / (1 - p), over the step's cost,
  * 1 + (row_cost + draft_cost) k, in single-row forwards of the target.  When no k
  * beats plain decoding it stops drafting, trying again after 8, 16, ... 64 steps,
- * so speculation is never much slower than plain decoding. */
+ * so speculation is never much slower than plain decoding.  A drafter whose drafts
+ * cost too much to pay off even at 90 % acceptance (a draft model as large as the
+ * target, layer-skip over half of a small model) never drafts at all; fixed_length
+ * (tests) overrides all of this. */
 #ifndef LS_SPEC_SPEC_H
 #define LS_SPEC_SPEC_H
 
@@ -68,6 +71,7 @@ void ls_drafter_free(ls_drafter *d);
 int32_t ls_drafter_draft(void *ud, const int32_t *hist, int32_t n_hist, int32_t *out, int32_t max);
 /* The engine's draft_observe callback (needed by mtp; a no-op for the others). */
 void ls_drafter_observe(void *ud, int32_t pos, const float *hidden);
+double ls_drafter_ms(const ls_drafter *d); /* time spent proposing so far */
 bool ls_drafter_wants_hidden(const ls_drafter *d);
 
 /* ---- single-stream speculative generation (lockstep run --spec) ---------- */
@@ -86,6 +90,7 @@ typedef struct {
     bool probed, probe_memo, declined; /* declined: the probe failed, speculation was turned off */
     int verdict;         /* ls_verdict, when probed */
     double probe_ms;
+    double draft_ms;     /* time inside the drafter */
     char probe_detail[256];
 } ls_spec_stats;
 

@@ -624,7 +624,7 @@ static void run_case(uint64_t seed, suite_totals *tot) {
                     ls_spec_params sp = {.kind = spec[i] == 2 ? LS_SPEC_NGRAM : spec[i] == 3 ? LS_SPEC_LAYERSKIP : LS_SPEC_DRAFT,
                                          .draft_max = p.draft_max ? p.draft_max : 1, .draft_min = 1, .ngram_min = 1,
                                          .ngram_max = 3, .draft_model = g_model, .skip_first = 10, .n_ctx = p.n_ctx,
-                                         .n_threads = 1};
+                                         .n_threads = 1, .fixed_length = true /* always draft: exercise them */};
                     dr[i] = ls_drafter_create(g_model, &sp, &q.sampling, &err);
                     if (!dr[i]) fail_msg("case seed %llu: drafter: %s", (unsigned long long)seed, err.msg);
                     q.draft = ls_drafter_draft;

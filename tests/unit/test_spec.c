@@ -154,8 +154,11 @@ static void test_spec_equals_plain(void **state) {
         run(prompt, (int32_t)n, sp, max_tokens, NULL, &ref);
         for (int ki = 0; ki < 3; ki++)
             for (int32_t k = 1; k <= 8; k++) {
+                /* fixed_length: draft exactly k every step (the adaptive length would rightly
+                 * never draft with the target as its own draft: nothing would be tested) */
                 ls_spec_params p = {.kind = kinds[ki], .draft_max = k, .draft_min = 1, .ngram_min = 2, .ngram_max = 4,
-                                    .draft_model = g_model, .skip_first = 12, .n_ctx = 256, .n_threads = 1};
+                                    .draft_model = g_model, .skip_first = 12, .n_ctx = 256, .n_threads = 1,
+                                    .fixed_length = kinds[ki] != LS_SPEC_NGRAM};
                 outcome o = {0};
                 o.logits = malloc(sizeof(float) * (size_t)g_V * 64);
                 run(prompt, (int32_t)n, sp, max_tokens, &p, &o);
@@ -165,8 +168,10 @@ static void test_spec_equals_plain(void **state) {
                              ls_spec_kind_name(kinds[ki]), k, (double)temps[ti]);
                 drafted += o.n_drafted;
                 accepted += o.n_accepted;
-                if (kinds[ki] == LS_SPEC_DRAFT) /* the target as its own draft: every draft accepted */
+                if (kinds[ki] == LS_SPEC_DRAFT) { /* the target as its own draft: every draft accepted */
+                    assert_true(o.n_drafted > 0);
                     assert_int_equal(o.n_accepted, o.n_drafted);
+                }
                 free(o.logits);
             }
         free(ref.logits);
@@ -174,6 +179,28 @@ static void test_spec_equals_plain(void **state) {
     print_message("spec parity: 48 runs equal to plain decoding; %lld of %lld drafts accepted\n", (long long)accepted,
                   (long long)drafted);
     assert_true(drafted > 0 && accepted > 0 && accepted < drafted);
+}
+
+/* The adaptive length: drafts that cannot pay off are not made (the target as its
+ * own draft costs a full forward per draft token), while ngram drafts stay on. */
+static void test_adaptive_declines_costly_drafter(void **state) {
+    (void)state;
+    if (!g_model) skip();
+    ls_err err;
+    ls_sampler_params sp = {.top_p = 1.0f};
+    ls_spec_params p = {.kind = LS_SPEC_DRAFT, .draft_max = 8, .draft_min = 1, .draft_model = g_model, .n_ctx = 64,
+                        .n_threads = 1};
+    ls_drafter *d = ls_drafter_create(g_model, &p, &sp, &err);
+    int32_t h[40], out[8];
+    for (int i = 0; i < 40; i++) h[i] = 100 + i % 5;
+    for (int step = 0; step < 30; step++) assert_int_equal(ls_drafter_draft(d, h, 10 + step, out, 8), 0);
+    ls_drafter_free(d);
+    p.kind = LS_SPEC_NGRAM;
+    p.ngram_min = 1;
+    p.ngram_max = 3;
+    d = ls_drafter_create(g_model, &p, &sp, &err);
+    assert_true(ls_drafter_draft(d, h, 20, out, 8) > 0); /* a repeating history: proposals */
+    ls_drafter_free(d);
 }
 
 static void test_spec_bad_params(void **state) {
@@ -348,6 +375,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ngram_matches_brute_force),
         cmocka_unit_test(test_spec_bad_params),
+        cmocka_unit_test(test_adaptive_declines_costly_drafter),
         cmocka_unit_test(test_spec_equals_plain),
         cmocka_unit_test(test_mtp_equals_plain),
     };
