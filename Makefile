@@ -113,7 +113,10 @@ build-fuzz/fuzz_tokenizer: $(FUZZ_TOK_SRC)
 build-fuzz/fuzz_request: tests/fuzz/fuzz_request.c src/server/request.c src/tokenizer/chat.c src/util/err.c
 	@mkdir -p build-fuzz
 	clang $(FUZZ_FLAGS) -o $@ $^ -lcjson
-FUZZ_TARGETS = gguf tokenizer request
+build-fuzz/fuzz_chat: tests/fuzz/fuzz_chat.c src/tokenizer/chat.c src/util/err.c
+	@mkdir -p build-fuzz
+	clang $(FUZZ_FLAGS) -o $@ $^
+FUZZ_TARGETS = gguf tokenizer request chat
 fuzz: $(FUZZ_TARGETS:%=build-fuzz/fuzz_%) model
 	@for t in $(FUZZ_TARGETS); do \
 	    mkdir -p build-fuzz/corpus-$$t; \
