@@ -1,7 +1,0 @@
-build-tsan/obj/src/kernels/cpu/ops_scalar.o: src/kernels/cpu/ops_scalar.c \
- src/kernels/cpu/internal.h src/kernels/cpu/kernels.h src/util/err.h \
- src/quant/quant.h
-src/kernels/cpu/internal.h:
-src/kernels/cpu/kernels.h:
-src/util/err.h:
-src/quant/quant.h:

@@ -1,4 +1,0 @@
-build-tsan/obj/src/tokenizer/chat.o: src/tokenizer/chat.c \
- src/tokenizer/chat.h src/util/err.h
-src/tokenizer/chat.h:
-src/util/err.h:
