@@ -50,11 +50,6 @@ static void bw_task(void *arg, int ith, int nth) {
     j->sums[ith] = a + b + c + d;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* DRAM read bandwidth with all pool threads: best of 5 passes over 1 GiB. */
 static double measure_dram_gbs(ls_pool *pool) {
     const size_t bytes = (size_t)1 << 30;
@@ -205,7 +200,7 @@ int cli_bench(int argc, char **argv) {
                 ls_matmul(&kc, w, x, M, y);
                 times[r] = ls_now_ms() - t0;
             }
-            qsort(times, (size_t)reps, sizeof *times, cmp_double);
+            qsort(times, (size_t)reps, sizeof *times, cli_cmp_double);
             const double ms = times[reps / 2];
             if (M == 1) t_narrow = ms;
             const double gbs = (double)s->nbytes / (ms * 1e6);

@@ -43,15 +43,6 @@ static void count_event(void *ud, const ls_event *ev) {
     }
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 typedef struct {
     double tok_s, step_ms, prefill_ms;
 } batch_result;
@@ -98,7 +89,7 @@ static ls_status run_batch(const ls_model *m, int threads, int32_t B, bool share
     if (!st) {
         res->prefill_ms = t1 - t0;
         res->tok_s = (double)(c.events - ev0) / ((t2 - t1) / 1e3);
-        res->step_ms = ns ? median(steps, ns) : 0.0;
+        res->step_ms = ns ? cli_median(steps, ns) : 0.0;
     }
 done:
     free(prompt);
@@ -242,7 +233,7 @@ int cli_bench_batch(int argc, char **argv) {
     if (!json) fprintf(stderr, "\r%80s\r", "");
     double b1[2] = {0, 0};
     for (int i = 0; i < nc; i++)
-        if (cf[i].B == 1 && !cf[i].narrow) b1[cf[i].shared] = median(cf[i].tok_s, (int)reps);
+        if (cf[i].B == 1 && !cf[i].narrow) b1[cf[i].shared] = cli_median(cf[i].tok_s, (int)reps);
     cJSON *root = cJSON_CreateObject(), *rows = cJSON_AddArrayToObject(root, "batch");
     cJSON_AddStringToObject(root, "model", model_path);
     cJSON_AddNumberToObject(root, "threads", (double)threads);
@@ -256,7 +247,7 @@ int cli_bench_batch(int argc, char **argv) {
         printf("%4s %-8s %-7s %12s %12s %10s\n", "B", "prompts", "kernels", "decode tok/s", "step ms", "vs B=1");
     }
     for (int i = 0; i < nc; i++) {
-        double ts = median(cf[i].tok_s, (int)reps), sm = median(cf[i].step_ms, (int)reps);
+        double ts = cli_median(cf[i].tok_s, (int)reps), sm = cli_median(cf[i].step_ms, (int)reps);
         double vs1 = b1[cf[i].shared] > 0 ? ts / b1[cf[i].shared] : 0.0;
         cJSON *c = cJSON_CreateObject();
         cJSON_AddNumberToObject(c, "B", cf[i].B);
@@ -278,7 +269,7 @@ int cli_bench_batch(int argc, char **argv) {
             if (!cf[i].narrow) continue;
             for (int j = 0; j < nc; j++)
                 if (!cf[j].narrow && cf[j].B == cf[i].B && cf[j].shared == cf[i].shared) {
-                    double ratio = median(cf[j].tok_s, (int)reps) / median(cf[i].tok_s, (int)reps);
+                    double ratio = cli_median(cf[j].tok_s, (int)reps) / cli_median(cf[i].tok_s, (int)reps);
                     cJSON *c = cJSON_CreateObject();
                     cJSON_AddNumberToObject(c, "B", cf[i].B);
                     cJSON_AddBoolToObject(c, "shared", cf[i].shared);
@@ -303,7 +294,7 @@ int cli_bench_batch(int argc, char **argv) {
                     goto out;
                 }
             }
-            double mm = median(miss, (int)reps), hm = median(hit, (int)reps);
+            double mm = cli_median(miss, (int)reps), hm = cli_median(hit, (int)reps);
             cJSON *c = cJSON_CreateObject();
             cJSON_AddNumberToObject(c, "prefix", prefix);
             cJSON_AddNumberToObject(c, "suffix", sfx[s]);

@@ -43,15 +43,6 @@ static const char *prose[] = {
     "Describe a busy market in a small town on a Saturday morning.",
 };
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 #define NK 5 /* off, ngram, layerskip, draft (self), draft (self) forced to draft-max */
 
 int cli_bench_spec(int argc, char **argv) {
@@ -160,10 +151,10 @@ int cli_bench_spec(int argc, char **argv) {
                "%-9s %-13s %7s %9s %14s %12s\n",
                n_gen, draft_max, threads, reps, "prompts", "drafter", "tok/s", "speedup", "accepted len", "accept rate");
     for (int cls = 0; cls < 2; cls++) {
-        double base = median(tps[cls][0], cnt[cls][0]);
+        double base = cli_median(tps[cls][0], cnt[cls][0]);
         for (int k = 0; k < NK; k++) {
-            double t = median(tps[cls][k], cnt[cls][k]), al = median(acc_len[cls][k], cnt[cls][k]),
-                   ar = median(acc_rate[cls][k], cnt[cls][k]);
+            double t = cli_median(tps[cls][k], cnt[cls][k]), al = cli_median(acc_len[cls][k], cnt[cls][k]),
+                   ar = cli_median(acc_rate[cls][k], cnt[cls][k]);
             cJSON *c = cJSON_CreateObject();
             cJSON_AddStringToObject(c, "prompts", cls ? "prose" : "input-grounded");
             cJSON_AddStringToObject(c, "drafter", labels[k]);

@@ -24,6 +24,10 @@ int cli_kernels_families(const char *cmd, const char *name, int *fam, int *fam_p
 bool cli_parse_int(const char *cmd, const char *flag, const char *s, long long lo, long long hi, long long *out);
 bool cli_parse_float(const char *cmd, const char *flag, const char *s, double lo, double hi, double *out);
 bool cli_parse_u64(const char *cmd, const char *flag, const char *s, uint64_t *out);
+/* qsort comparator for doubles, and the median of n values (sorts v in place;
+ * the mean of the two middle values when n is even). */
+int cli_cmp_double(const void *a, const void *b);
+double cli_median(double *v, int n);
 /* Prints "lockstep CMD: MSG" and returns LS_EXIT_USAGE. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -37,7 +37,6 @@ typedef struct seq {
     void (*draft_observe)(void *, int32_t, const float *);
     void (*on_event)(void *, const ls_event *);
     void *ud;
-    uint64_t admit_order;
     ls_detok_stream ds;
     char *text;
     size_t text_len, text_cap, emitted;
@@ -70,7 +69,6 @@ struct ls_engine {
     int32_t n_running;
     seq **in_batch;
     int32_t n_in_batch;
-    uint64_t admit_counter;
     int32_t *b_tok, *b_pos, *b_seq, *b_lrow;
     uint8_t *b_need;
     const int32_t **b_tables;
@@ -94,20 +92,15 @@ static void seq_free(seq *s) {
 }
 
 static ls_status check_request(const ls_engine *e, const ls_request *r, ls_err *err) {
-    if (!r->prompt || r->n_prompt <= 0) return ls_err_set(err, LS_E_INVALID, "the prompt is empty (0 tokens)");
+    ls_status st = ls_check_prompt_room(r->prompt ? r->n_prompt : 0, e->p.n_ctx, err);
+    if (st) return st;
     for (int32_t i = 0; i < r->n_prompt; i++)
         if (r->prompt[i] < 0 || r->prompt[i] >= e->n_vocab)
             return ls_err_set(err, LS_E_INVALID, "prompt token %d (id %d) is outside the vocabulary (%d)", i,
                               r->prompt[i], e->n_vocab);
-    if (r->n_prompt >= e->p.n_ctx)
-        return ls_err_set(err, LS_E_RANGE,
-                          "the prompt is %d tokens but the context holds %d (needs room for one more); "
-                          "shorten it or raise --ctx-size",
-                          r->n_prompt, e->p.n_ctx);
     if (r->max_tokens == 0)
         return ls_err_set(err, LS_E_INVALID, "max_tokens is 0; ask for at least one token (or -1 for no limit)");
-    ls_status st = ls_sampler_params_check(&r->sampling, err);
-    if (st) return st;
+    if ((st = ls_sampler_params_check(&r->sampling, err))) return st;
     if (r->n_stop_tokens < 0 || r->n_stop < 0 || (r->n_stop_tokens && !r->stop_tokens) || (r->n_stop && !r->stop))
         return ls_err_set(err, LS_E_INVALID, "bad stop list");
     for (int32_t i = 0; i < r->n_stop_tokens; i++)
@@ -666,7 +659,6 @@ static int32_t build(ls_engine *e) {
             }
             memmove(e->waiting, e->waiting + 1, (size_t)(e->n_waiting - 1) * sizeof *e->waiting);
             e->n_waiting--;
-            s->admit_order = e->admit_counter++;
             s->n_cached = s->n_past; /* positions the prefix cache supplied */
             e->st.prefix_hit_tokens += (uint64_t)s->n_cached;
             e->running[e->n_running++] = s;

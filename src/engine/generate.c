@@ -10,6 +10,16 @@ double ls_now_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
+ls_status ls_check_prompt_room(int32_t n_prompt, int32_t n_ctx, ls_err *err) {
+    if (n_prompt <= 0) return ls_err_set(err, LS_E_INVALID, "the prompt is empty (0 tokens)");
+    if (n_prompt >= n_ctx)
+        return ls_err_set(err, LS_E_RANGE,
+                          "the prompt is %d tokens but the context holds %d (needs room for one more); "
+                          "shorten it or raise --ctx-size",
+                          n_prompt, n_ctx);
+    return LS_OK;
+}
+
 const char *ls_finish_name(ls_finish f) {
     return f == LS_FINISH_STOP ? "stop" : f == LS_FINISH_LENGTH ? "length" : "cancelled";
 }
@@ -44,12 +54,7 @@ ls_status ls_generate(ls_ctx *c, const int32_t *prompt, int32_t n_prompt, const 
     ls_status st = ls_sampler_params_check(&gp->sampler, err);
     if (st) return st;
     const int32_t n_ctx = ls_ctx_n_ctx(c);
-    if (n_prompt <= 0) return ls_err_set(err, LS_E_INVALID, "the prompt is empty (0 tokens)");
-    if (n_prompt >= n_ctx)
-        return ls_err_set(err, LS_E_RANGE,
-                          "the prompt is %d tokens but the context holds %d (needs room for one more); "
-                          "shorten it or raise --ctx-size",
-                          n_prompt, n_ctx);
+    if ((st = ls_check_prompt_room(n_prompt, n_ctx, err))) return st;
     const ls_tokenizer *tok = ls_ctx_tokenizer(c);
     const int32_t n_vocab = (int32_t)ls_tokenizer_n_vocab(tok);
     int32_t max_new = n_ctx - n_prompt;

@@ -40,4 +40,8 @@ const char *ls_finish_name(ls_finish f);
 
 double ls_now_ms(void);
 
+/* LS_OK when a prompt of n_prompt tokens leaves room for one new token in n_ctx
+ * positions; else the error every entry point reports (empty, or too long). */
+ls_status ls_check_prompt_room(int32_t n_prompt, int32_t n_ctx, ls_err *err);
+
 #endif

@@ -46,7 +46,7 @@ typedef struct job {
     int32_t *tokens;
     tok_lp *lps;
     int32_t n_tokens, cap_tokens;
-    bool done, http_gone;
+    bool done;
     ls_finish finish;
     int32_t n_gen, n_cached, n_drafted, n_accepted;
     double prompt_ms, gen_ms;
@@ -493,7 +493,6 @@ static void stream_free(void *cls) {
     pthread_mutex_lock(&j->mu);
     bool done = j->done;
     int32_t n_tokens = j->n_tokens;
-    j->http_gone = true;
     pthread_mutex_unlock(&j->mu);
     if (!done) ls_engine_cancel(j->srv->e, j->engine_id); /* frees its KV at the next step */
     pthread_mutex_lock(&j->srv->mu);

@@ -496,12 +496,7 @@ ls_status ls_generate_spec(const ls_model *m, const ls_spec_params *sp, const ls
     if (s) return s;
     const ls_hparams *hp = ls_model_hparams(m);
     if (!n_ctx) n_ctx = (int32_t)(hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
-    if (n_prompt <= 0) return ls_err_set(err, LS_E_INVALID, "the prompt is empty (0 tokens)");
-    if (n_prompt >= n_ctx)
-        return ls_err_set(err, LS_E_RANGE,
-                          "the prompt is %d tokens but the context holds %d (needs room for one more); "
-                          "shorten it or raise --ctx-size",
-                          n_prompt, n_ctx);
+    if ((s = ls_check_prompt_room(n_prompt, n_ctx, err))) return s;
     ls_spec_params p = *sp;
     p.n_ctx = n_ctx;
     p.n_threads = n_threads;
