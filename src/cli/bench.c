@@ -22,6 +22,8 @@ static const char *bench_help =
     "usage: lockstep bench kernels [-m MODEL] [-t THREADS] [--reps N] [--json]\n"
     "       lockstep bench batch --help   (batched decode, narrow-pin tax, prefix-cache TTFT)\n"
     "       lockstep bench spec --help    (speculative decoding per drafter)\n"
+    "       lockstep bench mixed --help   (one speculative stream amid classic streams)\n"
+    "       lockstep bench cache --help   (time to first token, prefix-cache hit vs miss)\n"
     "\n"
     "  -m, --model PATH   model whose matrix shapes are measured (default " LS_DEFAULT_MODEL ")\n"
     "  -t, --threads N    threads (default: online CPUs)\n"
@@ -87,8 +89,10 @@ int cli_bench(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "batch")) return cli_bench_batch(argc - 1, argv + 1);
     if (!strcmp(argv[1], "spec")) return cli_bench_spec(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "mixed")) return cli_bench_mixed(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "cache")) return cli_bench_cache(argc - 1, argv + 1);
     if (strcmp(argv[1], "kernels") != 0)
-        return cli_usage_error(cmd, "unknown suite '%s' (available: kernels, batch, spec)", argv[1]);
+        return cli_usage_error(cmd, "unknown suite '%s' (available: kernels, batch, spec, mixed, cache)", argv[1]);
     argc--;
     argv++;
     const char *model_path = LS_DEFAULT_MODEL;

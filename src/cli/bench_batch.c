@@ -247,9 +247,11 @@ int cli_bench_batch(int argc, char **argv) {
         printf("%4s %-8s %-7s %12s %12s %10s\n", "B", "prompts", "kernels", "decode tok/s", "step ms", "vs B=1");
     }
     for (int i = 0; i < nc; i++) {
+        cJSON *c = cJSON_CreateObject(); /* the raw samples first: the medians sort them */
+        cJSON_AddItemToObject(c, "decode_tok_s_samples", cJSON_CreateDoubleArray(cf[i].tok_s, (int)reps));
+        cJSON_AddItemToObject(c, "step_ms_samples", cJSON_CreateDoubleArray(cf[i].step_ms, (int)reps));
         double ts = cli_median(cf[i].tok_s, (int)reps), sm = cli_median(cf[i].step_ms, (int)reps);
         double vs1 = b1[cf[i].shared] > 0 ? ts / b1[cf[i].shared] : 0.0;
-        cJSON *c = cJSON_CreateObject();
         cJSON_AddNumberToObject(c, "B", cf[i].B);
         cJSON_AddBoolToObject(c, "shared", cf[i].shared);
         cJSON_AddStringToObject(c, "kernels", cf[i].narrow ? "narrow" : "auto");
@@ -294,8 +296,10 @@ int cli_bench_batch(int argc, char **argv) {
                     goto out;
                 }
             }
-            double mm = cli_median(miss, (int)reps), hm = cli_median(hit, (int)reps);
             cJSON *c = cJSON_CreateObject();
+            cJSON_AddItemToObject(c, "miss_ms_samples", cJSON_CreateDoubleArray(miss, (int)reps));
+            cJSON_AddItemToObject(c, "hit_ms_samples", cJSON_CreateDoubleArray(hit, (int)reps));
+            double mm = cli_median(miss, (int)reps), hm = cli_median(hit, (int)reps);
             cJSON_AddNumberToObject(c, "prefix", prefix);
             cJSON_AddNumberToObject(c, "suffix", sfx[s]);
             cJSON_AddNumberToObject(c, "miss_ms", mm);

@@ -151,11 +151,18 @@ int cli_bench_spec(int argc, char **argv) {
                "%-9s %-13s %7s %9s %14s %12s\n",
                n_gen, draft_max, threads, reps, "prompts", "drafter", "tok/s", "speedup", "accepted len", "accept rate");
     for (int cls = 0; cls < 2; cls++) {
+        cJSON *samples[NK][2]; /* the raw samples first, in run order: the medians sort them */
+        for (int k = 0; k < NK; k++) {
+            samples[k][0] = cJSON_CreateDoubleArray(tps[cls][k], cnt[cls][k]);
+            samples[k][1] = cJSON_CreateDoubleArray(acc_len[cls][k], cnt[cls][k]);
+        }
         double base = cli_median(tps[cls][0], cnt[cls][0]);
         for (int k = 0; k < NK; k++) {
+            cJSON *c = cJSON_CreateObject();
+            cJSON_AddItemToObject(c, "tok_s_samples", samples[k][0]);
+            cJSON_AddItemToObject(c, "accepted_len_samples", samples[k][1]);
             double t = cli_median(tps[cls][k], cnt[cls][k]), al = cli_median(acc_len[cls][k], cnt[cls][k]),
                    ar = cli_median(acc_rate[cls][k], cnt[cls][k]);
-            cJSON *c = cJSON_CreateObject();
             cJSON_AddStringToObject(c, "prompts", cls ? "prose" : "input-grounded");
             cJSON_AddStringToObject(c, "drafter", labels[k]);
             cJSON_AddNumberToObject(c, "tok_s", t);

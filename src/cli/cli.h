@@ -16,6 +16,8 @@ int cli_bench_batch(int argc, char **argv);
 int cli_probe(int argc, char **argv);
 int cli_serve(int argc, char **argv);
 int cli_bench_spec(int argc, char **argv);
+int cli_bench_mixed(int argc, char **argv);
+int cli_bench_cache(int argc, char **argv);
 /* --kernels NAME -> families for rows without / with a parity need; prints and returns LS_EXIT_USAGE on error. */
 int cli_kernels_families(const char *cmd, const char *name, int *fam, int *fam_parity);
 

@@ -16,7 +16,7 @@ static void usage(FILE *out) {
             "  run        generate text from a prompt or a chat message\n"
             "  info       show a model's architecture, hyperparameters and tensors\n"
             "  tokenize   show the token ids of a text\n"
-            "  bench      benchmarks (`lockstep bench kernels`, `lockstep bench batch`)\n"
+            "  bench      benchmarks (`lockstep bench kernels|batch|spec|mixed|cache`)\n"
             "  probe      the exactness probe that gates speculative decoding\n"
             "  serve      an OpenAI-compatible HTTP server\n"
             "\n"
