@@ -16,7 +16,8 @@
 
 static const char *help =
     "usage: lockstep bench batch [-m MODEL] [-t THREADS] [--batches LIST] [--gen N] [--prompt-len N]\n"
-    "                            [--kernels auto|narrow|both] [--reps N] [--no-ttft] [--json]\n"
+    "                            [--kernels auto|narrow|both] [--prompts unshared|shared|both] [--reps N]\n"
+    "                            [--no-ttft] [--json]\n"
     "\n"
     "  -m, --model PATH     model (default " LS_DEFAULT_MODEL ")\n"
     "  -t, --threads N      threads (default: online CPUs)\n"
@@ -26,6 +27,8 @@ static const char *help =
     "      --kernels K      auto: the canonical kernels; narrow: every row through the\n"
     "                       single-row kernel; both (default): auto at every B and narrow\n"
     "                       at B = 2, 4, 8, interleaved, with the ratio (the narrow-pin tax)\n"
+    "      --prompts P      unshared: every sequence its own prompt; shared: the first 3/4\n"
+    "                       of every prompt the same (prefix cache); both (default)\n"
     "      --reps N         runs per figure; medians are reported (default 3)\n"
     "      --no-ttft        skip the prefix-cache time-to-first-token section\n"
     "      --json           one JSON object instead of tables\n"
@@ -136,15 +139,16 @@ static ls_status ttft(const ls_model *m, int threads, const int32_t *text, int32
 
 int cli_bench_batch(int argc, char **argv) {
     const char *cmd = "bench batch";
-    const char *model_path = LS_DEFAULT_MODEL, *kernels = "both", *batches = "1,2,4,8,16,32";
+    const char *model_path = LS_DEFAULT_MODEL, *kernels = "both", *batches = "1,2,4,8,16,32", *prompts = "both";
     long long threads = 0, gen = 32, plen = 64, reps = 3;
     bool json = false, do_ttft = true;
-    enum { O_BATCHES = 256, O_GEN, O_PLEN, O_KERNELS, O_REPS, O_NOTTFT, O_JSON };
+    enum { O_BATCHES = 256, O_GEN, O_PLEN, O_KERNELS, O_PROMPTS, O_REPS, O_NOTTFT, O_JSON };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},     {"threads", required_argument, 0, 't'},
         {"batches", required_argument, 0, O_BATCHES}, {"gen", required_argument, 0, O_GEN},
         {"prompt-len", required_argument, 0, O_PLEN}, {"kernels", required_argument, 0, O_KERNELS},
-        {"reps", required_argument, 0, O_REPS},   {"no-ttft", no_argument, 0, O_NOTTFT},
+        {"prompts", required_argument, 0, O_PROMPTS}, {"reps", required_argument, 0, O_REPS},
+        {"no-ttft", no_argument, 0, O_NOTTFT},
         {"json", no_argument, 0, O_JSON},         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     optind = 1;
@@ -158,6 +162,7 @@ int cli_bench_batch(int argc, char **argv) {
         case O_GEN: if (!cli_parse_int(cmd, "--gen", optarg, 1, 4096, &gen)) return LS_EXIT_USAGE; break;
         case O_PLEN: if (!cli_parse_int(cmd, "--prompt-len", optarg, 4, 4096, &plen)) return LS_EXIT_USAGE; break;
         case O_KERNELS: kernels = optarg; break;
+        case O_PROMPTS: prompts = optarg; break;
         case O_REPS: if (!cli_parse_int(cmd, "--reps", optarg, 1, 64, &reps)) return LS_EXIT_USAGE; break;
         case O_NOTTFT: do_ttft = false; break;
         case O_JSON: json = true; break;
@@ -172,6 +177,11 @@ int cli_bench_batch(int argc, char **argv) {
     else if (!strcmp(kernels, "narrow")) mode = 1;
     else if (!strcmp(kernels, "both")) mode = 2;
     else return cli_usage_error(cmd, "invalid value '%s' for --kernels (auto, narrow or both)", kernels);
+    int sh_lo, sh_hi; /* the prompt kinds run: 0 unshared, 1 shared */
+    if (!strcmp(prompts, "unshared")) sh_lo = sh_hi = 0;
+    else if (!strcmp(prompts, "shared")) sh_lo = sh_hi = 1;
+    else if (!strcmp(prompts, "both")) sh_lo = 0, sh_hi = 1;
+    else return cli_usage_error(cmd, "invalid value '%s' for --prompts (unshared, shared or both)", prompts);
     int32_t bs[16];
     int nb = 0;
     for (const char *s = batches; *s;) {
@@ -210,7 +220,7 @@ int cli_bench_batch(int argc, char **argv) {
     cfg *cf = calloc(64, sizeof *cf);
     int nc = 0;
     for (int i = 0; i < nb; i++)
-        for (int sh = 0; sh < 2; sh++) {
+        for (int sh = sh_lo; sh <= sh_hi; sh++) {
             if (mode != 1) cf[nc++] = (cfg){.B = bs[i], .shared = sh, .narrow = false};
             bool tax = bs[i] == 2 || bs[i] == 4 || bs[i] == 8;
             if (mode == 1 || (mode == 2 && tax)) cf[nc++] = (cfg){.B = bs[i], .shared = sh, .narrow = true};
