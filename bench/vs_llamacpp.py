@@ -101,6 +101,19 @@ def _child_priority() -> None:
             f.write(f"{CHILD_NICE}\n")
 
 
+def set_child_nice(nice: int | None) -> None:
+    """Run every later engine child at niceness `nice` (None: unchanged), each in its own
+    session and autogroup; fails here, not in a child, when that is not allowed."""
+    global CHILD_NICE
+    CHILD_NICE = nice
+    if nice is None:
+        return
+    try:
+        subprocess.run(["true"], preexec_fn=_child_priority, start_new_session=True, check=True)
+    except (OSError, subprocess.SubprocessError) as e:
+        sys.exit(f"vs_llamacpp: cannot run children at niceness {nice}: {e}")
+
+
 def child_priority_desc() -> str:
     if CHILD_NICE is None:
         return "niceness 0 (inherited)"
@@ -130,7 +143,7 @@ def short(cmd: list[str]) -> str:
     for a in cmd:
         a = str(a)
         if len(a) > 60:
-            a = a[:40] + "...(" + str(len(a)) + " chars)"
+            a = a[:40].replace("\n", "\\n") + "...(" + str(len(a)) + " chars)"
         try:
             a = str(Path(a).relative_to(ROOT)) if a.startswith("/") else a
         except ValueError:
@@ -173,6 +186,21 @@ def child_cpu_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def measured(fn):
+    """Runs fn() and returns (its result, what the machine did meanwhile): wall_s;
+    interference, the share of all CPUs' time that processes other than our children
+    used while it ran (an upper bound on what they took from us: they may also have
+    used CPU time the engine left idle); nivcsw, our children's involuntary context
+    switches."""
+    cpu0, ch0, w0 = cpu_busy_s(), child_cpu_s(), time.time()
+    iv0 = resource.getrusage(resource.RUSAGE_CHILDREN).ru_nivcsw
+    r = fn()
+    wall = time.time() - w0
+    others = max(0.0, (cpu_busy_s() - cpu0) - (child_cpu_s() - ch0))
+    return r, {"wall_s": round(wall, 3), "interference": round(others / (max(wall, 1e-6) * NCPU), 4),
+               "nivcsw": resource.getrusage(resource.RUSAGE_CHILDREN).ru_nivcsw - iv0}
+
+
 def quiet_gate(max_wait: float, frac: float) -> float:
     """Wait (up to max_wait seconds) for a 2-second window in which the machine is at most
     frac busy; returns the busy fraction of the last window."""
@@ -205,17 +233,20 @@ class Lockstep:
             sys.exit("vs_llamacpp: `lockstep info` printed no 'weights read per token: X MiB' line")
         return float(m.group(1))
 
-    def run_cmd(self, prompt: str, n: int) -> list[str]:
+    def run_cmd(self, prompt: str, n: int, extra: tuple[str, ...] = ()) -> list[str]:
         return [str(self.exe), "run", "-m", str(self.model), "-p", prompt, "-n", str(n), "--temp", "0",
-                "--json", "--no-probe", "-t", str(self.threads)]
+                "--json", "--no-probe", "-t", str(self.threads), *extra]
 
-    def run(self, prompt: str, n: int, timeout: float) -> dict:
-        return last_json_obj(sh(self.run_cmd(prompt, n), timeout).stdout)
+    def run(self, prompt: str, n: int, timeout: float, extra: tuple[str, ...] = ()) -> dict:
+        return last_json_obj(sh(self.run_cmd(prompt, n, extra), timeout).stdout)
+
+    def batch_cmd(self, b: int) -> list[str]:
+        return [str(self.exe), "bench", "batch", "-m", str(self.model), "-t", str(self.threads),
+                "--batches", str(b), "--kernels", "auto", "--prompts", "unshared", "--reps", "1", "--no-ttft",
+                "--gen", str(BATCH_TG), "--prompt-len", str(BATCH_PP), "--json"]
 
     def batch(self, b: int, timeout: float) -> dict:
-        j = last_json_obj(sh([str(self.exe), "bench", "batch", "-m", str(self.model), "-t", str(self.threads),
-                              "--batches", str(b), "--kernels", "auto", "--reps", "1", "--no-ttft",
-                              "--gen", str(BATCH_TG), "--prompt-len", str(BATCH_PP), "--json"], timeout).stdout)
+        j = last_json_obj(sh(self.batch_cmd(b), timeout).stdout)
         rows = [r for r in j["batch"] if r["B"] == b and not r["shared"] and r["kernels"] == "auto"]
         if len(rows) != 1:
             sys.exit(f"vs_llamacpp: unexpected `lockstep bench batch` JSON: {str(j)[:500]}")
@@ -256,6 +287,43 @@ class LlamaBench:
         if not isinstance(arr, list) or len(arr) != 1:
             sys.exit(f"vs_llamacpp: unexpected llama-bench JSON: {str(arr)[:500]}")
         return arr[0]
+
+
+# ---------------------------------------------------------------------------- one sample
+def one_sample(t: str, eng: str, ls: "Lockstep", lb: "LlamaBench", lbb: "LlamaBatched", pp_prompts: dict[int, str],
+               timeout: float) -> dict:
+    """One sample of figure t (tg128, ppN, tgbN) on engine eng ("lockstep" or "llama.cpp");
+    pp_prompts[N] is the text that tokenizes to exactly N tokens.  "tok_s" is the figure."""
+    if t.startswith("tgb"):
+        b = int(t[3:])
+        if eng == "lockstep":
+            r = ls.batch(b, timeout)
+            return {"tok_s": r["decode_tok_s"], "step_ms": r["step_ms"], "isa": "?"}
+        r = lbb.run(b, timeout)
+        return {"tok_s": r["speed_tg"], "t_tg": r.get("t_tg"), "n_batch_seqs": r.get("pl")}
+    if t == "tg128":
+        if eng == "llama.cpp":
+            b = lb.run(0, 128, timeout)
+            return {"tok_s": b["avg_ts"], "samples_ns": b.get("samples_ns"), "n_prompt": b["n_prompt"],
+                    "n_gen": b["n_gen"]}
+        j = ls.run(STORY_PROMPT, 128, timeout)
+        if j["n_gen"] != 128:
+            sys.exit(f"vs_llamacpp: lockstep generated {j['n_gen']} tokens, not 128 "
+                     f"(finish {j['finish_reason']}); change STORY_PROMPT")
+        fwd = (j["n_gen"] - 1) / (j["decode_ms"] / 1e3)
+        return {"tok_s": fwd, "decode_tok_s_reported": j["decode_tok_s"], "n_gen": j["n_gen"],
+                "n_prompt": j["n_prompt"], "decode_ms": j["decode_ms"], "prefill_ms": j["prefill_ms"],
+                "finish_reason": j["finish_reason"], "isa": j["isa"]}
+    n = int(t[2:])  # ppN
+    if eng == "llama.cpp":
+        b = lb.run(n, 0, timeout)
+        return {"tok_s": b["avg_ts"], "samples_ns": b.get("samples_ns"), "n_prompt": b["n_prompt"],
+                "n_gen": b["n_gen"]}
+    j = ls.run(pp_prompts[n], 0, timeout)
+    if j["n_prompt"] != n:
+        sys.exit(f"vs_llamacpp: the pp prompt came out {j['n_prompt']} tokens, not {n}")
+    return {"tok_s": j["n_prompt"] / (j["prefill_ms"] / 1e3), "prefill_ms": j["prefill_ms"],
+            "n_prompt": j["n_prompt"], "isa": j["isa"]}
 
 
 # ---------------------------------------------------------------------------- prompts
@@ -434,8 +502,8 @@ def main() -> int:
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--pairs", type=int, default=PAIRS_DEFAULT, help="A/B pairs per figure (default 5)")
     ap.add_argument("--tests", default="tg128,pp512",
-                    help="comma list of tg128, pp512, tgbN (batched decode of N sequences: lockstep bench "
-                         "batch vs llama-batched-bench S_TG) (default tg128,pp512)")
+                    help="comma list of tg128, ppN (prefill of N tokens, e.g. pp512), tgbN (batched decode "
+                         "of N sequences: lockstep bench batch vs llama-batched-bench S_TG) (default tg128,pp512)")
     ap.add_argument("--lockstep", type=Path, default=DEFAULT_LOCKSTEP)
     ap.add_argument("--llama-bin", type=Path, default=DEFAULT_LLAMA_BIN, help="folder holding llama-bench")
     ap.add_argument("--bw-reps", type=int, default=7)
@@ -471,18 +539,12 @@ def main() -> int:
         args.nice = -20
     if args.gate_wait is None:
         args.gate_wait = 0 if args.nice is not None and args.nice < 0 else 60
-    if args.nice is not None:
-        global CHILD_NICE
-        CHILD_NICE = args.nice
-        try:  # fail early, here, rather than in a child
-            p = subprocess.run(["true"], preexec_fn=_child_priority, start_new_session=True)
-        except (OSError, subprocess.SubprocessError) as e:
-            sys.exit(f"vs_llamacpp: cannot run children at niceness {args.nice}: {e}")
+    set_child_nice(args.nice)
     if args.pairs < 1:
         ap.error("--pairs must be at least 1")
     tests = [t.strip() for t in args.tests.split(",") if t.strip()]
     for t in tests:
-        if t not in ("tg128", "pp512") and not re.fullmatch(r"tgb([1-9][0-9]?)", t):
+        if t != "tg128" and not re.fullmatch(r"tgb([1-9][0-9]?)|pp([1-9][0-9]{0,3})", t):
             ap.error(f"unknown test {t!r}")
     model = args.model.resolve()
     if not model.exists():
@@ -518,7 +580,7 @@ def main() -> int:
             "and the numbers will be noisy")
     weight_mib = ls.info_weight_mib()
     story_tokens = len(ls.tokenize(STORY_PROMPT)["tokens"])
-    pp_prompt = make_pp_prompt(ls, 512) if "pp512" in tests else None
+    pp_prompts = {int(t[2:]): make_pp_prompt(ls, int(t[2:])) for t in tests if t.startswith("pp")}
 
     # Warm-up (not recorded): page the model file in, spin up both engines once.
     log("warm-up")
@@ -533,31 +595,7 @@ def main() -> int:
 
     def one(t: str, eng: str) -> dict:
         """One sample of figure t on engine eng."""
-        if t.startswith("tgb"):
-            b = int(t[3:])
-            if eng == "lockstep":
-                r = ls.batch(b, args.timeout)
-                return {"tok_s": r["decode_tok_s"], "step_ms": r["step_ms"], "isa": "?"}
-            r = lbb.run(b, args.timeout)
-            return {"tok_s": r["speed_tg"], "t_tg": r.get("t_tg"), "n_batch_seqs": r.get("pl")}
-        if eng == "lockstep" and t == "tg128":
-            j = ls.run(STORY_PROMPT, 128, args.timeout)
-            if j["n_gen"] != 128:
-                sys.exit(f"vs_llamacpp: lockstep generated {j['n_gen']} tokens, not 128 "
-                         f"(finish {j['finish_reason']}); change STORY_PROMPT")
-            fwd = (j["n_gen"] - 1) / (j["decode_ms"] / 1e3)
-            return {"tok_s": fwd, "decode_tok_s_reported": j["decode_tok_s"], "n_gen": j["n_gen"],
-                    "n_prompt": j["n_prompt"], "decode_ms": j["decode_ms"], "prefill_ms": j["prefill_ms"],
-                    "finish_reason": j["finish_reason"], "isa": j["isa"]}
-        if eng == "lockstep":
-            j = ls.run(pp_prompt, 0, args.timeout)
-            if j["n_prompt"] != 512:
-                sys.exit(f"vs_llamacpp: the pp prompt came out {j['n_prompt']} tokens, not 512")
-            return {"tok_s": j["n_prompt"] / (j["prefill_ms"] / 1e3), "prefill_ms": j["prefill_ms"],
-                    "n_prompt": j["n_prompt"], "isa": j["isa"]}
-        b = lb.run(0, 128, args.timeout) if t == "tg128" else lb.run(512, 0, args.timeout)
-        return {"tok_s": b["avg_ts"], "samples_ns": b.get("samples_ns"), "n_prompt": b["n_prompt"],
-                "n_gen": b["n_gen"]}
+        return one_sample(t, eng, ls, lb, lbb, pp_prompts, args.timeout)
 
     def sample(t: str, eng: str, label: str) -> dict:
         """One sample, with what else the machine did meanwhile: `interference` is the share
@@ -568,14 +606,8 @@ def main() -> int:
         the least interference is kept (the others go under `rejected`)."""
         tries = []
         for k in range(args.retries + 1):
-            cpu0, ch0, w0 = cpu_busy_s(), child_cpu_s(), time.time()
-            iv0 = resource.getrusage(resource.RUSAGE_CHILDREN).ru_nivcsw
-            r = one(t, eng)
-            wall = time.time() - w0
-            others = max(0.0, (cpu_busy_s() - cpu0) - (child_cpu_s() - ch0))
-            r["wall_s"] = round(wall, 3)
-            r["interference"] = round(others / (wall * NCPU), 4)
-            r["nivcsw"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_nivcsw - iv0
+            r, load = measured(lambda: one(t, eng))
+            r.update(load)
             tries.append(r)
             log(f"{label} {t} {eng:9s} {r['tok_s']:8.2f} tok/s  (other load {100 * r['interference']:4.1f} %, "
                 f"{r['nivcsw']} preemptions{', n_gen %d' % r['n_gen'] if eng == 'lockstep' and t == 'tg128' else ''})")
@@ -604,11 +636,8 @@ def main() -> int:
             tries = []
             for k in range(max(3, args.retries + 1)):  # at least 3 runs: best-of
                 quiet_gate(min(args.gate_wait, wait_left()), args.max_interference)
-                cpu0, ch0, w0 = cpu_busy_s(), child_cpu_s(), time.time()
-                r = measure_bandwidth(args.threads, nbytes, reps, td)
-                wall = time.time() - w0
-                others = max(0.0, (cpu_busy_s() - cpu0) - (child_cpu_s() - ch0))
-                r["interference"] = round(others / (wall * NCPU), 4)
+                r, load = measured(lambda: measure_bandwidth(args.threads, nbytes, reps, td))
+                r["interference"] = load["interference"]
                 tries.append(r)
                 log(f"bandwidth {nbytes / 2**20:.0f} MiB: best {r['best_GBps']:.2f} GB/s "
                     f"(other load {100 * r['interference']:4.1f} %)")
@@ -661,13 +690,12 @@ def main() -> int:
         "llama.cpp": llama_info(lb.exe.parent),
         "commands": {  # (the runs use a snapshot copy of the lockstep binary)
             "tg128": {"lockstep": short(ls_shown.run_cmd(STORY_PROMPT, 128)), "llama.cpp": short(lb.cmd(0, 128))},
-            "pp512": {"lockstep": short(ls_shown.run_cmd(pp_prompt or "<512-token text>", 0)),
-                      "llama.cpp": short(lb.cmd(512, 0))},
-            **{t: {"lockstep": f"lockstep bench batch --batches {t[3:]} --kernels auto --reps 1 --no-ttft "
-                               f"--gen {BATCH_TG} --prompt-len {BATCH_PP} --json -t {args.threads}",
+            **{t: {"lockstep": short(ls_shown.run_cmd(pp_prompts[int(t[2:])], 0)),
+                   "llama.cpp": short(lb.cmd(int(t[2:]), 0))} for t in tests if t.startswith("pp")},
+            **{t: {"lockstep": short(ls_shown.batch_cmd(int(t[3:]))),
                    "llama.cpp": short(lbb.cmd(int(t[3:])))} for t in tests if t.startswith("tgb")},
         },
-        "prompts": {"tg128": STORY_PROMPT, "tg128_prompt_tokens": story_tokens, "pp512": pp_prompt},
+        "prompts": {"tg128": STORY_PROMPT, "tg128_prompt_tokens": story_tokens, **{t: pp_prompts[int(t[2:])] for t in tests if t.startswith("pp")}},
         "summary": summary,
         "bandwidth": {"dram": bw, "weights_sized": bw_w},
         "roofline": roof,
@@ -705,8 +733,8 @@ def markdown(r: dict, tests: list[str]) -> str:
     L.append("| --- | ---: | ---: | ---: |")
     for t in tests:
         s = r["summary"][t]
-        name = {"tg128": "decode tg128 (batch 1)", "pp512": "prefill pp512"}.get(
-            t, f"batched decode, {t[3:]} sequences (S_TG)")
+        name = ("decode tg128 (batch 1)" if t == "tg128" else f"prefill {t}" if t.startswith("pp")
+                else f"batched decode, {t[3:]} sequences (S_TG)")
         L.append(f"| {name} | {s['lockstep_median_tok_s']:.2f} | {s['llamacpp_median_tok_s']:.2f} | "
                  f"{s['ratio_lockstep_over_llamacpp']:.3f} |")
     L.append("")
