@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds llama.cpp's `llama-bench` and `llama-batched-bench` for the side-by-side
-# benchmark (bench/vs_llamacpp.py).
+# Builds llama.cpp's `llama-bench`, `llama-batched-bench` and `llama-lookup` (n-gram
+# speculation) for the side-by-side benchmarks (bench/vs_llamacpp.py, bench/suites.py).
 #
 # Source: the llama.cpp tree vendored in the llama-cpp-python sdist on PyPI
 # (vendor/llama.cpp, a git submodule whose .git travels inside the sdist, so the
@@ -13,9 +13,12 @@
 #   build/llama.cpp/src/llama_cpp_python-<ver>/        the unpacked sdist
 #   build/llama.cpp/build/bin/llama-bench              the binaries
 #   build/llama.cpp/build/bin/llama-batched-bench
+#   build/llama.cpp/build/bin/llama-lookup             (optional: a failure is recorded
+#                                                      in VERSION and reported loudly,
+#                                                      but does not fail the build)
 #   build/llama.cpp/VERSION                            version, commit, compiler and flags
 #
-# Idempotent: does nothing when both binaries exist and VERSION records the same
+# Idempotent: does nothing when the binaries exist and VERSION records the same
 # sdist version.  FORCE=1 rebuilds.  Environment:
 #   LLAMA_CPP_PYTHON_VERSION  sdist version (default 0.3.36)
 #   LLAMA_CPP_SDIST           use this local .tar.gz instead of downloading
@@ -53,7 +56,7 @@ fail() {
 trap 'rc=$?; [ -n "$tmp" ] && rm -rf "$tmp"; if [ $rc -ne 0 ] && [ $reported = 0 ]; then echo "llamacpp/build.sh: BUILD FAILED (exit $rc)" >&2; fi' EXIT
 
 if [ "${FORCE:-0}" != 1 ] && [ -x "$bin/llama-bench" ] && [ -x "$bin/llama-batched-bench" ] &&
-   [ -f "$vfile" ] && grep -qxF "$stamp" "$vfile"; then
+   [ -x "$bin/llama-lookup" ] && [ -f "$vfile" ] && grep -qxF "$stamp" "$vfile"; then
     log "up to date ($stamp, $(grep '^llama.cpp commit:' "$vfile" || true)); FORCE=1 rebuilds"
     exit 0
 fi
@@ -127,7 +130,7 @@ cmake_args=(
     -DGGML_NATIVE=ON
     -DLLAMA_CURL=OFF
     -DLLAMA_BUILD_TESTS=OFF
-    -DLLAMA_BUILD_EXAMPLES=OFF
+    -DLLAMA_BUILD_EXAMPLES=ON
     -DLLAMA_BUILD_SERVER=OFF
     -DBUILD_SHARED_LIBS=OFF
     -DCMAKE_EXPORT_COMPILE_COMMANDS=ON
@@ -144,6 +147,17 @@ cmake --build "$bdir" --config Release --target llama-bench llama-batched-bench 
 for b in llama-bench llama-batched-bench; do
     [ -x "$bin/$b" ] || fail "$bin/$b was not produced"
 done
+# llama-lookup (examples/lookup) is optional: the benchmarks report its absence loudly.
+lookup_status=built
+log "building llama-lookup with -j$JOBS (log: $out/cmake-build-lookup.log)"
+if ! cmake --build "$bdir" --config Release --target llama-lookup -j"$JOBS" >"$out/cmake-build-lookup.log" 2>&1 ||
+   [ ! -x "$bin/llama-lookup" ]; then
+    tail -20 "$out/cmake-build-lookup.log" >&2
+    lookup_status="NOT BUILT (see $out/cmake-build-lookup.log)"
+    echo "==================================================================" >&2
+    echo "llamacpp/build.sh: WARNING: llama-lookup was NOT built; the n-gram peer figures will be FAILED" >&2
+    echo "==================================================================" >&2
+fi
 "$bin/llama-bench" --help >/dev/null 2>&1 || fail "$bin/llama-bench does not run"
 
 # ---- 4. record what was built --------------------------------------------
@@ -182,7 +196,8 @@ secs=$(( $(date +%s) - t0 ))
     echo "flags ggml-cpu.c: $(flags_of ggml-cpu/ggml-cpu.c)"
     echo "flags quants.c: $(flags_of ggml-cpu/arch/x86/quants.c)"
     echo "flags llama.cpp: $(flags_of src/llama.cpp)"
+    echo "llama-lookup: $lookup_status"
     echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -m) '$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)' in ${secs}s, $kind (-j$JOBS)"
 } >"$vfile"
-log "done in ${secs}s: $bin/llama-bench, $bin/llama-batched-bench"
+log "done in ${secs}s: $bin/llama-bench, $bin/llama-batched-bench, llama-lookup $lookup_status"
 cat "$vfile" >&2
