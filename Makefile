@@ -125,5 +125,14 @@ fuzz: $(FUZZ_TARGETS:%=build-fuzz/fuzz_%) model
 	        -artifact_prefix=build-fuzz/$$t- build-fuzz/corpus-$$t tests/fuzz/corpus/$$t || exit 1; \
 	done
 
+# Every benchmark suite (bench/README.md) with llama.cpp side by side; builds llama.cpp
+# first when it is missing (bench/llamacpp/build.sh, ~20 min once).  Writes
+# bench/results/ and the generated section of docs/benchmarks.md; BENCH_FLAGS=--quick
+# for a short development run (into build/bench/results-quick/).
+.PHONY: bench
+BENCH_FLAGS ?=
+bench: cli model
+	$(PYTHON) bench/suites.py --lockstep $(BUILD)/lockstep --docs docs/benchmarks.md $(BENCH_FLAGS)
+
 clean:
 	rm -rf $(BUILD) build-asan build-tsan build-fuzz
