@@ -310,6 +310,7 @@ def suite_batch(c: Ctx) -> dict:
                  str(cfg["batch_plen"]), "--no-ttft", "--json")
     log("lockstep bench batch --kernels both")
     j, load = run_json(cmd, c.timeout * 4)
+    # The side-by-side pairs use the sweep's shapes (vs_llamacpp's module settings).
     vs.BATCH_TG, vs.BATCH_PP = cfg["batch_gen"], cfg["batch_plen"]
     bs = cfg["peer_batches"]
     fail = {} if not c.peer.missing("llama-batched-bench") else {

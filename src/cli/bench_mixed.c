@@ -78,6 +78,7 @@ static void on_event(void *ud, const ls_event *ev) {
 typedef struct {
     double classic_tok_s, spec_tok_s, spec_per_step, accept_rate;
     int32_t window_steps;
+    uint64_t preemptions; /* a preempted stream is recomputed: same tokens, slower */
 } mix_result;
 
 typedef struct {
@@ -148,6 +149,9 @@ static ls_status run_mix(const mix_env *env, stream *s, int n, int n_classic, bo
         res->accept_rate =
             n > n_classic && s[n_classic].n_drafted ? (double)s[n_classic].n_accepted / s[n_classic].n_drafted : 0.0;
         res->window_steps = steps;
+        ls_engine_stats es;
+        ls_engine_get_stats(e, &es);
+        res->preemptions = es.preemptions;
     }
     ls_drafter_free(d);
     ls_engine_free(e);
@@ -313,8 +317,11 @@ int cli_bench_mixed(int argc, char **argv) {
             cJSON *sm = cJSON_CreateObject();
             cJSON_AddItemToObject(sm, "classic_tok_s", cJSON_CreateDoubleArray(v[mix][0], (int)reps));
             if (mix != MIX_ABSENT) cJSON_AddItemToObject(sm, "spec_stream_tok_s", cJSON_CreateDoubleArray(v[mix][1], (int)reps));
-            cJSON *ws = cJSON_AddArrayToObject(sm, "window_steps");
-            for (int r = 0; r < reps; r++) cJSON_AddItemToArray(ws, cJSON_CreateNumber(res[a][mix][r].window_steps));
+            cJSON *ws = cJSON_AddArrayToObject(sm, "window_steps"), *pe = cJSON_AddArrayToObject(sm, "preemptions");
+            for (int r = 0; r < reps; r++) {
+                cJSON_AddItemToArray(ws, cJSON_CreateNumber(res[a][mix][r].window_steps));
+                cJSON_AddItemToArray(pe, cJSON_CreateNumber((double)res[a][mix][r].preemptions));
+            }
             cJSON_AddItemToObject(samples, mix_names[mix], sm);
         }
         double cabs = cli_median(v[MIX_ABSENT][0], (int)reps), cspec = cli_median(v[MIX_SPEC][0], (int)reps),
