@@ -8,6 +8,7 @@
  * tokens (a verify block).  The row for toks[n_toks-1] yields the logits that
  * sample the token at position n_toks, keyed by (seed, n_toks) only. */
 #include "engine/engine.h"
+#include "util/alloc.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -124,14 +125,14 @@ static ls_status check_request(const ls_engine *e, const ls_request *r, ls_err *
 }
 
 static seq *seq_new(const ls_engine *e, const ls_request *r) {
-    seq *s = calloc(1, sizeof *s);
+    seq *s = ls_calloc(1, sizeof *s);
     if (!s) return NULL;
-    s->toks = malloc(((size_t)e->p.n_ctx + 1) * sizeof *s->toks);
-    s->table = malloc((size_t)e->max_blocks * sizeof *s->table);
-    s->stop_tokens = malloc(((size_t)r->n_stop_tokens + 1) * sizeof *s->stop_tokens);
-    s->stop = calloc((size_t)r->n_stop + 1, sizeof *s->stop);
+    s->toks = ls_malloc(((size_t)e->p.n_ctx + 1) * sizeof *s->toks);
+    s->table = ls_malloc((size_t)e->max_blocks * sizeof *s->table);
+    s->stop_tokens = ls_malloc(((size_t)r->n_stop_tokens + 1) * sizeof *s->stop_tokens);
+    s->stop = ls_calloc((size_t)r->n_stop + 1, sizeof *s->stop);
     s->text_cap = 256;
-    s->text = malloc(s->text_cap);
+    s->text = ls_malloc(s->text_cap);
     if (!s->toks || !s->table || !s->stop_tokens || !s->stop || !s->text) goto fail;
     memcpy(s->toks, r->prompt, (size_t)r->n_prompt * sizeof *s->toks);
     s->n_toks = s->n_prompt = r->n_prompt;
@@ -139,7 +140,7 @@ static seq *seq_new(const ls_engine *e, const ls_request *r) {
     s->n_stop_tokens = r->n_stop_tokens;
     for (int32_t i = 0; i < r->n_stop; i++) {
         size_t n = strlen(r->stop[i]);
-        if (!(s->stop[i] = malloc(n + 1))) goto fail;
+        if (!(s->stop[i] = ls_malloc(n + 1))) goto fail;
         memcpy(s->stop[i], r->stop[i], n + 1);
         s->n_stop = i + 1;
         if (n > s->stop_max) s->stop_max = n;
@@ -167,7 +168,7 @@ fail:
 /* ---- engine lifetime -------------------------------------------------------- */
 ls_engine *ls_engine_create(const ls_model *m, ls_engine_params p, ls_err *err) {
     const ls_hparams *hp = ls_model_hparams(m);
-    ls_engine *e = calloc(1, sizeof *e);
+    ls_engine *e = ls_calloc(1, sizeof *e);
     if (!e) {
         ls_err_set(err, LS_E_NOMEM, "out of memory");
         return NULL;
@@ -227,18 +228,18 @@ ls_engine *ls_engine_create(const ls_model *m, ls_engine_params p, ls_err *err) 
     if (!(e->store = ls_kv_store_create(m, (int32_t)n_blocks, err))) goto fail;
     if (!(e->kvc = ls_kvc_create((int32_t)n_blocks, !p.no_prefix_cache, err))) goto fail;
     const size_t R = (size_t)p.step_tokens;
-    e->b_tok = malloc(R * sizeof(int32_t));
-    e->b_pos = malloc(R * sizeof(int32_t));
-    e->b_seq = malloc(R * sizeof(int32_t));
-    e->b_lrow = malloc(R * sizeof(int32_t));
-    e->b_need = malloc(R);
-    e->b_tables = malloc((size_t)p.n_seq_max * sizeof *e->b_tables);
-    e->in_batch = malloc((size_t)p.n_seq_max * sizeof *e->in_batch);
-    e->running = malloc((size_t)p.n_seq_max * sizeof *e->running);
-    e->drafts = malloc(((size_t)p.n_seq_max * (size_t)p.draft_max + 1) * sizeof(int32_t));
-    e->logits = malloc((size_t)e->max_logit_rows * (size_t)e->n_vocab * sizeof(float));
-    e->sscratch = malloc(ls_sampler_scratch_bytes(e->n_vocab));
-    e->hidden = malloc(R * hp->n_embd * sizeof(float));
+    e->b_tok = ls_malloc(R * sizeof(int32_t));
+    e->b_pos = ls_malloc(R * sizeof(int32_t));
+    e->b_seq = ls_malloc(R * sizeof(int32_t));
+    e->b_lrow = ls_malloc(R * sizeof(int32_t));
+    e->b_need = ls_malloc(R);
+    e->b_tables = ls_malloc((size_t)p.n_seq_max * sizeof *e->b_tables);
+    e->in_batch = ls_malloc((size_t)p.n_seq_max * sizeof *e->in_batch);
+    e->running = ls_malloc((size_t)p.n_seq_max * sizeof *e->running);
+    e->drafts = ls_malloc(((size_t)p.n_seq_max * (size_t)p.draft_max + 1) * sizeof(int32_t));
+    e->logits = ls_malloc((size_t)e->max_logit_rows * (size_t)e->n_vocab * sizeof(float));
+    e->sscratch = ls_malloc(ls_sampler_scratch_bytes(e->n_vocab));
+    e->hidden = ls_malloc(R * hp->n_embd * sizeof(float));
     if (!e->b_tok || !e->b_need || !e->b_pos || !e->b_seq || !e->b_lrow || !e->b_tables || !e->in_batch || !e->running ||
         !e->drafts || !e->logits || !e->sscratch || !e->hidden) {
         ls_err_set(err, LS_E_NOMEM, "out of memory for the engine's step buffers");
@@ -283,7 +284,7 @@ static bool grow(void **arr, int32_t *cap, int32_t need, size_t elem) {
     if (need <= *cap) return true;
     int32_t nc = *cap ? *cap * 2 : 16;
     while (nc < need) nc *= 2;
-    void *a = realloc(*arr, (size_t)nc * elem);
+    void *a = ls_realloc(*arr, (size_t)nc * elem);
     if (!a) return false;
     *arr = a;
     *cap = nc;
@@ -399,7 +400,7 @@ static bool text_add(seq *s, const char *p, size_t n) {
     if (s->text_len + n + 1 > s->text_cap) {
         size_t nc = s->text_cap * 2;
         while (nc < s->text_len + n + 1) nc *= 2;
-        char *t = realloc(s->text, nc);
+        char *t = ls_realloc(s->text, nc);
         if (!t) return false;
         s->text = t;
         s->text_cap = nc;
@@ -441,9 +442,9 @@ static int64_t stop_scan(const seq *s, size_t *safe) {
 static void seq_finish(ls_engine *e, seq *s, ls_finish fin, int32_t token, int32_t pos, const float *logits) {
     char piece[64];
     size_t n = ls_detok_flush(&s->ds, piece, sizeof piece);
-    text_add(s, piece, n);
+    if (!text_add(s, piece, n)) fin = LS_FINISH_ERROR;
     size_t safe;
-    int64_t at = fin == LS_FINISH_CANCELLED ? -1 : stop_scan(s, &safe);
+    int64_t at = fin == LS_FINISH_CANCELLED || fin == LS_FINISH_ERROR ? -1 : stop_scan(s, &safe);
     size_t end = at >= 0 ? (size_t)at : s->text_len;
     if (at >= 0) fin = LS_FINISH_STOP;
     emit(e, s, token, pos, logits, s->text + s->emitted, end > s->emitted ? end - s->emitted : 0, true, fin);
@@ -466,7 +467,12 @@ static bool seq_accept(ls_engine *e, seq *s, int32_t tok, const float *logits) {
     s->n_gen++;
     char piece[256];
     size_t n = ls_detok_push(&s->ds, tk, tok, piece, sizeof piece);
-    text_add(s, piece, n);
+    if (!text_add(s, piece, n)) { /* out of memory: deliver everything so far, then end with an error */
+        emit(e, s, tok, pos, logits, s->text + s->emitted, s->text_len - s->emitted, false, LS_FINISH_STOP);
+        s->emitted = s->text_len;
+        emit(e, s, -1, pos, NULL, piece, n, true, LS_FINISH_ERROR);
+        return false;
+    }
     size_t safe;
     int64_t at = stop_scan(s, &safe);
     if (at >= 0) {

@@ -1,4 +1,5 @@
 #include "engine/generate.h"
+#include "util/alloc.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +22,13 @@ ls_status ls_check_prompt_room(int32_t n_prompt, int32_t n_ctx, ls_err *err) {
 }
 
 const char *ls_finish_name(ls_finish f) {
-    return f == LS_FINISH_STOP ? "stop" : f == LS_FINISH_LENGTH ? "length" : "cancelled";
+    switch (f) {
+    case LS_FINISH_STOP: return "stop";
+    case LS_FINISH_LENGTH: return "length";
+    case LS_FINISH_CANCELLED: return "cancelled";
+    case LS_FINISH_ERROR: return "error";
+    }
+    return "?";
 }
 
 void ls_gen_result_free(ls_gen_result *r) {
@@ -37,7 +44,7 @@ static ls_status text_append(ls_gen_result *r, size_t *cap, const char *s, size_
     if (r->text_len + n + 1 > *cap) {
         size_t nc = *cap ? *cap : 256;
         while (nc < r->text_len + n + 1) nc *= 2;
-        char *t = realloc(r->text, nc);
+        char *t = ls_realloc(r->text, nc);
         if (!t) return ls_err_set(err, LS_E_NOMEM, "out of memory");
         r->text = t;
         *cap = nc;
@@ -60,9 +67,9 @@ ls_status ls_generate(ls_ctx *c, const int32_t *prompt, int32_t n_prompt, const 
     int32_t max_new = n_ctx - n_prompt;
     if (gp->n_predict >= 0 && gp->n_predict < max_new) max_new = gp->n_predict;
 
-    float *logits = malloc((size_t)n_vocab * sizeof *logits);
-    void *scratch = malloc(ls_sampler_scratch_bytes(n_vocab));
-    res->tokens = malloc(((size_t)max_new + 1) * sizeof *res->tokens);
+    float *logits = ls_malloc((size_t)n_vocab * sizeof *logits);
+    void *scratch = ls_malloc(ls_sampler_scratch_bytes(n_vocab));
+    res->tokens = ls_malloc(((size_t)max_new + 1) * sizeof *res->tokens);
     size_t text_cap = 0;
     if (!logits || !scratch || !res->tokens) {
         st = ls_err_set(err, LS_E_NOMEM, "out of memory");

@@ -18,7 +18,9 @@ typedef struct {
     void *ud;
 } ls_gen_params;
 
-typedef enum { LS_FINISH_STOP = 0, LS_FINISH_LENGTH = 1, LS_FINISH_CANCELLED = 2 } ls_finish;
+/* LS_FINISH_ERROR: the engine could not go on with this request (out of memory while
+ * it ran); the text so far is intact, the other requests are unaffected. */
+typedef enum { LS_FINISH_STOP = 0, LS_FINISH_LENGTH = 1, LS_FINISH_CANCELLED = 2, LS_FINISH_ERROR = 3 } ls_finish;
 
 typedef struct {
     int32_t *tokens;    /* generated ids (malloc'd, caller frees); EOS/EOT not included */

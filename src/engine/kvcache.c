@@ -1,6 +1,7 @@
 /* kvcache.c - block reference counts, free list, and the prefix-cache trie with
  * LRU eviction (see kvcache.h). */
 #include "engine/kvcache.h"
+#include "util/alloc.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -31,10 +32,10 @@ struct ls_kvcache {
 };
 
 ls_kvcache *ls_kvc_create(int32_t n_blocks, bool prefix_cache, ls_err *err) {
-    ls_kvcache *c = calloc(1, sizeof *c);
+    ls_kvcache *c = ls_calloc(1, sizeof *c);
     if (c) {
-        c->b = calloc((size_t)n_blocks, sizeof *c->b);
-        c->free_stack = malloc((size_t)n_blocks * sizeof *c->free_stack);
+        c->b = ls_calloc((size_t)n_blocks, sizeof *c->b);
+        c->free_stack = ls_malloc((size_t)n_blocks * sizeof *c->free_stack);
     }
     if (!c || !c->b || !c->free_stack) {
         ls_kvc_free(c);
@@ -217,8 +218,8 @@ void ls_kvc_get_stats(const ls_kvcache *c, ls_kvc_stats *s) {
 
 bool ls_kvc_check(const ls_kvcache *c, const int32_t *const *tables, const int32_t *n_blocks, int32_t n_tables,
                   ls_err *err) {
-    int32_t *refs = calloc((size_t)c->n, sizeof *refs);
-    char *seen = calloc((size_t)c->n, 1);
+    int32_t *refs = ls_calloc((size_t)c->n, sizeof *refs);
+    char *seen = ls_calloc((size_t)c->n, 1);
     bool ok = false;
     if (!refs || !seen) {
         ls_err_set(err, LS_E_NOMEM, "out of memory");

@@ -1,4 +1,5 @@
 #include "engine/probe.h"
+#include "util/alloc.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,8 +45,8 @@ ls_status ls_probe_run(const ls_model *m, const int32_t *tokens, int32_t n, int 
     if (n < 1) return ls_err_set(err, LS_E_INVALID, "probe needs at least one token");
     out->n_tokens = n;
     const size_t V = ls_model_hparams(m)->n_vocab;
-    float *ref = malloc((size_t)n * V * sizeof(float));
-    float *alt = malloc((size_t)n * V * sizeof(float));
+    float *ref = ls_malloc((size_t)n * V * sizeof(float));
+    float *alt = ls_malloc((size_t)n * V * sizeof(float));
     ls_status st = LS_OK;
     if (!ref || !alt) {
         st = ls_err_set(err, LS_E_NOMEM, "out of memory");

@@ -1,5 +1,6 @@
 /* spec_probe.c - P1-P3 through the serving forward (see spec_probe.h). */
 #include "engine/spec_probe.h"
+#include "util/alloc.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,9 +126,9 @@ ls_status ls_spec_probe(const ls_model *m, ls_fwd *f, int32_t draft_max, int dra
         c.table_b[i] = 2 * i;
     }
     size_t rows = (size_t)(PREFIX + W + OTHER);
-    c.ref = malloc(rows * c.V * sizeof(float));
-    c.alt = malloc(rows * c.V * sizeof(float));
-    c.scratch_logits = malloc(rows * c.V * sizeof(float));
+    c.ref = ls_malloc(rows * c.V * sizeof(float));
+    c.alt = ls_malloc(rows * c.V * sizeof(float));
+    c.scratch_logits = ls_malloc(rows * c.V * sizeof(float));
     ls_status st = LS_OK;
     if (!c.ref || !c.alt || !c.scratch_logits) {
         st = ls_err_set(err, LS_E_NOMEM, "out of memory");

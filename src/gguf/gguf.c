@@ -22,6 +22,7 @@
  * Lookups use two open-addressing hash tables (FNV-1a) built during the parse,
  * which also detect duplicate keys and tensor names. */
 #include "gguf/gguf.h"
+#include "util/alloc.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -67,6 +68,7 @@ struct gguf_file {
     uint64_t size;
     void *map;           /* mmap'd region (gguf_open only), else NULL */
     size_t map_len;
+    int fd;              /* the mapped file, kept open to notice truncation; -1 for memory */
 
     uint32_t version;
     uint32_t alignment;
@@ -211,7 +213,7 @@ static void *gguf_alloc(gguf_parser *ps, uint64_t n, uint64_t elem, const char *
                    (unsigned long long)n, (unsigned long long)elem);
         return NULL;
     }
-    gguf_chunk *c = calloc(1, (size_t)total);
+    gguf_chunk *c = ls_calloc(1, (size_t)total);
     if (!c) {
         ls_err_set(ps->err, LS_E_NOMEM, "out of memory allocating %llu bytes for %s",
                    (unsigned long long)bytes, what);
@@ -554,7 +556,7 @@ static ls_status gguf_check_data(gguf_parser *ps, const uint64_t *off_pos) {
         t->data = f->base + start;
     }
     if (f->n_tensors < 2) return LS_OK;
-    gguf_span *spans = malloc((size_t)f->n_tensors * sizeof *spans); /* n_tensors <= size / 33: no overflow */
+    gguf_span *spans = ls_malloc((size_t)f->n_tensors * sizeof *spans); /* n_tensors <= size / 33: no overflow */
     if (!spans)
         return ls_err_set(ps->err, LS_E_NOMEM, "out of memory sorting %llu tensors",
                           (unsigned long long)f->n_tensors);
@@ -641,12 +643,13 @@ static gguf_file *gguf_open_impl(gguf_file *f, ls_err *err) {
 
 gguf_file *gguf_open_mem(const void *buf, size_t size, ls_err *err) {
     LS_ASSERT(buf != NULL || size == 0);
-    gguf_file *f = calloc(1, sizeof *f);
+    gguf_file *f = ls_calloc(1, sizeof *f);
     if (!f) {
         ls_err_set(err, LS_E_NOMEM, "out of memory allocating a gguf_file");
         return NULL;
     }
     static const uint8_t empty[1] = {0};
+    f->fd = -1;
     f->base = buf ? buf : empty;
     f->size = size;
     return gguf_open_impl(f, err);
@@ -675,13 +678,14 @@ gguf_file *gguf_open(const char *path, ls_err *err) {
         close(fd);
         return NULL;
     }
-    gguf_file *f = calloc(1, sizeof *f);
+    gguf_file *f = ls_calloc(1, sizeof *f);
     if (!f) {
         ls_err_set(err, LS_E_NOMEM, "out of memory allocating a gguf_file");
         close(fd);
         return NULL;
     }
     static const uint8_t empty[1] = {0};
+    f->fd = fd;
     f->base = empty;
     f->size = (uint64_t)sb.st_size;
     if (sb.st_size > 0) { /* mmap of 0 bytes fails; an empty file just fails to parse */
@@ -696,7 +700,6 @@ gguf_file *gguf_open(const char *path, ls_err *err) {
         f->map_len = (size_t)sb.st_size;
         f->base = m;
     }
-    close(fd); /* the mapping keeps the file */
     return gguf_open_impl(f, err);
 }
 
@@ -708,7 +711,18 @@ void gguf_close(gguf_file *f) {
         c = next;
     }
     if (f->map) munmap(f->map, f->map_len);
+    if (f->fd >= 0) close(f->fd);
     free(f);
+}
+
+ls_status gguf_check_intact(const gguf_file *f, ls_err *err) {
+    if (f->fd < 0) return LS_OK;
+    struct stat sb;
+    if (fstat(f->fd, &sb) != 0) return ls_err_set(err, LS_E_IO, "cannot stat the mapped file: %s", strerror(errno));
+    if ((uint64_t)sb.st_size < f->size)
+        return ls_err_set(err, LS_E_IO, "the file was truncated while mapped: %llu bytes now, %llu when opened",
+                          (unsigned long long)sb.st_size, (unsigned long long)f->size);
+    return LS_OK;
 }
 
 /* ---- accessors ---------------------------------------------------------------- */

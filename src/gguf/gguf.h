@@ -97,6 +97,10 @@ gguf_file *gguf_open(const char *path, ls_err *err);
 /* Same over a caller-owned buffer that must outlive the result (tests, fuzzing). */
 gguf_file *gguf_open_mem(const void *buf, size_t size, ls_err *err);
 void gguf_close(gguf_file *f);
+/* A mapped file must not shrink while mapped: reading a page past the new end raises
+ * SIGBUS.  gguf_open keeps the file open; this checks it still has every byte it had
+ * (LS_E_IO naming both sizes if not).  Always LS_OK for gguf_open_mem. */
+ls_status gguf_check_intact(const gguf_file *f, ls_err *err);
 
 uint32_t gguf_version(const gguf_file *f);
 uint64_t gguf_file_size(const gguf_file *f);

@@ -3,6 +3,7 @@
  * KVs are encoded as they are added into one growing byte buffer; tensors keep a
  * copy of their data and are laid out at serialization time. */
 #include "gguf/gguf_write.h"
+#include "util/alloc.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -72,7 +73,7 @@ static bool gguf_grow(void **p, uint64_t *cap, uint64_t need, size_t elem) {
         if (nc > SIZE_MAX / 2 / elem) return false;
         nc *= 2;
     }
-    void *q = realloc(*p, (size_t)nc * elem);
+    void *q = ls_realloc(*p, (size_t)nc * elem);
     if (!q) return false;
     *p = q;
     *cap = nc;
@@ -101,7 +102,7 @@ static ls_status gguf_wbuf_str(gguf_writer *w, gguf_wbuf *b, const char *s, uint
 }
 
 gguf_writer *gguf_writer_create(void) {
-    gguf_writer *w = calloc(1, sizeof *w);
+    gguf_writer *w = ls_calloc(1, sizeof *w);
     if (!w) return NULL;
     w->version = 3;
     w->alignment = GGUF_DEFAULT_ALIGNMENT;
@@ -265,8 +266,8 @@ ls_status gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type
         return gguf_writer_fail(w, LS_E_NOMEM, "out of memory adding tensor '%s'", name);
     gguf_wtensor t = {.type = type, .n_dims = n_dims, .nbytes = nbytes};
     for (uint32_t d = 0; d < GGUF_MAX_DIMS; d++) t.ne[d] = d < n_dims ? ne[d] : 1;
-    t.name = strdup(name);
-    t.data = malloc(nbytes ? (size_t)nbytes : 1);
+    t.name = ls_strdup(name);
+    t.data = ls_malloc(nbytes ? (size_t)nbytes : 1);
     if (!t.name || !t.data) {
         free(t.name);
         free(t.data);

@@ -2,6 +2,7 @@
  * table), for single-stream generation and the probe.  It runs the same
  * ls_fwd_run as the batched engine. */
 #include "model/model_impl.h"
+#include "util/alloc.h"
 
 #include <stdlib.h>
 
@@ -16,7 +17,7 @@ struct ls_ctx {
 
 ls_ctx *ls_ctx_create(const ls_model *m, ls_ctx_params p, ls_err *err) {
     const ls_hparams *hp = &m->hp;
-    ls_ctx *c = calloc(1, sizeof *c);
+    ls_ctx *c = ls_calloc(1, sizeof *c);
     if (!c) {
         ls_err_set(err, LS_E_NOMEM, "out of memory");
         return NULL;
@@ -40,10 +41,10 @@ ls_ctx *ls_ctx_create(const ls_model *m, ls_ctx_params p, ls_err *err) {
     int32_t nb = (c->n_ctx + LS_KV_BLOCK - 1) / LS_KV_BLOCK;
     c->kv = ls_kv_store_create(m, nb, err);
     if (!c->kv) goto fail;
-    c->table = malloc((size_t)nb * sizeof *c->table);
-    c->pos = malloc((size_t)c->n_batch * sizeof *c->pos);
-    c->seq = calloc((size_t)c->n_batch, sizeof *c->seq);
-    c->logit_row = malloc((size_t)c->n_batch * sizeof *c->logit_row);
+    c->table = ls_malloc((size_t)nb * sizeof *c->table);
+    c->pos = ls_malloc((size_t)c->n_batch * sizeof *c->pos);
+    c->seq = ls_calloc((size_t)c->n_batch, sizeof *c->seq);
+    c->logit_row = ls_malloc((size_t)c->n_batch * sizeof *c->logit_row);
     if (!c->table || !c->pos || !c->seq || !c->logit_row) {
         ls_err_set(err, LS_E_NOMEM, "out of memory");
         goto fail;

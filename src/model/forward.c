@@ -6,6 +6,7 @@
  * prefilled in one chunk, in several, token by token, or batched with other
  * sequences (see docs/numerics.md). */
 #include "model/model_impl.h"
+#include "util/alloc.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -30,7 +31,7 @@ ls_kv_store *ls_kv_store_create(const ls_model *m, int32_t n_blocks, ls_err *err
         ls_err_set(err, LS_E_INVALID, "the KV cache needs at least one block (got %d)", n_blocks);
         return NULL;
     }
-    ls_kv_store *s = calloc(1, sizeof *s);
+    ls_kv_store *s = ls_calloc(1, sizeof *s);
     if (!s) {
         ls_err_set(err, LS_E_NOMEM, "out of memory");
         return NULL;
@@ -41,7 +42,7 @@ ls_kv_store *ls_kv_store_create(const ls_model *m, int32_t n_blocks, ls_err *err
     s->layer_floats = 2 * LS_KV_BLOCK * s->kv_dim;
     s->block_floats = hp->n_layer * s->layer_floats;
     /* calloc of a large size maps fresh zero pages: memory is committed as blocks are used */
-    s->data = calloc((size_t)n_blocks, s->block_floats * sizeof(float));
+    s->data = ls_calloc((size_t)n_blocks, s->block_floats * sizeof(float));
     if (!s->data) {
         ls_err_set(err, LS_E_NOMEM, "out of memory allocating %zu MiB of KV cache (%d blocks of %zu KiB)",
                    ((size_t)n_blocks * s->block_floats * sizeof(float)) >> 20, n_blocks,
@@ -103,7 +104,7 @@ static size_t align_up(size_t n) { return (n + 63) & ~(size_t)63; }
 
 ls_fwd *ls_fwd_create(const ls_model *m, ls_fwd_params p, ls_err *err) {
     const ls_hparams *hp = &m->hp;
-    ls_fwd *f = calloc(1, sizeof *f);
+    ls_fwd *f = ls_calloc(1, sizeof *f);
     if (!f) {
         ls_err_set(err, LS_E_NOMEM, "out of memory");
         return NULL;
@@ -131,7 +132,7 @@ ls_fwd *ls_fwd_create(const ls_model *m, ls_fwd_params p, ls_err *err) {
         ls_err_set(err, LS_E_INVALID, "layer list of %d layers (the model has %u)", f->n_layers, hp->n_layer);
         goto fail;
     }
-    f->layers = malloc((size_t)f->n_layers * sizeof *f->layers);
+    f->layers = ls_malloc((size_t)f->n_layers * sizeof *f->layers);
     if (!f->layers) {
         ls_err_set(err, LS_E_NOMEM, "out of memory");
         goto fail;
@@ -195,7 +196,7 @@ ls_fwd *ls_fwd_create(const ls_model *m, ls_fwd_params p, ls_err *err) {
     };
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) total += align_up(sizes[i]);
-    f->arena = aligned_alloc(64, total);
+    f->arena = ls_aligned_alloc(64, total);
     if (!f->arena) {
         ls_err_set(err, LS_E_NOMEM, "out of memory allocating %zu MiB of activations (%d rows, context %d)",
                    total >> 20, p.n_rows, p.n_ctx);

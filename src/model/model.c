@@ -1,6 +1,7 @@
 /* model.c - loading a Llama-architecture model from GGUF: hyperparameters from
  * metadata, weight views over the mmap, the tokenizer and the chat template. */
 #include "model/model_impl.h"
+#include "util/alloc.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -157,7 +158,7 @@ static ls_status load_vector(ls_model *m, const char *name, uint64_t n, float **
     if (!ti || !ti->can_dequant)
         return ls_err_set(err, LS_E_UNSUPPORTED, "tensor '%s' has unsupported type %s", name,
                           ti ? ti->name : "?");
-    float *v = malloc(n * sizeof *v);
+    float *v = ls_malloc(n * sizeof *v);
     if (!v) return ls_err_set(err, LS_E_NOMEM, "out of memory loading '%s'", name);
     ls_dequant_row(t->type, t->data, v, (int64_t)n);
     *out = v;
@@ -194,7 +195,7 @@ static ls_status load_weights(ls_model *m, ls_err *err) {
         m->weight_bytes += emb->nbytes;
     }
 
-    m->layers = calloc(hp->n_layer + hp->n_nextn, sizeof *m->layers);
+    m->layers = ls_calloc(hp->n_layer + hp->n_nextn, sizeof *m->layers);
     if (!m->layers) return ls_err_set(err, LS_E_NOMEM, "out of memory");
     char name[96];
     uint64_t trunk_bytes = 0;
@@ -251,13 +252,26 @@ ls_model *ls_model_load(ls_model_params p, ls_err *err) {
         ls_err_set(err, LS_E_INVALID, "no model path given");
         return NULL;
     }
-    ls_model *m = calloc(1, sizeof *m);
+    gguf_file *g = gguf_open(p.path, err);
+    return g ? ls_model_load_gguf(g, p, err) : NULL;
+}
+
+static ls_status check_intact(const ls_model *m, const char *path, ls_err *err) {
+    if (gguf_check_intact(m->gguf, err) == LS_OK) return LS_OK;
+    char msg[sizeof err->msg];
+    snprintf(msg, sizeof msg, "%s", err->msg);
+    return ls_err_set(err, LS_E_IO, "model '%s': %s", path ? path : "(memory)", msg);
+}
+
+ls_model *ls_model_load_gguf(gguf_file *g, ls_model_params p, ls_err *err) {
+    ls_model *m = ls_calloc(1, sizeof *m);
     if (!m) {
+        gguf_close(g);
         ls_err_set(err, LS_E_NOMEM, "out of memory");
         return NULL;
     }
-    m->gguf = gguf_open(p.path, err);
-    if (!m->gguf) goto fail;
+    m->gguf = g;
+    if (check_intact(m, p.path, err)) goto fail;
     if (read_hparams(m->gguf, &m->hp, err)) goto fail;
     m->tok = ls_tokenizer_from_gguf(m->gguf, err);
     if (!m->tok) goto fail;
@@ -270,6 +284,7 @@ ls_model *ls_model_load(ls_model_params p, ls_err *err) {
         goto fail;
     }
     if (load_weights(m, err)) goto fail;
+    if (check_intact(m, p.path, err)) goto fail; /* shrunk while the weights were read */
 
     ls_rope_params rp = {
         .n_ctx = (int32_t)(m->hp.n_ctx_train > 0 ? m->hp.n_ctx_train : 4096),
@@ -291,10 +306,14 @@ ls_model *ls_model_load(ls_model_params p, ls_err *err) {
         gguf_str src = {0, NULL};
         if (gguf_find(m->gguf, "tokenizer.chat_template"))
             gguf_get_str(m->gguf, "tokenizer.chat_template", &src, NULL);
-        if (ls_chat_template_detect(src.ptr, (size_t)src.len, &m->tmpl, &terr) == LS_OK)
+        if (ls_chat_template_detect(src.ptr, (size_t)src.len, &m->tmpl, &terr) == LS_OK) {
             m->has_tmpl = true;
-        else
+        } else if (terr.code == LS_E_NOMEM) { /* not a property of the file: fail the load */
+            if (err) *err = terr;
+            goto fail;
+        } else {
             snprintf(m->tmpl_err, sizeof m->tmpl_err, "%s", terr.msg);
+        }
     }
     return m;
 fail:

@@ -45,6 +45,12 @@ typedef struct {
 
 /* Loads and validates a model.  Caller owns the result (ls_model_free). */
 ls_model *ls_model_load(ls_model_params p, ls_err *err);
+/* The same from a file already open; takes g (closed on failure, else owned by the
+ * model).  p.path names the file in messages.  The file must still have all its bytes
+ * (gguf_check_intact) before the weights are read and after: one truncated while
+ * mapped is an LS_E_IO error here, not a SIGBUS later. */
+typedef struct gguf_file gguf_file;
+ls_model *ls_model_load_gguf(gguf_file *g, ls_model_params p, ls_err *err);
 void ls_model_free(ls_model *m);
 
 const ls_hparams *ls_model_hparams(const ls_model *m);

@@ -1,5 +1,6 @@
 /* request.c - OpenAI request JSON -> ls_srv_req (see request.h). */
 #include "server/request.h"
+#include "util/alloc.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -15,7 +16,7 @@ void ls_srv_req_free(ls_srv_req *r) {
 
 static char *dup_str(const char *s) {
     size_t n = strlen(s);
-    char *d = malloc(n + 1);
+    char *d = ls_malloc(n + 1);
     if (d) memcpy(d, s, n + 1);
     return d;
 }
@@ -161,8 +162,8 @@ ls_status ls_srv_parse(const char *body, size_t len, bool chat, const ls_chat_te
             st = ls_err_set(err, LS_E_UNSUPPORTED, "this model has no usable chat template; use /v1/completions");
             goto done;
         }
-        ls_chat_msg *cm = calloc((size_t)nm, sizeof *cm);
-        char **texts = calloc((size_t)nm, sizeof *texts); /* content given as a list of text parts */
+        ls_chat_msg *cm = ls_calloc((size_t)nm, sizeof *cm);
+        char **texts = ls_calloc((size_t)nm, sizeof *texts); /* content given as a list of text parts */
         if (!cm || !texts) {
             free(cm);
             free(texts);
@@ -200,7 +201,7 @@ ls_status ls_srv_parse(const char *body, size_t len, bool chat, const ls_chat_te
                                                        "\"text\": ...}", i);
                     break;
                 }
-                if (!(texts[i] = malloc(total))) {
+                if (!(texts[i] = ls_malloc(total))) {
                     st = ls_err_set(err, LS_E_NOMEM, "out of memory");
                     break;
                 }

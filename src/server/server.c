@@ -1,6 +1,7 @@
 /* server.c - HTTP endpoints, per-request jobs, the engine thread, metrics and
  * graceful shutdown for `lockstep serve` (see server.h, docs/server.md). */
 #include "server/server.h"
+#include "util/alloc.h"
 
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
@@ -114,8 +115,8 @@ static void on_event(void *ud, const ls_event *ev) {
     if (ev->token >= 0 && !stop_tok) {
         if (j->n_tokens == j->cap_tokens) {
             int32_t nc = j->cap_tokens ? 2 * j->cap_tokens : 64;
-            int32_t *t = realloc(j->tokens, (size_t)nc * sizeof *t);
-            tok_lp *l = j->req.logprobs ? realloc(j->lps, (size_t)nc * sizeof *l) : j->lps;
+            int32_t *t = ls_realloc(j->tokens, (size_t)nc * sizeof *t);
+            tok_lp *l = j->req.logprobs ? ls_realloc(j->lps, (size_t)nc * sizeof *l) : j->lps;
             if (t) j->tokens = t;
             if (l) j->lps = l;
             if (t && (l || !j->req.logprobs)) j->cap_tokens = nc;
@@ -150,7 +151,7 @@ static void on_event(void *ud, const ls_event *ev) {
         if (j->text_len + ev->text_len + 1 > j->text_cap) {
             size_t nc = j->text_cap ? j->text_cap : 256;
             while (nc < j->text_len + ev->text_len + 1) nc *= 2;
-            char *t = realloc(j->text, nc);
+            char *t = ls_realloc(j->text, nc);
             if (t) {
                 j->text = t;
                 j->text_cap = nc;
@@ -385,7 +386,7 @@ static char *chunk(const job *j, const char *content, size_t n, int32_t lp_from,
     if (!usage_only) {
         cJSON *c = cJSON_CreateObject();
         cJSON_AddNumberToObject(c, "index", 0);
-        char *tmp = malloc(n + 1);
+        char *tmp = ls_malloc(n + 1);
         if (tmp) {
             memcpy(tmp, content, n);
             tmp[n] = 0;
@@ -410,7 +411,7 @@ static char *chunk(const job *j, const char *content, size_t n, int32_t lp_from,
     cJSON_Delete(o);
     if (!t) return NULL;
     size_t tl = strlen(t);
-    char *ev = malloc(tl + 9);
+    char *ev = ls_malloc(tl + 9);
     if (ev) {
         memcpy(ev, "data: ", 6);
         memcpy(ev + 6, t, tl);
@@ -423,7 +424,7 @@ static char *chunk(const job *j, const char *content, size_t n, int32_t lp_from,
 static void out_append(job *j, char *s) {
     if (!s) return;
     size_t n = strlen(s);
-    char *o = realloc(j->out, j->out_len + n + 1);
+    char *o = ls_realloc(j->out, j->out_len + n + 1);
     if (o) {
         memcpy(o + j->out_len, s, n + 1);
         j->out = o;
@@ -434,7 +435,7 @@ static void out_append(job *j, char *s) {
 
 static char *dupz(const char *s) {
     size_t n = strlen(s);
-    char *d = malloc(n + 1);
+    char *d = ls_malloc(n + 1);
     if (d) memcpy(d, s, n + 1);
     return d;
 }
@@ -467,6 +468,13 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             out_append(j, chunk(j, j->text + j->streamed, j->text_len - j->streamed, j->lp_sent, lp_to, false, NULL, false));
             j->streamed = j->text_len;
             if (lp_to) j->lp_sent = lp_to;
+            continue;
+        }
+        if (j->phase == 1 && j->done && j->finish == LS_FINISH_ERROR) { /* the engine gave up on it */
+            out_append(j, dupz("data: {\"error\":{\"message\":\"the server ran out of memory while generating; "
+                               "the text above is all there is\",\"type\":\"server_error\",\"code\":500}}\n\n"));
+            out_append(j, dupz("data: [DONE]\n\n"));
+            j->phase = 3;
             continue;
         }
         if (j->phase == 1 && j->done) {
@@ -507,7 +515,7 @@ static void stream_free(void *cls) {
 static enum MHD_Result generate(server *s, struct MHD_Connection *c, conn *cn, bool chat, const char *path) {
     ls_err err;
     ls_srv_limits lim = {.max_messages = s->p->max_messages, .max_tokens = s->p->max_tokens};
-    job *j = calloc(1, sizeof *j);
+    job *j = ls_calloc(1, sizeof *j);
     if (!j) return send_error(s, c, 500, "server_error", "out of memory", NULL);
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
@@ -525,7 +533,7 @@ static enum MHD_Result generate(server *s, struct MHD_Connection *c, conn *cn, b
              (unsigned long long)(__atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED) & 0xffff));
     const ls_tokenizer *tk = ls_model_tokenizer(s->m);
     size_t len = strlen(j->req.prompt), n = 0, cap = len + 8;
-    j->prompt = malloc(cap * sizeof *j->prompt);
+    j->prompt = ls_malloc(cap * sizeof *j->prompt);
     if (!j->prompt || ls_tokenize(tk, j->req.prompt, len, true, true, j->prompt, cap, &n, &err)) {
         job_unref(j);
         return send_error(s, c, 400, "invalid_request_error", j->prompt ? err.msg : "out of memory", NULL);
@@ -600,6 +608,15 @@ static enum MHD_Result generate(server *s, struct MHD_Connection *c, conn *cn, b
     }
     pthread_mutex_lock(&j->mu);
     while (!j->done) pthread_cond_wait(&j->cv, &j->mu);
+    if (j->finish == LS_FINISH_ERROR) {
+        int32_t n = j->n_tokens;
+        pthread_mutex_unlock(&j->mu);
+        fprintf(stderr, "lockstep serve: %s %s prompt=%d gen=%d ms=%.0f status=500 (out of memory)\n", j->id, path,
+                j->n_prompt, n, ls_now_ms() - j->t0);
+        job_unref(j);
+        return send_error(s, c, 500, "server_error", "the server ran out of memory while generating this response",
+                          NULL);
+    }
     cJSON *o = full_response(j);
     pthread_mutex_unlock(&j->mu);
     fprintf(stderr, "lockstep serve: %s %s prompt=%d gen=%d ms=%.0f status=200\n", j->id, path, j->n_prompt, j->n_tokens,
@@ -612,7 +629,7 @@ static enum MHD_Result metrics(server *s, struct MHD_Connection *c) {
     ls_engine_stats es;
     ls_engine_get_stats(s->e, &es);
     pthread_mutex_lock(&s->mu);
-    char *t = malloc(8192);
+    char *t = ls_malloc(8192);
     if (!t) {
         pthread_mutex_unlock(&s->mu);
         return MHD_NO;
@@ -679,7 +696,7 @@ static enum MHD_Result tokenize_ep(server *s, struct MHD_Connection *c, conn *cn
                               "'content' must be a string (and 'add_special' a boolean)", NULL);
         }
         size_t len = strlen(content->valuestring), n = 0;
-        int32_t *ids = malloc((len + 8) * sizeof *ids);
+        int32_t *ids = ls_malloc((len + 8) * sizeof *ids);
         ls_err err;
         if (!ids || ls_tokenize(tk, content->valuestring, len, cJSON_IsTrue(add), true, ids, len + 8, &n, &err)) {
             free(ids);
@@ -698,7 +715,7 @@ static enum MHD_Result tokenize_ep(server *s, struct MHD_Connection *c, conn *cn
             return send_error(s, c, 400, "invalid_request_error", "'tokens' must be a list of token ids", NULL);
         }
         size_t cap = 256, len = 0;
-        char *text = malloc(cap), piece[512];
+        char *text = ls_malloc(cap), piece[512];
         int i = 0;
         cJSON_ArrayForEach(t, toks) {
             if (!cJSON_IsNumber(t) || t->valuedouble != floor(t->valuedouble) || t->valuedouble < 0 ||
@@ -715,7 +732,7 @@ static enum MHD_Result tokenize_ep(server *s, struct MHD_Connection *c, conn *cn
             if (n > sizeof piece) n = sizeof piece;
             if (len + n + 1 > cap) {
                 while (len + n + 1 > cap) cap *= 2;
-                char *nt = text ? realloc(text, cap) : NULL;
+                char *nt = text ? ls_realloc(text, cap) : NULL;
                 if (!nt) break;
                 text = nt;
             }
@@ -742,7 +759,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     server *s = cls;
     conn *cn = *con_cls;
     if (!cn) {
-        if (!(cn = calloc(1, sizeof *cn))) return MHD_NO;
+        if (!(cn = ls_calloc(1, sizeof *cn))) return MHD_NO;
         *con_cls = cn;
         return MHD_YES;
     }
@@ -757,7 +774,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
             if (cn->len + *upload_size + 1 > cn->cap) {
                 size_t nc = cn->cap ? cn->cap : 4096;
                 while (nc < cn->len + *upload_size + 1) nc *= 2;
-                char *b = realloc(cn->body, nc);
+                char *b = ls_realloc(cn->body, nc);
                 if (!b) return MHD_NO;
                 cn->body = b;
                 cn->cap = nc;
@@ -839,7 +856,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
 
 /* ---- lifetime ---------------------------------------------------------------- */
 int ls_server_run(const ls_server_params *p, ls_err *err) {
-    server *s = calloc(1, sizeof *s);
+    server *s = ls_calloc(1, sizeof *s);
     if (!s) return ls_err_set(err, LS_E_NOMEM, "out of memory");
     s->p = p;
     pthread_mutex_init(&s->mu, NULL);

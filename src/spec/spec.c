@@ -1,6 +1,7 @@
 /* spec.c - the ngram, draft-model and layer-skip drafters, and the adaptive draft
  * length they share (see spec.h). */
 #include "spec/spec.h"
+#include "util/alloc.h"
 
 #include "engine/generate.h"
 
@@ -97,8 +98,8 @@ static uint64_t ng_hash(const int32_t *t, int32_t n) {
 static bool ng_put(ng_index *x, uint64_t k, int32_t e) {
     if (2 * (x->used + 1) > x->cap) {
         uint32_t nc = x->cap ? x->cap * 2 : 1024;
-        uint64_t *nk = calloc(nc, sizeof *nk);
-        int32_t *ne = malloc(nc * sizeof *ne);
+        uint64_t *nk = ls_calloc(nc, sizeof *nk);
+        int32_t *ne = ls_malloc(nc * sizeof *ne);
         if (!nk || !ne) {
             free(nk);
             free(ne);
@@ -196,7 +197,7 @@ void ls_drafter_free(ls_drafter *d) {
 ls_drafter *ls_drafter_create(const ls_model *target, const ls_spec_params *p, const ls_sampler_params *sp,
                               ls_err *err) {
     if (ls_spec_check(target, p, err)) return NULL;
-    ls_drafter *d = calloc(1, sizeof *d);
+    ls_drafter *d = ls_calloc(1, sizeof *d);
     if (!d) {
         ls_err_set(err, LS_E_NOMEM, "out of memory");
         return NULL;
@@ -207,7 +208,7 @@ ls_drafter *ls_drafter_create(const ls_model *target, const ls_spec_params *p, c
     d->acc_s = 2.0; /* prior: 2 of 3 drafted tokens accepted */
     d->acc_t = 3.0;
     d->explore = 8;
-    d->prop = malloc((size_t)p->draft_max * sizeof *d->prop);
+    d->prop = ls_malloc((size_t)p->draft_max * sizeof *d->prop);
     if (!d->prop) goto nomem;
     if (p->kind == LS_SPEC_MTP) {
         const ls_hparams *hp = ls_model_hparams(target);
@@ -219,12 +220,12 @@ ls_drafter *ls_drafter_create(const ls_model *target, const ls_spec_params *p, c
         if (!(d->mf = ls_fwd_create(target, fp, err))) goto fail;
         int32_t nb = (p->n_ctx + LS_KV_BLOCK - 1) / LS_KV_BLOCK;
         if (!(d->mkv = ls_kv_store_create(target, nb, err))) goto fail;
-        d->mtable = malloc((size_t)nb * sizeof *d->mtable);
-        d->H = malloc((size_t)p->n_ctx * hp->n_embd * sizeof(float));
-        d->hbuf = malloc((size_t)LS_MTP_ROWS * hp->n_embd * sizeof(float));
-        d->hchain = malloc((size_t)hp->n_embd * sizeof(float));
-        d->logits = malloc((size_t)d->n_vocab * sizeof *d->logits);
-        d->sscratch = malloc(ls_sampler_scratch_bytes(d->n_vocab));
+        d->mtable = ls_malloc((size_t)nb * sizeof *d->mtable);
+        d->H = ls_malloc((size_t)p->n_ctx * hp->n_embd * sizeof(float));
+        d->hbuf = ls_malloc((size_t)LS_MTP_ROWS * hp->n_embd * sizeof(float));
+        d->hchain = ls_malloc((size_t)hp->n_embd * sizeof(float));
+        d->logits = ls_malloc((size_t)d->n_vocab * sizeof *d->logits);
+        d->sscratch = ls_malloc(ls_sampler_scratch_bytes(d->n_vocab));
         if (!d->mtable || !d->H || !d->hbuf || !d->hchain || !d->logits || !d->sscratch) goto nomem;
         for (int32_t i = 0; i < nb; i++) d->mtable[i] = i;
         /* one block and the head: about a third of this model's per-token bytes */
@@ -252,9 +253,9 @@ ls_drafter *ls_drafter_create(const ls_model *target, const ls_spec_params *p, c
         else /* the layers it runs, plus the head (about a third of this model's bytes per token) */
             d->draft_cost = 0.3 + 0.7 * (double)cp.n_layers / (double)ls_model_hparams(target)->n_layer;
         d->n_vocab = (int32_t)ls_model_hparams(m)->n_vocab;
-        d->done = malloc((size_t)p->n_ctx * sizeof *d->done);
-        d->logits = malloc((size_t)d->n_vocab * sizeof *d->logits);
-        d->sscratch = malloc(ls_sampler_scratch_bytes(d->n_vocab));
+        d->done = ls_malloc((size_t)p->n_ctx * sizeof *d->done);
+        d->logits = ls_malloc((size_t)d->n_vocab * sizeof *d->logits);
+        d->sscratch = ls_malloc(ls_sampler_scratch_bytes(d->n_vocab));
         if (!d->done || !d->logits || !d->sscratch) goto nomem;
     }
     if (!p->fixed_length) {
@@ -465,7 +466,7 @@ static void spec_event(void *ud, const ls_event *ev) {
         if (res->text_len + ev->text_len + 1 > r->text_cap) {
             size_t nc = r->text_cap ? r->text_cap : 256;
             while (nc < res->text_len + ev->text_len + 1) nc *= 2;
-            char *t = realloc(res->text, nc);
+            char *t = ls_realloc(res->text, nc);
             if (!t) {
                 r->oom = true;
                 return;
@@ -532,8 +533,8 @@ ls_status ls_generate_spec(const ls_model *m, const ls_spec_params *sp, const ls
     int32_t max_new = n_ctx - n_prompt;
     if (gp->n_predict >= 0 && gp->n_predict < max_new) max_new = gp->n_predict;
     r.cap_tokens = max_new + 1;
-    res->tokens = malloc((size_t)r.cap_tokens * sizeof *res->tokens);
-    res->text = malloc(1);
+    res->tokens = ls_malloc((size_t)r.cap_tokens * sizeof *res->tokens);
+    res->text = ls_malloc(1);
     r.text_cap = 1;
     if (!res->tokens || !res->text) {
         s = ls_err_set(err, LS_E_NOMEM, "out of memory");

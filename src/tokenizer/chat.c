@@ -17,6 +17,7 @@
  *            later user turns start with <s>[INST]; no generation header
  *   mistral  [INST] {system\n\n}{user} [/INST]{assistant}</s>; no generation header */
 #include "tokenizer/chat.h"
+#include "util/alloc.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -44,7 +45,7 @@ void ls_chat_template_free(ls_chat_template *t) {
  * '<|im_start|>system\n...<|im_end|>', when the conversation has none
  * (SmolLM2, Qwen2.5).  A literal that is concatenated with the message
  * content ('<|im_start|>system\n' + message['content'] + ...) is not one. */
-static char *chatml_default_system(const char *src, size_t len) {
+static char *chatml_default_system(const char *src, size_t len, bool *nomem) {
     static const char head[] = "<|im_start|>system";
     static const char tail[] = "<|im_end|>";
     const char *end = src + len, *p = src;
@@ -67,8 +68,11 @@ static char *chatml_default_system(const char *src, size_t len) {
             if (*c == '{' && c + 1 < e && (c[1] == '{' || c[1] == '%')) ok = false;
         }
         if (!ok) continue;
-        char *out = malloc((size_t)(e - q) + 1);
-        if (!out) return NULL;
+        char *out = ls_malloc((size_t)(e - q) + 1);
+        if (!out) {
+            *nomem = true;
+            return NULL;
+        }
         size_t n = 0;
         for (const char *c = q; c < e; c++) {
             if (*c == '\\' && c + 1 < e) {
@@ -115,7 +119,9 @@ ls_status ls_chat_template_detect(const char *src, size_t len, ls_chat_template 
                           head, len > k ? "..." : "");
     }
     out->family = f;
-    if (f == LS_CHAT_CHATML) out->default_system = chatml_default_system(src, len);
+    bool nomem = false;
+    if (f == LS_CHAT_CHATML) out->default_system = chatml_default_system(src, len, &nomem);
+    if (nomem) return ls_err_set(err, LS_E_NOMEM, "chat: out of memory reading the template's system prompt");
     return LS_OK;
 }
 
@@ -146,7 +152,7 @@ static void sb_addn(sbuf *b, const char *s, size_t k) {
     if (b->n + k + 1 > b->cap) {
         size_t c = b->cap ? b->cap : 256;
         while (c < b->n + k + 1) c *= 2;
-        char *np = realloc(b->p, c);
+        char *np = ls_realloc(b->p, c);
         if (!np) {
             b->nomem = true;
             return;
@@ -179,7 +185,7 @@ ls_status ls_chat_apply(const ls_chat_template *t, const ls_chat_msg *msgs, size
     if (!t || t->family == LS_CHAT_UNKNOWN || (size_t)t->family >= sizeof k_family_names / sizeof k_family_names[0])
         return ls_err_set(err, LS_E_UNSUPPORTED, "no chat template; pass --chat-template");
     if (n && !msgs) return ls_err_set(err, LS_E_INVALID, "chat: messages missing");
-    role_t *roles = malloc((n ? n : 1) * sizeof *roles);
+    role_t *roles = ls_malloc((n ? n : 1) * sizeof *roles);
     if (!roles) return ls_err_set(err, LS_E_NOMEM, "chat: out of memory");
     for (size_t i = 0; i < n; i++) {
         const char *r = msgs[i].role;

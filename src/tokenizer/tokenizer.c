@@ -29,6 +29,7 @@
  * and allocates its scratch (including the PCRE2 match data) per call, so one
  * tokenizer can be used from several threads at once. */
 #include "tokenizer/tokenizer.h"
+#include "util/alloc.h"
 #include "tokenizer/tok_internal.h"
 
 #include <stdlib.h>
@@ -287,7 +288,7 @@ ls_tokenizer *ls_tokenizer_create(const ls_tokenizer_params *p, ls_err *err) {
         ls_err_set(err, LS_E_RANGE, "tokenizer: vocabulary of %u tokens is too large", p->n_vocab);
         return NULL;
     }
-    ls_tokenizer *t = calloc(1, sizeof *t);
+    ls_tokenizer *t = ls_calloc(1, sizeof *t);
     if (!t) goto nomem;
     uint32_t n = p->n_vocab;
     t->n_vocab = n;
@@ -316,12 +317,12 @@ ls_tokenizer *ls_tokenizer_create(const ls_tokenizer_params *p, ls_err *err) {
         }
         total += p->tokens[i].len;
     }
-    t->text = malloc(total ? total : 1);
-    t->text_off = malloc((size_t)(n + 1) * sizeof *t->text_off);
+    t->text = ls_malloc(total ? total : 1);
+    t->text_off = ls_malloc((size_t)(n + 1) * sizeof *t->text_off);
     /* decoded bytes are never longer than the token text */
-    t->dec = malloc(total ? total : 1);
-    t->dec_off = malloc((size_t)(n + 1) * sizeof *t->dec_off);
-    t->types = malloc((size_t)n * sizeof *t->types);
+    t->dec = ls_malloc(total ? total : 1);
+    t->dec_off = ls_malloc((size_t)(n + 1) * sizeof *t->dec_off);
+    t->types = ls_malloc((size_t)n * sizeof *t->types);
     if (!t->text || !t->text_off || !t->dec || !t->dec_off || !t->types) goto nomem;
     uint64_t off = 0;
     for (uint32_t i = 0; i < n; i++) {
@@ -334,7 +335,7 @@ ls_tokenizer *ls_tokenizer_create(const ls_tokenizer_params *p, ls_err *err) {
 
     /* string -> id */
     t->str_mask = pow2_at_least((uint64_t)n * 2) - 1;
-    t->str_slots = malloc(((size_t)t->str_mask + 1) * sizeof *t->str_slots);
+    t->str_slots = ls_malloc(((size_t)t->str_mask + 1) * sizeof *t->str_slots);
     if (!t->str_slots) goto nomem;
     memset(t->str_slots, 0xff, ((size_t)t->str_mask + 1) * sizeof *t->str_slots);
     for (uint32_t i = 0; i < n; i++) str_insert(t, (int32_t)i);
@@ -388,7 +389,7 @@ ls_tokenizer *ls_tokenizer_create(const ls_tokenizer_params *p, ls_err *err) {
         return NULL;
     }
     t->merge_mask = pow2_at_least((uint64_t)p->n_merges * 2) - 1;
-    t->merges = malloc(((size_t)t->merge_mask + 1) * sizeof *t->merges);
+    t->merges = ls_malloc(((size_t)t->merge_mask + 1) * sizeof *t->merges);
     if (!t->merges) goto nomem;
     for (uint32_t i = 0; i <= t->merge_mask; i++) t->merges[i].key = UINT64_MAX;
     {
@@ -405,7 +406,7 @@ ls_tokenizer *ls_tokenizer_create(const ls_tokenizer_params *p, ls_err *err) {
             if (a < 0 || b < 0) continue;
             if (ll + rl > cat_cap) {
                 cat_cap = (ll + rl) * 2;
-                char *nc = realloc(cat, cat_cap);
+                char *nc = ls_realloc(cat, cat_cap);
                 if (!nc) {
                     free(cat);
                     goto nomem;
@@ -426,8 +427,8 @@ ls_tokenizer *ls_tokenizer_create(const ls_tokenizer_params *p, ls_err *err) {
         uint32_t ns = 0;
         for (uint32_t i = 0; i < n; i++)
             if (is_special_type(t->types[i]) && t->text_off[i + 1] > t->text_off[i]) ns++;
-        special_ent *ents = malloc((ns ? ns : 1) * sizeof *ents);
-        t->special = malloc((ns ? ns : 1) * sizeof *t->special);
+        special_ent *ents = ls_malloc((ns ? ns : 1) * sizeof *ents);
+        t->special = ls_malloc((ns ? ns : 1) * sizeof *t->special);
         if (!ents || !t->special) {
             free(ents);
             goto nomem;
@@ -493,7 +494,7 @@ static ls_status opt_bool(const gguf_file *f, const char *key, bool *out, ls_err
 }
 
 static char *dup_gstr(gguf_str s) {
-    char *c = malloc(s.len + 1);
+    char *c = ls_malloc(s.len + 1);
     if (!c) return NULL;
     if (s.len) memcpy(c, s.ptr, s.len);
     c[s.len] = '\0';
@@ -555,7 +556,7 @@ ls_tokenizer *ls_tokenizer_from_gguf(const gguf_file *f, ls_err *err) {
                        gguf_vtype_name(tt->v.arr.elem_type));
             return NULL;
         }
-        types = malloc((size_t)p.n_vocab * sizeof *types);
+        types = ls_malloc((size_t)p.n_vocab * sizeof *types);
         if (!types) {
             ls_err_set(err, LS_E_NOMEM, "tokenizer: out of memory");
             return NULL;
@@ -713,7 +714,7 @@ void ls_tok_bpe(ls_tok_run *r, const char *piece, size_t n) {
     }
     if (t->ignore_merges) {
         if (2 * n > r->enc_cap) {
-            char *e = realloc(r->enc, 4 * n);
+            char *e = ls_realloc(r->enc, 4 * n);
             if (!e) {
                 r->nomem = true;
                 return;
@@ -732,13 +733,13 @@ void ls_tok_bpe(ls_tok_run *r, const char *piece, size_t n) {
     if (n > r->sym_cap) {
         size_t c = r->sym_cap ? r->sym_cap : 64;
         while (c < n) c *= 2;
-        int32_t *a = realloc(r->sym, c * sizeof *a);
+        int32_t *a = ls_realloc(r->sym, c * sizeof *a);
         if (a) r->sym = a;
-        int32_t *b = realloc(r->prev, c * sizeof *b);
+        int32_t *b = ls_realloc(r->prev, c * sizeof *b);
         if (b) r->prev = b;
-        int32_t *d = realloc(r->next, c * sizeof *d);
+        int32_t *d = ls_realloc(r->next, c * sizeof *d);
         if (d) r->next = d;
-        heap_ent *h = realloc(r->heap, 3 * c * sizeof *h);
+        heap_ent *h = ls_realloc(r->heap, 3 * c * sizeof *h);
         if (h) r->heap = h;
         if (!a || !b || !d || !h) {
             r->nomem = true;
@@ -960,7 +961,7 @@ size_t ls_detok_push(ls_detok_stream *s, const ls_tokenizer *t, int32_t id, char
     size_t nb = ls_token_bytes(t, id, false, NULL, 0);
     if (nb == 0) return 0;
     size_t total = (size_t)s->n_pending + nb;
-    unsigned char *buf = total <= sizeof stackbuf ? (unsigned char *)stackbuf : malloc(total);
+    unsigned char *buf = total <= sizeof stackbuf ? (unsigned char *)stackbuf : ls_malloc(total);
     if (!buf) return 0;
     memcpy(buf, s->pending, (size_t)s->n_pending);
     ls_token_bytes(t, id, false, (char *)buf + s->n_pending, nb);

@@ -1,6 +1,7 @@
 /* bench.c - see bench.h.  Prediction for M = 1: the weights (~0.56 bytes/element for Q4_1)
  * are streamed once, so GB/s is the figure of merit; for large M, GFLOP/s. */
 #include "kernels/cpu/bench.h"
+#include "util/alloc.h"
 
 #include <stdlib.h>
 #include <time.h>
@@ -27,10 +28,10 @@ int ls_bench_kernels(bool json, FILE *out) {
     static const int64_t shapes[][2] = {{576, 576}, {576, 192}, {576, 1536}, {576, 49152}, {1536, 576}};
     static const int64_t Ms[] = {1, 2, 4, 8, 16, 64, 512};
     const int64_t maxM = 512, maxK = 1536;
-    float *x = malloc(sizeof(float) * (size_t)(maxM * maxK));
-    float *y = malloc(sizeof(float) * (size_t)(maxM * 49152));
+    float *x = ls_malloc(sizeof(float) * (size_t)(maxM * maxK));
+    float *y = ls_malloc(sizeof(float) * (size_t)(maxM * 49152));
     size_t sb = ls_matmul_scratch_bytes(maxM, maxK);
-    void *scratch = malloc(sb);
+    void *scratch = ls_malloc(sb);
     if (!x || !y || !scratch) {
         free(x);
         free(y);
@@ -48,7 +49,7 @@ int ls_bench_kernels(bool json, FILE *out) {
             int64_t K = shapes[si][0], N = shapes[si][1];
             uint64_t nbytes;
             if (ls_type_nbytes(type, (uint64_t)(N * K), &nbytes, NULL) != LS_OK) continue;
-            uint8_t *wq = malloc(nbytes);
+            uint8_t *wq = ls_malloc(nbytes);
             if (!wq) continue;
             for (uint64_t i = 0; i < nbytes; i++) wq[i] = (uint8_t)ls_bench_rng(&s);
             const ls_type_info *info = ls_type_get(type);

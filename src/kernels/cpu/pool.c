@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "kernels/cpu/internal.h"
+#include "util/alloc.h"
 
 #define LS_POOL_SPIN 4000
 
@@ -63,7 +64,7 @@ ls_pool *ls_pool_create(int n_threads, ls_err *err) {
         ls_err_set(err, LS_E_INVALID, "thread count %d out of range (1..1024)", n_threads);
         return NULL;
     }
-    ls_pool *p = calloc(1, sizeof *p);
+    ls_pool *p = ls_calloc(1, sizeof *p);
     if (!p) {
         ls_err_set(err, LS_E_NOMEM, "out of memory creating a %d-thread pool", n_threads);
         return NULL;
@@ -76,14 +77,14 @@ ls_pool *ls_pool_create(int n_threads, ls_err *err) {
     atomic_init(&p->pending, 0);
     atomic_init(&p->stop, false);
     if (n_threads > 1) {
-        p->threads = calloc((size_t)n_threads, sizeof *p->threads);
+        p->threads = ls_calloc((size_t)n_threads, sizeof *p->threads);
         if (!p->threads) {
             ls_err_set(err, LS_E_NOMEM, "out of memory creating a %d-thread pool", n_threads);
             ls_pool_free(p);
             return NULL;
         }
         for (int i = 1; i < n_threads; i++) {
-            ls_pool_start *st = malloc(sizeof *st);
+            ls_pool_start *st = ls_malloc(sizeof *st);
             int rc = st ? 0 : -1;
             if (st) {
                 st->p = p;

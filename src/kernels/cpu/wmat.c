@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "kernels/cpu/internal.h"
+#include "util/alloc.h"
 
 bool ls_matmul_type_supported(uint32_t type) {
     switch (type) {
@@ -219,7 +220,7 @@ ls_wmat *ls_wmat_create(uint32_t type, int64_t N, int64_t K, const void *data, l
                    (long long)bk, (long long)K);
         return NULL;
     }
-    ls_wmat *w = calloc(1, sizeof *w);
+    ls_wmat *w = ls_calloc(1, sizeof *w);
     if (!w) {
         ls_err_set(err, LS_E_NOMEM, "out of memory (ls_wmat)");
         return NULL;
@@ -248,7 +249,7 @@ ls_wmat *ls_wmat_create(uint32_t type, int64_t N, int64_t K, const void *data, l
         free(w);
         return NULL;
     }
-    w->owned = aligned_alloc(64, ((size_t)total + 128 + 63) & ~(size_t)63); /* +128: slack for wide tail loads */
+    w->owned = ls_aligned_alloc(64, ((size_t)total + 128 + 63) & ~(size_t)63); /* +128: slack for wide tail loads */
     if (!w->owned) {
         ls_err_set(err, LS_E_NOMEM, "out of memory repacking a %lld x %lld %s matrix (%llu bytes)", (long long)N,
                    (long long)K, ti->name, (unsigned long long)total);
@@ -260,7 +261,7 @@ ls_wmat *ls_wmat_create(uint32_t type, int64_t N, int64_t K, const void *data, l
         int64_t np = (N + 15) / 16;
         w->pcode = type == LS_TYPE_Q4_1 ? 256 : 512;
         w->panel_bytes = (size_t)w->nb * (w->pcode + (type == LS_TYPE_Q4_1 ? 64 : 32));
-        w->panel = aligned_alloc(64, ((size_t)np * w->panel_bytes + 63) & ~(size_t)63);
+        w->panel = ls_aligned_alloc(64, ((size_t)np * w->panel_bytes + 63) & ~(size_t)63);
         if (!w->panel) {
             ls_err_set(err, LS_E_NOMEM, "out of memory repacking a %lld x %lld %s matrix (panels)", (long long)N,
                        (long long)K, ti->name);
