@@ -31,12 +31,25 @@ static unsigned ls_isa_mask(void) {
     return mask;
 }
 
+/* LOCKSTEP_CPU_HIDE=avx512 (or avx2) makes this process see a CPU without AVX-512 (or
+ * without AVX2 and AVX-512), as if it ran on an older machine: for tests of the paths
+ * such a CPU takes, including that nothing there touches a hidden instruction set (a
+ * kernel table lookup for one asserts).  Returns the bits to clear; an unknown value
+ * hides nothing here, and ls_isa_from_env reports it. */
+static unsigned ls_isa_hidden(void) {
+    const char *h = getenv("LOCKSTEP_CPU_HIDE");
+    if (!h) return 0;
+    if (strcmp(h, "avx512") == 0) return 1u << LS_ISA_AVX512;
+    if (strcmp(h, "avx2") == 0) return (1u << LS_ISA_AVX2) | (1u << LS_ISA_AVX512);
+    return 0;
+}
+
 /* The CPU's answer never changes, so it is computed once (a cache, not a switch). */
 static unsigned ls_isa_mask_cached(void) {
     static _Atomic unsigned cached; /* 0 = not yet computed; bit 31 marks "computed" */
     unsigned m = cached;
     if (!m) {
-        m = ls_isa_mask() | 0x80000000u;
+        m = (ls_isa_mask() & ~ls_isa_hidden()) | 0x80000000u;
         cached = m;
     }
     return m;
@@ -89,6 +102,9 @@ ls_status ls_isa_from_name(const char *name, ls_isa *out, ls_err *err) {
 }
 
 ls_status ls_isa_from_env(ls_isa *out, ls_err *err) {
+    const char *h = getenv("LOCKSTEP_CPU_HIDE");
+    if (h && strcmp(h, "avx512") != 0 && strcmp(h, "avx2") != 0)
+        return ls_err_set(err, LS_E_INVALID, "LOCKSTEP_CPU_HIDE='%s': expected avx512 or avx2", h);
     const char *v = getenv("LOCKSTEP_ISA");
     if (!v || !*v) {
         *out = ls_isa_best();

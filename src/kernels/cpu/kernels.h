@@ -16,11 +16,13 @@
 /* ---- instruction sets --------------------------------------------------- */
 typedef enum { LS_ISA_SCALAR = 0, LS_ISA_AVX2 = 1, LS_ISA_AVX512 = 2 } ls_isa;
 
-bool ls_isa_supported(ls_isa isa);  /* CPUID (+ OS xsave support) */
+bool ls_isa_supported(ls_isa isa);  /* CPUID (+ OS xsave support), minus LOCKSTEP_CPU_HIDE (tests) */
 ls_isa ls_isa_best(void);
 const char *ls_isa_name(ls_isa isa);
 /* LOCKSTEP_ISA=scalar|avx2|avx512 forces one; unset means the best the CPU has.
- * Forcing one the CPU lacks, or an unknown name, is LS_E_UNSUPPORTED/LS_E_INVALID. */
+ * Forcing one the CPU lacks, or an unknown name, is LS_E_UNSUPPORTED/LS_E_INVALID.
+ * LOCKSTEP_CPU_HIDE=avx512|avx2 (tests) makes the process see a CPU without that
+ * instruction set and those above it; another value is LS_E_INVALID. */
 ls_status ls_isa_from_env(ls_isa *out, ls_err *err);
 ls_status ls_isa_from_name(const char *name, ls_isa *out, ls_err *err);
 

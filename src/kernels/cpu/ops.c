@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "kernels/cpu/internal.h"
+#include "util/alloc.h"
 
 typedef struct {
     const ls_kvtab *vt;
@@ -54,11 +55,11 @@ ls_rope *ls_rope_create(ls_rope_params p, ls_err *err) {
                    p.n_ctx, p.head_dim, (double)p.freq_base, (double)p.freq_scale);
         return NULL;
     }
-    ls_rope *r = calloc(1, sizeof *r);
+    ls_rope *r = ls_calloc(1, sizeof *r);
     size_t half = (size_t)p.head_dim / 2, cnt = (size_t)p.n_ctx * half;
     if (r) {
-        r->cs = malloc(cnt * sizeof(float));
-        r->sn = malloc(cnt * sizeof(float));
+        r->cs = ls_malloc(cnt * sizeof(float));
+        r->sn = ls_malloc(cnt * sizeof(float));
     }
     if (!r || !r->cs || !r->sn) {
         ls_rope_free(r);
@@ -117,6 +118,7 @@ size_t ls_attention_scratch_floats(int64_t n_keys) { return LS_ATTN_HMAX * (((si
 
 typedef struct {
     const ls_kvtab *vt;
+    ls_isa isa;
     const float *q;
     int64_t M;
     const int32_t *pos;
@@ -150,7 +152,8 @@ static void ls_attn_task_grouped(ls_attn_call *c, int ith, int nth) {
 
 static void ls_attn_task(void *arg, int ith, int nth) {
     ls_attn_call *c = arg;
-    if (c->vt == ls_kvtab_for(LS_ISA_AVX512) && c->head_dim % 16 == 0 && c->head_dim <= 64) {
+    /* (not c->vt == ls_kvtab_for(LS_ISA_AVX512): that asserts the CPU has AVX-512) */
+    if (c->isa == LS_ISA_AVX512 && c->head_dim % 16 == 0 && c->head_dim <= 64) {
         ls_attn_task_grouped(c, ith, nth);
         return;
     }
@@ -175,7 +178,7 @@ void ls_attention(const ls_kctx *kc, const float *q, int64_t M, const int32_t *p
     LS_ASSERT(kc && q && pos && kv && out && scratch);
     LS_ASSERT(n_head > 0 && n_kv_head > 0 && n_head % n_kv_head == 0 && head_dim > 0);
     for (int64_t m = 0; m < M; m++) LS_ASSERT(pos[m] >= 0 && kv[m].block_shift >= 4 && kv[m].block_shift < 31);
-    ls_attn_call c = {ls_kvtab_for(kc->isa), q, M, pos, kv, n_head, n_kv_head, head_dim,
+    ls_attn_call c = {ls_kvtab_for(kc->isa), kc->isa, q, M, pos, kv, n_head, n_kv_head, head_dim,
                       scale, out, scratch, scratch_floats_per_thread};
     int64_t work = 0;
     for (int64_t m = 0; m < M; m++) work += ((int64_t)pos[m] + 1) * n_head * head_dim * 2;
