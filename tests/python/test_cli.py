@@ -107,6 +107,27 @@ def test_run_streams_text_and_summary(model):
     assert "parity: verified" in r.stderr
 
 
+@pytest.mark.parametrize("hide", ["avx512", "avx2"])
+def test_run_on_older_cpus(model, hide):
+    """As on a CPU without AVX-512 (or AVX2): the same tokens, the probe verifies the ISAs
+    left, and the kernels picked are the best ones left."""
+    base = run("run", "-m", model, "--chat", "What is 2+2?", "-n", "12", "--temp", "0", "--json")
+    env = {**os.environ, "LOCKSTEP_CPU_HIDE": hide}
+    r = subprocess.run([str(BIN), "run", "-m", model, "--chat", "What is 2+2?", "-n", "12", "--temp", "0", "--json"],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    assert r.returncode == 0, r.stderr
+    o, b = json.loads(r.stdout), json.loads(base.stdout)
+    assert o["isa"] == ("avx2" if hide == "avx512" else "scalar")
+    assert o["parity"] == "verified"
+    assert o["tokens"] == b["tokens"]
+    forced = subprocess.run([str(BIN), "run", "-m", model, "-p", "x", "-n", "1"], capture_output=True, text=True,
+                            timeout=60, cwd=ROOT, env={**env, "LOCKSTEP_ISA": "avx512"})
+    assert forced.returncode == 2 and "LOCKSTEP_ISA=avx512 but this CPU lacks AVX-512" in forced.stderr
+    bad = subprocess.run([str(BIN), "run", "-m", model, "-p", "x", "-n", "1"], capture_output=True, text=True,
+                         timeout=60, cwd=ROOT, env={**os.environ, "LOCKSTEP_CPU_HIDE": "sse9"})
+    assert bad.returncode == 2 and "LOCKSTEP_CPU_HIDE='sse9'" in bad.stderr
+
+
 def test_tokenize_json(model):
     r = run("tokenize", "-m", model, "--json", "<|im_start|>user\nHello 123")
     assert r.returncode == 0, r.stderr
