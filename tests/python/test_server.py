@@ -193,6 +193,29 @@ def test_parity_alone_amid_16_with_and_without_spec(server, spec_server, report)
            f"{m['lockstep_draft_tokens_total']:.0f}, accepted {m['lockstep_draft_accepted_total']:.0f}")
 
 
+def test_kv_exhaustion_preempts_without_corruption(server, model_path, report):
+    """16 concurrent requests on a KV cache with room for about a quarter of them: the
+    engine preempts (and recomputes) sequences; every answer is byte-identical to the
+    same request's answer on a server with room to spare, and the KV cache is empty
+    afterwards."""
+    reqs = [{"model": "x", "messages": [{"role": "user", "content": f"Describe colour number {i} in detail."}],
+             "max_tokens": 40, "temperature": 0.7, "seed": 100 + i, "ignore_eos": True} for i in range(16)]
+    refs = [_one(server, r) for r in reqs]
+    small = Server(model_path, "--parallel", "16", "--ctx-size", "128", "--kv-mem", "12M")
+    try:
+        with cf.ThreadPoolExecutor(16) as ex:
+            got = list(ex.map(lambda r: _one(small, r), reqs))
+        m = small.metrics()
+    finally:
+        assert small.stop() == 0, small.logtext()
+    for i, (g, r) in enumerate(zip(got, refs)):
+        assert g == r, f"request {i} differs under KV pressure: {g!r} != {r!r}"
+    assert m["lockstep_preemptions_total"] > 0, m
+    assert m["lockstep_kv_blocks_used"] == 0, m
+    report(f"KV exhaustion: 16 requests on {m['lockstep_kv_blocks']:.0f} blocks, "
+           f"{m['lockstep_preemptions_total']:.0f} preemptions, all byte-identical")
+
+
 def test_load_32_clients(server, report):
     per = int(os.environ.get("LOCKSTEP_LOAD_REQUESTS", "200"))
     before = server.metrics()
