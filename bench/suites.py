@@ -85,12 +85,23 @@ class SuiteError(Exception):
     pass
 
 
+def why(e: BaseException) -> str:
+    """One line for a table cell from a failed command (vs.sh's multi-line message):
+    the exit status and the last line of its stderr."""
+    msg = str(e)
+    m = re.search(r"command failed \(exit (-?\d+)\): (\S+).*?--- stderr ---\n(.*?)\n--- stdout ---", msg, re.S)
+    if m:
+        err = [x.strip() for x in m.group(3).splitlines() if x.strip()]
+        msg = f"{Path(m.group(2)).name} exited {m.group(1)}" + (f": {err[-1]}" if err else "")
+    return " ".join(msg.split())[:240].replace("|", "/")
+
+
 def run_json(cmd: list[str], timeout: float) -> tuple[dict, dict]:
     """A lockstep subcommand that prints one JSON object; returns it and the load record."""
     try:
         p, load = vs.measured(lambda: vs.sh(cmd, timeout))
     except SystemExit as e:  # vs.sh exits with the command's stderr on a failure
-        raise SuiteError(str(e)) from None
+        raise SuiteError(why(e)) from None
     return vs.last_json_obj(p.stdout), load
 
 
@@ -127,8 +138,11 @@ class Peer:
 
     def __init__(self, bindir: Path, build_error: str | None):
         self.bindir, self.build_error = bindir, build_error
+        self.broken: dict[str, str] = {}  # tool -> why it cannot be used (it failed to run)
 
     def missing(self, tool: str) -> str | None:
+        if tool in self.broken:
+            return self.broken[tool]
         if (self.bindir / tool).exists():
             return None
         return f"{tool} not built" + (f" ({self.build_error})" if self.build_error else
@@ -159,8 +173,8 @@ def run_pairs(figures: list[tuple[str, dict]], pairs: int, peer_fail: dict[str, 
                     r, load = vs.measured(fns[eng])
                 except SystemExit as e:
                     if eng == "lockstep":
-                        raise SuiteError(f"{name}: {e}") from None
-                    peer_fail[name] = f"llama.cpp run failed: {str(e)[:300]}"
+                        raise SuiteError(f"{name}: {why(e)}") from None
+                    peer_fail[name] = f"llama.cpp run failed: {why(e)}"
                     log(f"FAILED {name} llama.cpp: {e}")
                     continue
                 r.update(load)
@@ -710,11 +724,17 @@ def main() -> int:
     log("warm-up (not recorded)")
     try:
         lsinfo["isa"] = c.ls.run(vs.STORY_PROMPT, 8, args.timeout)["isa"]
-        if not peer.missing("llama-bench"):
-            c.lb.run(0, 16, args.timeout)
     except SystemExit as e:
-        print(banner([f"FAILED: warm-up: {str(e)[:200]}"]), file=sys.stderr)
+        print(banner([f"FAILED: lockstep does not run: {why(e)}"]), file=sys.stderr)
         return 1
+    if not peer.missing("llama-bench"):
+        try:
+            c.lb.run(0, 16, args.timeout)
+        except SystemExit as e:
+            peer.broken["llama-bench"] = f"llama-bench failed its warm-up run: {why(e)}"
+            missing.append(peer.broken["llama-bench"])
+            print(banner(["PEER COMPARISON INCOMPLETE", peer.broken["llama-bench"][:200],
+                          "its figures will be FAILED rows; this run exits with status 1"]), file=sys.stderr)
 
     results, failed = {}, []
     for s in suites:
