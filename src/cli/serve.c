@@ -1,5 +1,6 @@
 /* serve.c - `lockstep serve`: flags for the OpenAI-compatible server. */
 #include <getopt.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +54,9 @@ static bool parse_size(const char *s, int64_t *out) {
 
 int cli_serve(int argc, char **argv) {
     const char *cmd = "serve";
+    /* One HTTP thread per connection: without a cap glibc gives threads their own malloc
+     * arenas (up to 8 per core), and RSS climbs in steps as concurrency peaks rise. */
+    mallopt(M_ARENA_MAX, 2);
     for (int i = 1; i < argc; i++) /* llama-server spells it -np */
         if (!strcmp(argv[i], "-np")) argv[i] = "--parallel";
     ls_server_params p = {.model_path = LS_DEFAULT_MODEL, .host = "127.0.0.1", .port = 8080, .n_parallel = 8,

@@ -7,11 +7,13 @@
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <microhttpd.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -295,16 +297,50 @@ static void add_extras(cJSON *o, const job *j) {
     cJSON_AddStringToObject(o, "parity", j->srv->parity);
 }
 
+/* Whether p[0..n) is well-formed UTF-8 (RFC 3629: no overlongs, no surrogates, at most
+ * U+10FFFF) without NUL bytes. */
+static bool utf8_clean(const unsigned char *p, size_t n) {
+    for (size_t i = 0; i < n;) {
+        unsigned c = p[i];
+        if (c == 0) return false;
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t k = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : c >= 0xC2 ? 1 : 0; /* continuation bytes */
+        if (k == 0 || c > 0xF4 || i + k >= n) return false; /* a bad lead byte, or cut short */
+        uint32_t cp = c & (0x3Fu >> k);
+        for (size_t j = 1; j <= k; j++) {
+            if ((p[i + j] & 0xC0) != 0x80) return false;
+            cp = cp << 6 | (p[i + j] & 0x3Fu);
+        }
+        if ((k == 2 && cp < 0x800) || (k == 3 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp <= 0xDFFF))
+            return false;
+        i += k + 1;
+    }
+    return true;
+}
+
+/* A token's text for logprobs.  Its bytes when they are clean UTF-8; otherwise (a piece
+ * of a multi-byte character, say) "bytes:" and \xNN for each byte, as OpenAI writes
+ * such tokens: JSON strings must be valid UTF-8.  The raw bytes are in "bytes". */
 static cJSON *token_str(const server *s, int32_t id, cJSON **bytes) {
-    char buf[256];
-    size_t n = ls_token_bytes(ls_model_tokenizer(s->m), id, true, buf, sizeof buf - 1);
-    if (n > sizeof buf - 1) n = sizeof buf - 1;
-    buf[n] = 0;
+    unsigned char buf[256];
+    size_t n = ls_token_bytes(ls_model_tokenizer(s->m), id, true, (char *)buf, sizeof buf);
+    if (n > sizeof buf) n = sizeof buf;
     if (bytes) {
         *bytes = cJSON_CreateArray();
-        for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(*bytes, cJSON_CreateNumber((unsigned char)buf[i]));
+        for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(*bytes, cJSON_CreateNumber(buf[i]));
     }
-    return cJSON_CreateString(buf); /* cJSON escapes; invalid UTF-8 pieces are passed through as bytes */
+    char out[6 + 4 * sizeof buf + 1];
+    if (utf8_clean(buf, n)) {
+        memcpy(out, buf, n);
+        out[n] = 0;
+    } else {
+        size_t o = (size_t)snprintf(out, sizeof out, "bytes:");
+        for (size_t i = 0; i < n; i++) o += (size_t)snprintf(out + o, sizeof out - o, "\\x%02x", buf[i]);
+    }
+    return cJSON_CreateString(out);
 }
 
 static cJSON *logprobs_json(const job *j, int32_t from, int32_t to) {
@@ -512,6 +548,18 @@ static void stream_free(void *cls) {
 }
 
 /* ---- the generation endpoints --------------------------------------------- */
+/* Whether the client closed its end: the socket reads as end-of-file (or fails).  A
+ * client that only half-closes (shutdown(SHUT_WR)) while it waits looks the same. */
+static bool client_gone(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return false;
+    struct pollfd pfd = {.fd = ci->connect_fd, .events = POLLIN | POLLRDHUP};
+    if (poll(&pfd, 1, 0) <= 0) return false;
+    if (pfd.revents & (POLLHUP | POLLERR | POLLRDHUP)) return true;
+    char b;
+    return pfd.revents & POLLIN ? recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0 : false;
+}
+
 static enum MHD_Result generate(server *s, struct MHD_Connection *c, conn *cn, bool chat, const char *path) {
     ls_err err;
     ls_srv_limits lim = {.max_messages = s->p->max_messages, .max_tokens = s->p->max_tokens};
@@ -606,8 +654,35 @@ static enum MHD_Result generate(server *s, struct MHD_Connection *c, conn *cn, b
         count_status(s, 200);
         return res;
     }
+    /* Wait for the answer; a client that hangs up meanwhile has its request cancelled
+     * (its KV freed at the next step) instead of holding a slot until it finishes. */
     pthread_mutex_lock(&j->mu);
-    while (!j->done) pthread_cond_wait(&j->cv, &j->mu);
+    bool gone = false;
+    while (!j->done) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 200 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+        if (!j->done && !gone && client_gone(c)) {
+            gone = true;
+            ls_engine_cancel(s->e, j->engine_id);
+            pthread_mutex_lock(&s->mu);
+            pthread_cond_signal(&s->work);
+            pthread_mutex_unlock(&s->mu);
+        }
+    }
+    if (gone) {
+        int32_t n = j->n_tokens;
+        pthread_mutex_unlock(&j->mu);
+        fprintf(stderr, "lockstep serve: %s %s prompt=%d gen=%d ms=%.0f client gone: cancelled\n", j->id, path,
+                j->n_prompt, n, ls_now_ms() - j->t0);
+        job_unref(j);
+        return MHD_NO; /* nobody to answer: close the connection */
+    }
     if (j->finish == LS_FINISH_ERROR) {
         int32_t n = j->n_tokens;
         pthread_mutex_unlock(&j->mu);

@@ -322,6 +322,50 @@ def test_disconnect_frees_kv(server):
     assert m["lockstep_kv_blocks_used"] == base and m["lockstep_requests_in_flight"] == 0, m
 
 
+def test_abandoned_request_is_cancelled(server):
+    """A non-streaming request whose client hangs up is cancelled: its slot and KV are
+    freed at once, not when its 3000 tokens would have been generated."""
+    base = server.metrics()["lockstep_kv_blocks_used"]
+    body = json.dumps({"prompt": "Tell a long story.", "max_tokens": 900, "ignore_eos": True}).encode()
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    deadline = time.time() + 20
+    while server.metrics()["lockstep_kv_blocks_used"] <= base:  # it is running
+        assert time.time() < deadline
+        time.sleep(0.02)
+    sock.close()
+    t0 = time.time()
+    while time.time() < t0 + 10:
+        m = server.metrics()
+        if m["lockstep_kv_blocks_used"] == base and m["lockstep_requests_in_flight"] == 0:
+            break
+        time.sleep(0.05)
+    assert m["lockstep_kv_blocks_used"] == base and m["lockstep_requests_in_flight"] == 0, m
+    assert "client gone: cancelled" in server.logtext()
+
+
+def test_logprob_tokens_are_valid_utf8(server):
+    """Tokens that are pieces of a multi-byte character are written as "bytes:\\xNN..."
+    (JSON strings must be UTF-8); the raw bytes are in "bytes"."""
+    seen_partial = False
+    for content in ("Write in Chinese: 你好", "Emoji: 🎉🎉", "The Greek letter α and β"):
+        st, raw, _ = server.request("POST", "/v1/chat/completions", {
+            "messages": [{"role": "user", "content": content}], "max_tokens": 12, "temperature": 0,
+            "logprobs": True, "top_logprobs": 5})
+        assert st == 200
+        out = json.loads(raw.decode("utf-8"))  # strict: invalid UTF-8 raises
+        for e in out["choices"][0]["logprobs"]["content"]:
+            for t in [e, *e["top_logprobs"]]:
+                b = bytes(t["bytes"])
+                if t["token"].startswith("bytes:"):
+                    seen_partial = True
+                    assert t["token"] == "bytes:" + "".join(f"\\x{x:02x}" for x in b)
+                else:
+                    assert t["token"].encode() == b
+    assert seen_partial  # among 5 alternatives of 36 positions, some are partial characters
+
+
 def test_sigterm_drains_in_flight(model_path):
     s = Server(model_path, "--ctx-size", "512")
     with cf.ThreadPoolExecutor(1) as ex:
