@@ -83,37 +83,39 @@ test-c: all
 
 # The C suite under AddressSanitizer + UndefinedBehaviorSanitizer (own build dir).
 ASAN_FLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+# LOCKSTEP_TEST_QUICK trims the parity sweeps to a subset that still reaches every
+# kernel path and tail (memory safety is what this run adds; make test does the rest).
 test-asan: model
-	@$(MAKE) --no-print-directory BUILD=build-asan SAN="$(ASAN_FLAGS)" OPT=-O1 all
-	@LOCKSTEP_BUILD=build-asan MODEL=$(MODEL) LOCKSTEP_ENGINE_CASES=$${LOCKSTEP_ENGINE_CASES:-24} \
-	    bash scripts/run-tests.sh --c-only
+	@$(MAKE) --no-print-directory BUILD=build-asan SAN="$(ASAN_FLAGS)" OPT=-O2 all
+	@LOCKSTEP_BUILD=build-asan MODEL=$(MODEL) LOCKSTEP_TEST_QUICK=1 LOCKSTEP_ENGINE_CASES=$${LOCKSTEP_ENGINE_CASES:-8} \
+	    LOCKSTEP_FAULT_POINTS=$${LOCKSTEP_FAULT_POINTS:-24} bash scripts/run-tests.sh --c-only
 
 # ThreadSanitizer over the multi-threaded parts: the engine (pools, parity mixes),
 # the drafters, and the server end to end (its HTTP threads and the engine thread).
 test-tsan: model
-	@$(MAKE) --no-print-directory BUILD=build-tsan SAN="-fsanitize=thread" OPT=-O1 all
+	@$(MAKE) --no-print-directory BUILD=build-tsan SAN="-fsanitize=thread" OPT=-O2 all
 	@set -e; export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"; \
 	    LOCKSTEP_ENGINE_CASES=8 MODEL=$(MODEL) build-tsan/tests/test_engine; \
-	    MODEL=$(MODEL) build-tsan/tests/test_spec; \
+	    LOCKSTEP_TEST_QUICK=1 MODEL=$(MODEL) build-tsan/tests/test_spec; \
 	    LOCKSTEP_BUILD=build-tsan LOCKSTEP_LOAD_REQUESTS=3 MODEL=$(MODEL) $(PYTHON) -m pytest -q \
-	        tests/python/test_server.py -k "chat or logprobs or errors or disconnect or load or tokenize"
+	        tests/python/test_server.py -k "chat or logprobs or errors or disconnect or abandoned or load or tokenize"
 
 # libFuzzer targets (clang) over the parsers, each for FUZZ_SECONDS, from the seed
 # corpus in tests/fuzz/corpus/<target>; crashes land in build-fuzz/.
 FUZZ_SECONDS ?= 60
 FUZZ_FLAGS = -std=c11 -D_GNU_SOURCE -O1 -g -Isrc -ffp-contract=off -fsanitize=fuzzer,address,undefined
-build-fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c src/gguf/gguf.c src/quant/quant.c src/util/err.c
+build-fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c src/gguf/gguf.c src/quant/quant.c src/util/err.c src/util/alloc.c
 	@mkdir -p build-fuzz
 	clang $(FUZZ_FLAGS) -o $@ $^
 FUZZ_TOK_SRC = tests/fuzz/fuzz_tokenizer.c src/tokenizer/tokenizer.c src/tokenizer/pretok.c src/gguf/gguf.c \
-               src/quant/quant.c src/util/err.c
+               src/quant/quant.c src/util/err.c src/util/alloc.c
 build-fuzz/fuzz_tokenizer: $(FUZZ_TOK_SRC)
 	@mkdir -p build-fuzz
 	clang $(FUZZ_FLAGS) -o $@ $^ -lpcre2-8
-build-fuzz/fuzz_request: tests/fuzz/fuzz_request.c src/server/request.c src/tokenizer/chat.c src/util/err.c
+build-fuzz/fuzz_request: tests/fuzz/fuzz_request.c src/server/request.c src/tokenizer/chat.c src/util/err.c src/util/alloc.c
 	@mkdir -p build-fuzz
 	clang $(FUZZ_FLAGS) -o $@ $^ -lcjson
-build-fuzz/fuzz_chat: tests/fuzz/fuzz_chat.c src/tokenizer/chat.c src/util/err.c
+build-fuzz/fuzz_chat: tests/fuzz/fuzz_chat.c src/tokenizer/chat.c src/util/err.c src/util/alloc.c
 	@mkdir -p build-fuzz
 	clang $(FUZZ_FLAGS) -o $@ $^
 FUZZ_TARGETS = gguf tokenizer request chat

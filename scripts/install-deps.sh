@@ -6,7 +6,7 @@
 set -euo pipefail
 want_test=0; [ "${1:-}" = "--test" ] && want_test=1
 pkgs=(gcc make pkg-config libpcre2-dev libcjson-dev libssl-dev libmicrohttpd-dev)
-[ $want_test = 1 ] && pkgs+=(libcmocka-dev cmake g++ clang)
+[ $want_test = 1 ] && pkgs+=(libcmocka-dev cmake g++ clang valgrind)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
