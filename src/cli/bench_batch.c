@@ -226,6 +226,13 @@ int cli_bench_batch(int argc, char **argv) {
             if (mode == 1 || (mode == 2 && tax)) cf[nc++] = (cfg){.B = bs[i], .shared = sh, .narrow = true};
         }
     int rc = 1;
+    /* Unrecorded warm-up: the first forwards of a process pay for first touches of the
+     * weights and buffers; without it they land on the first configuration. */
+    batch_result warm;
+    if (run_batch(m, (int)threads, 1, false, false, (int32_t)plen, (int32_t)gen, text, (int32_t)n_text, &warm, &err)) {
+        fprintf(stderr, "lockstep %s: %s\n", cmd, err.msg);
+        goto out;
+    }
     for (int r = 0; r < reps; r++)
         for (int i = 0; i < nc; i++) {
             batch_result res = {0};
