@@ -265,9 +265,10 @@ def suite_decode(c: Ctx) -> dict:
             "weights_sized_buffer_GBps": bw_w["best_GBps"],
             "weights_sized_roofline_tok_s": bw_w["best_GBps"] * 1e9 / wbytes}
     s = pr["summary"]["tg128"]
-    roof["lockstep_pct_of_dram_roofline"] = 100 * s["lockstep_median"] / roof["dram_roofline_tok_s"]
-    if "llamacpp_median" in s:
-        roof["llamacpp_pct_of_dram_roofline"] = 100 * s["llamacpp_median"] / roof["dram_roofline_tok_s"]
+    for eng, key in (("lockstep", "lockstep_median"), ("llamacpp", "llamacpp_median")):
+        if key in s:
+            roof[f"{eng}_pct_of_dram_roofline"] = 100 * s[key] / roof["dram_roofline_tok_s"]
+            roof[f"{eng}_pct_of_weights_sized_roofline"] = 100 * s[key] / roof["weights_sized_roofline_tok_s"]
     md = [md_table(PEER_HEAD, peer_rows(pr["summary"], lambda n: "decode, batch 1 (tg128)")), "",
           md_table(["roofline", "value"], [
               ["weights read per token (`lockstep info`)", f"{weight_mib:.1f} MiB"],
@@ -278,11 +279,21 @@ def suite_decode(c: Ctx) -> dict:
                f"{roof['llamacpp_pct_of_dram_roofline']:.1f} %" if "llamacpp_pct_of_dram_roofline" in roof
                else "**FAILED**"],
               [f"read bandwidth over a weights-sized buffer ({bw_w['bytes'] / 2**20:.0f} MiB; may be cache-resident)",
-               f"{bw_w['best_GBps']:.2f} GB/s"]]), "",
+               f"{bw_w['best_GBps']:.2f} GB/s"],
+              ["roofline at that bandwidth", f"{roof['weights_sized_roofline_tok_s']:.1f} tok/s"],
+              ["lockstep decode, % of that roofline", f"{roof['lockstep_pct_of_weights_sized_roofline']:.1f} %"],
+              ["llama.cpp decode, % of that roofline",
+               f"{roof['llamacpp_pct_of_weights_sized_roofline']:.1f} %"
+               if "llamacpp_pct_of_weights_sized_roofline" in roof else "**FAILED**"]]), "",
+          "The DRAM roofline uses the bandwidth over a 1 GiB buffer. The weights read per token are small "
+          "enough to stay in a large last-level cache between tokens, so decode can exceed it; the second "
+          "roofline uses the bandwidth measured over a buffer the size of the weights.", "",
           "lockstep's figure is its forward-pass rate (n_gen - 1) / decode_ms over 128 generated tokens "
           "(the quantity llama-bench's tg counts); the prompt is a 27-token story opening."]
     headline = [["decode tok/s, batch 1", f"{s['lockstep_median']:.1f}"],
-                ["decode, % of DRAM roofline", f"{roof['lockstep_pct_of_dram_roofline']:.1f} %"]]
+                ["decode, % of DRAM roofline (1 GiB buffer)", f"{roof['lockstep_pct_of_dram_roofline']:.1f} %"],
+                ["decode, % of the weights-sized-buffer roofline",
+                 f"{roof['lockstep_pct_of_weights_sized_roofline']:.1f} %"]]
     return {"data": {**pr, "roofline": roof, "bandwidth": {"dram": bw, "weights_sized": bw_w},
                      "commands": {"lockstep": c.show(c.ls.run_cmd(vs.STORY_PROMPT, 128)),
                                   "llama.cpp": vs.short(c.lb.cmd(0, 128))}},
