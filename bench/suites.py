@@ -555,8 +555,9 @@ def plot_xy(name: str, c: Ctx, xl: str, yl: str, series: dict, title: str, logx=
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for label, pts in series.items():
         pts = [(x, y) for x, y in pts if y is not None]
-        if pts:
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+        if pts:  # the peer dashed in black, so it stands apart from lockstep's series
+            style = {"linestyle": "--", "color": "k"} if label.startswith("llama.cpp") else {}
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label, **style)
     if logx:
         ax.set_xscale("log", base=2)
         xs = sorted({p[0] for pts in series.values() for p in pts})
