@@ -134,6 +134,7 @@ fuzz: $(FUZZ_TARGETS:%=build-fuzz/fuzz_%) model
 .PHONY: bench
 BENCH_FLAGS ?=
 bench: cli model
+	@bash scripts/install-deps.sh --bench
 	$(PYTHON) bench/suites.py --lockstep $(BUILD)/lockstep --docs docs/benchmarks.md $(BENCH_FLAGS)
 
 clean:

@@ -3,10 +3,13 @@
 #   install-deps.sh          build + run: a C compiler, make, pkg-config, PCRE2, pip
 #   install-deps.sh --test   also the test tools: cmocka, and the Python references
 #                            (gguf, tokenizers, numpy, pytest, llama-cpp-python from sdist)
+#   install-deps.sh --bench  what `make bench` needs: cmake and g++ (llama.cpp), matplotlib
 set -euo pipefail
 want_test=0; [ "${1:-}" = "--test" ] && want_test=1
+want_bench=0; [ "${1:-}" = "--bench" ] && want_bench=1
 pkgs=(gcc make pkg-config libpcre2-dev libcjson-dev libssl-dev libmicrohttpd-dev)
 [ $want_test = 1 ] && pkgs+=(libcmocka-dev cmake g++ clang valgrind)
+[ $want_bench = 1 ] && pkgs+=(cmake g++)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -54,4 +57,9 @@ PY
         "$PYTHON" -m pip install -q openai==3.57.0 2>&1 | grep -v 'Running pip as the' || true
         "$PYTHON" -c 'import openai' || { echo "install-deps: openai failed to install" >&2; exit 1; }
     fi
+fi
+if [ $want_bench = 1 ] && ! "$PYTHON" -c 'import matplotlib' 2>/dev/null; then
+    echo "install-deps: pip install matplotlib" >&2
+    "$PYTHON" -m pip install -q matplotlib 2>&1 | grep -v 'Running pip as the' || true
+    "$PYTHON" -c 'import matplotlib' || { echo "install-deps: matplotlib failed to install" >&2; exit 1; }
 fi
