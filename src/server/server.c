@@ -476,6 +476,16 @@ static char *dupz(const char *s) {
     return d;
 }
 
+/* Waits (j->mu held) for the job's next event, or ms milliseconds. */
+static void job_wait(job *j, long ms) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += ms * 1000000L;
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+}
+
 /* MHD pulls the stream from here (its connection thread; may block briefly). */
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
@@ -520,14 +530,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             j->phase = 3;
             continue;
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 200 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+        job_wait(j, 200);
     }
 }
 
@@ -659,14 +662,7 @@ static enum MHD_Result generate(server *s, struct MHD_Connection *c, conn *cn, b
     pthread_mutex_lock(&j->mu);
     bool gone = false;
     while (!j->done) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 200 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+        job_wait(j, 200);
         if (!j->done && !gone && client_gone(c)) {
             gone = true;
             ls_engine_cancel(s->e, j->engine_id);
