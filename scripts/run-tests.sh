@@ -24,7 +24,7 @@ done
 # may touch a hidden instruction set (the kernel tables assert).
 # (The quick subset: the full sweeps ran above, on every ISA this CPU has.  The engine's
 # random mixes run only without AVX-512: on the scalar kernels alone 4 cases took over
-# 10 minutes, and the scalar kernels are in every engine case above.)
+# 10 minutes; model parity and test_kernels hold the scalar kernels to the same bits.)
 for hide in avx512 avx2; do
     run "$BUILD/tests/test_model_parity (LOCKSTEP_CPU_HIDE=$hide, quick)" \
         env LOCKSTEP_CPU_HIDE=$hide LOCKSTEP_TEST_QUICK=1 "$BUILD"/tests/test_model_parity
