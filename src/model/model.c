@@ -257,10 +257,9 @@ ls_model *ls_model_load(ls_model_params p, ls_err *err) {
 }
 
 static ls_status check_intact(const ls_model *m, const char *path, ls_err *err) {
-    if (gguf_check_intact(m->gguf, err) == LS_OK) return LS_OK;
-    char msg[sizeof err->msg];
-    snprintf(msg, sizeof msg, "%s", err->msg);
-    return ls_err_set(err, LS_E_IO, "model '%s': %s", path ? path : "(memory)", msg);
+    ls_err e;
+    if (gguf_check_intact(m->gguf, &e) == LS_OK) return LS_OK;
+    return ls_err_set(err, e.code, "model '%s': %s", path ? path : "(memory)", e.msg);
 }
 
 ls_model *ls_model_load_gguf(gguf_file *g, ls_model_params p, ls_err *err) {
