@@ -297,27 +297,10 @@ static void add_extras(cJSON *o, const job *j) {
     cJSON_AddStringToObject(o, "parity", j->srv->parity);
 }
 
-/* Whether p[0..n) is well-formed UTF-8 (RFC 3629: no overlongs, no surrogates, at most
- * U+10FFFF) without NUL bytes. */
+/* Whether p[0..n) is well-formed UTF-8 without NUL bytes. */
 static bool utf8_clean(const unsigned char *p, size_t n) {
-    for (size_t i = 0; i < n;) {
-        unsigned c = p[i];
-        if (c == 0) return false;
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t k = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : c >= 0xC2 ? 1 : 0; /* continuation bytes */
-        if (k == 0 || c > 0xF4 || i + k >= n) return false; /* a bad lead byte, or cut short */
-        uint32_t cp = c & (0x3Fu >> k);
-        for (size_t j = 1; j <= k; j++) {
-            if ((p[i + j] & 0xC0) != 0x80) return false;
-            cp = cp << 6 | (p[i + j] & 0x3Fu);
-        }
-        if ((k == 2 && cp < 0x800) || (k == 3 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp <= 0xDFFF))
-            return false;
-        i += k + 1;
-    }
+    for (size_t i = 0, k; i < n; i += k)
+        if (p[i] == 0 || (k = ls_utf8_valid_len(p + i, n - i)) == 0) return false;
     return true;
 }
 

@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "tokenizer/tokenizer.h"
 #include "util/err.h"
 
 typedef enum {
@@ -36,7 +37,5 @@ void ls_pretok_run(const ls_pretok *p, void *md, const char *s, size_t n, ls_tok
 
 /* BPE over one piece of raw bytes, appending ids to the run (tokenizer.c). */
 void ls_tok_bpe(ls_tok_run *r, const char *piece, size_t n);
-/* Length of the valid UTF-8 sequence at p, or 0 (tokenizer.c). */
-size_t ls_utf8_valid_len(const unsigned char *p, size_t n);
 
 #endif

@@ -67,6 +67,9 @@ ls_status ls_tokenize(const ls_tokenizer *t, const char *text, size_t len, bool 
  * their text when `special` is true, else as nothing).  Returns the byte count,
  * which may exceed cap (then only cap bytes were written). Invalid id: returns 0. */
 size_t ls_token_bytes(const ls_tokenizer *t, int32_t id, bool special, char *buf, size_t cap);
+/* Length of the well-formed UTF-8 sequence at p[0..n) (RFC 3629: no overlongs, no
+ * surrogates, at most U+10FFFF), or 0 if p does not start with one. */
+size_t ls_utf8_valid_len(const unsigned char *p, size_t n);
 
 /* Streaming detokenizer: holds back an incomplete UTF-8 sequence at a token
  * boundary until the bytes that complete it arrive. */
