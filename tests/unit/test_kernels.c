@@ -14,6 +14,7 @@
 
 #include "kernels/cpu/kernels.h"
 #include "quant/quant.h"
+#include "quick.h"
 
 /* ---- helpers -------------------------------------------------------------- */
 static uint64_t rng_next(uint64_t *s) { /* splitmix64 */
@@ -391,6 +392,7 @@ static long g_parity_outputs;
 
 /* Checks one (type, K, N): rows 0..Mmax-1 of a random x. */
 static void parity_case(uint32_t type, int64_t K, int64_t N, int64_t Mmax, uint64_t seed) {
+    const int quick = test_quick();
     uint8_t *wq = make_weights(type, N, K, seed, NULL);
     float *x = make_x(Mmax * K, seed + 1);
     ls_err err;
@@ -404,6 +406,9 @@ static void parity_case(uint32_t type, int64_t K, int64_t N, int64_t Mmax, uint6
             for (size_t mi = 0; mi < N_MS && Ms_all[mi] <= Mmax; mi++) {
                 int64_t M = Ms_all[mi];
                 if (isa == LS_ISA_SCALAR && !(M == 1 || M == 3 || M == 17 || M == Mmax)) continue;
+                /* smoke: M = 1 (narrow), 2, 5 and 12, 13 (tiles and their tails), 17 and Mmax (GEMM) */
+                if (quick == 2 && !(M == 1 || M == 2 || M == 5 || M == 12 || M == 13 || M == 17 || M == Mmax))
+                    continue;
                 memset(y, 0xA5, sizeof(float) * (size_t)(M * N));
                 run_matmul((ls_isa)isa, g_pools[t], w, x, M, y);
                 g_parity_outputs += M * N;
@@ -435,11 +440,13 @@ static void parity_type(uint32_t type) {
     size_t nK = flt ? 4 : bk == 256 ? 3 : 6;
     const int64_t Ns[] = {1, 3, 17, 31, 100, 577};
     /* LOCKSTEP_TEST_QUICK=1 (the sanitizer runs): the first and last K, and N = 3, 31 and
-     * 577, which still reach every path (narrow, wide, GEMM) and every tail. */
-    bool quick = getenv("LOCKSTEP_TEST_QUICK") != NULL;
+     * 577, which still reach every path (narrow, wide, GEMM) and every tail; 2 (smoke):
+     * N = 3 and 577 only, and fewer M (parity_case). */
+    int quick = test_quick();
     for (size_t ki = 0; ki < nK; ki++)
         for (size_t ni = 0; ni < 6; ni++) {
             if (quick && ((ki != 0 && ki != nK - 1) || ni % 2 == 0)) continue;
+            if (quick == 2 && ni == 3) continue;
             int64_t K = Ks[ki], N = Ns[ni];
             /* Large M with small N, small M with large N: every path, bounded time. */
             int64_t Mmax = N <= 3 ? 512 : N <= 31 ? (K <= 576 ? 512 : 127) : N <= 100 ? 31 : 17;
