@@ -421,6 +421,29 @@ AI void ls_z_tile_f(const uint32_t type, const int R, const ls_wmat *w, const ui
  * complete (a binary counter: stk[l] holds the pending left subtree of 2^l leaves), so
  * every lane is exactly the scalar ls_tree of its row, with vertical adds only. */
 
+/* Prefetch of the next panel's unit b (codes and scale lines), one panel ahead: the
+ * weights stream from L3 or DRAM, and the hardware prefetcher alone leaves the
+ * kernel waiting on them.  pn = NULL: no next panel. */
+AI void ls_z_pf_unit(const uint32_t type, const ls_wmat *w, const uint8_t *pn, int64_t b) {
+    if (!pn) return;
+    const char *c = (const char *)(pn + (size_t)b * w->pcode);
+    _mm_prefetch(c, _MM_HINT_T0);
+    _mm_prefetch(c + 64, _MM_HINT_T0);
+    _mm_prefetch(c + 128, _MM_HINT_T0);
+    _mm_prefetch(c + 192, _MM_HINT_T0);
+    if (type == LS_TYPE_Q8_0) {
+        _mm_prefetch(c + 256, _MM_HINT_T0);
+        _mm_prefetch(c + 320, _MM_HINT_T0);
+        _mm_prefetch(c + 384, _MM_HINT_T0);
+        _mm_prefetch(c + 448, _MM_HINT_T0);
+    }
+    if (!(b & 1)) {
+        const char *d = (const char *)(pn + (size_t)w->nb * w->pcode + 32 * (size_t)b);
+        _mm_prefetch(d, _MM_HINT_T0);
+        if (type == LS_TYPE_Q4_1) _mm_prefetch(d + 32 * (size_t)w->nb, _MM_HINT_T0);
+    }
+}
+
 /* Activation chunk s (elements 4s..4s+3) of unit b, broadcast to 16 lanes. */
 AI __m512i ls_z_xb(const ls_xq *x, int64_t nb, int64_t b, int s) {
     int64_t G = b / LS_GROUP, l = b % LS_GROUP;
@@ -461,14 +484,17 @@ AI __m512 ls_z_pc(const uint32_t type, const ls_wmat *w, const uint8_t *p, const
 }
 
 /* y for the 16 rows of panel P against one activation row. */
-AI __m512 ls_z_panel(const uint32_t type, const ls_wmat *w, int64_t P, const ls_xq *x) {
+AI __m512 ls_z_panel(const uint32_t type, const ls_wmat *w, int64_t P, const ls_xq *x, const uint8_t *pn) {
     const uint8_t *p = w->panel + (size_t)P * w->panel_bytes;
     const int64_t nb = w->nb;
     __m512 stk[6];
 #pragma GCC unroll 32
     for (int g = 0; g < LS_NGRP; g++) {
         __m512 t = _mm512_setzero_ps();
-        for (int64_t b = g; b < nb; b += LS_NGRP) t = _mm512_add_ps(t, ls_z_pc(type, w, p, x, b));
+        for (int64_t b = g; b < nb; b += LS_NGRP) {
+            ls_z_pf_unit(type, w, pn, b);
+            t = _mm512_add_ps(t, ls_z_pc(type, w, p, x, b));
+        }
         int lvl = 0;
         for (; (g >> lvl) & 1; lvl++) t = _mm512_add_ps(stk[lvl], t);
         stk[lvl] = t;
@@ -482,41 +508,77 @@ AI void ls_z_panel_rows1(const uint32_t type, const ls_mm_job *job, int64_t n0, 
     for (int64_t P = n0 / 16; P * 16 < n1; P++) {
         int64_t lo = P * 16 > n0 ? P * 16 : n0, hi = P * 16 + 16 < n1 ? P * 16 + 16 : n1;
         __mmask16 km = (__mmask16)((((1u << (hi - P * 16)) - 1) >> (lo - P * 16)) << (lo - P * 16));
-        _mm512_mask_storeu_ps(job->y + P * 16, km, ls_z_panel(type, w, P, &x));
+        const uint8_t *pn = (P + 1) * 16 < n1 ? w->panel + (size_t)(P + 1) * w->panel_bytes : NULL;
+        _mm512_mask_storeu_ps(job->y + P * 16, km, ls_z_panel(type, w, P, &x, pn));
     }
 }
 
-/* R activation rows x the 16 rows of panel P (the multi-row form of ls_z_panel: each
- * unit's weight operands are loaded once for all R rows; every row's c_b, S_g and tree
- * are the same operations in the same order). */
+/* R activation rows x the 16 rows of panel P (the multi-row form of ls_z_panel): each
+ * unit's weight operands are loaded once for all R rows, slot by slot, with R independent
+ * dpbusd per slot; every row's c_b, S_g and tree are the scalar recipe's operations in its
+ * order.  Q4_1's high nibbles are shifted down once per unit, so one integer sum per row
+ * covers all 8 slots (the same exact integer as ls_z_pc's two).  Groups past the last
+ * unit (nb < 32) are empty: S_g = +0, and a subtree of them is +0, so joining one to a
+ * real subtree x is the single add x + (+0); the tree is not walked for them. */
 #define LS_PT_R 12
 AI void ls_z_panel_tile(const uint32_t type, const int R, const ls_wmat *w, int64_t P, const ls_xq *xr,
-                        float *const *yr, __mmask16 km) {
+                         float *const *yr, __mmask16 km, const uint8_t *pn) {
     const uint8_t *p = w->panel + (size_t)P * w->panel_bytes;
     const int64_t nb = w->nb;
     const uint8_t *dbase = p + (size_t)nb * w->pcode;
     __m512 stk[LS_PT_R][6];
+    unsigned zst = 0; /* bit lvl: stk[.][lvl] is a subtree of empty groups (exactly +0) */
     for (int g = 0; g < LS_NGRP; g++) {
+        if (g >= nb) {
+            /* An empty group: S_g = +0.  A subtree of empty groups sums to exactly +0, so
+             * combining a real left subtree x with one is the single add x + (+0). */
+            __m512 T[LS_PT_R];
+            bool tz = true;
+            int lvl = 0;
+            for (; (g >> lvl) & 1; lvl++) {
+                if (zst >> lvl & 1) continue; /* +0 + +0 */
+#pragma GCC unroll 16
+                for (int r = 0; r < R; r++) T[r] = _mm512_add_ps(stk[r][lvl], tz ? _mm512_setzero_ps() : T[r]);
+                tz = false;
+            }
+            if (tz) {
+                zst |= 1u << lvl;
+            } else {
+                zst &= ~(1u << lvl);
+#pragma GCC unroll 16
+                for (int r = 0; r < R; r++) stk[r][lvl] = T[r];
+            }
+            continue;
+        }
         __m512 S[LS_PT_R];
 #pragma GCC unroll 16
         for (int r = 0; r < R; r++) S[r] = _mm512_setzero_ps();
         for (int64_t b = g; b < nb; b += LS_NGRP) {
             const uint8_t *codes = p + (size_t)b * w->pcode;
+            ls_z_pf_unit(type, w, pn, b);
             int64_t G = b / LS_GROUP, l = b % LS_GROUP;
             int64_t L = (G + 1) * LS_GROUP <= nb ? LS_GROUP : nb % LS_GROUP;
-            const int64_t xo = G * (LS_GROUP * 32) + l * 4, xs = L * 4; /* chunk s at xo + s * xs */
-            __m512i W[8];
-            if (type == LS_TYPE_Q4_1) {
-                const __m512i m4 = _mm512_set1_epi8(0x0F), m4h = _mm512_set1_epi8((char)0xF0);
-#pragma GCC unroll 4
-                for (int q = 0; q < 4; q++) {
-                    __m512i v = _mm512_loadu_si512(codes + 64 * q);
-                    W[q] = _mm512_and_si512(v, m4);
-                    W[q + 4] = _mm512_and_si512(v, m4h);
-                }
-            } else {
+            const int64_t xo = G * (LS_GROUP * 32) + l * 4, xs = L * 4;
+            __m512i acc[LS_PT_R];
+#pragma GCC unroll 16
+            for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_si512();
+            /* slot-major: R independent dpbusd per slot (the integer sums are exact in any order) */
 #pragma GCC unroll 8
-                for (int s = 0; s < 8; s++) W[s] = _mm512_loadu_si512(codes + 64 * s);
+            for (int s2 = 0; s2 < 8; s2++) {
+                __m512i wv;
+                if (type == LS_TYPE_Q4_1) {
+                    const __m512i m4 = _mm512_set1_epi8(0x0F);
+                    __m512i v = _mm512_loadu_si512(codes + 64 * (s2 & 3));
+                    wv = s2 < 4 ? _mm512_and_si512(v, m4) : _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                } else {
+                    wv = _mm512_loadu_si512(codes + 64 * s2);
+                }
+#pragma GCC unroll 16
+                for (int r = 0; r < R; r++) {
+                    int32_t v0;
+                    memcpy(&v0, xr[r].q + xo + s2 * xs, 4);
+                    acc[r] = _mm512_dpbusd_epi32(acc[r], wv, _mm512_set1_epi32(v0));
+                }
             }
             __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dbase + 32 * (size_t)b)));
             __m512 m = _mm512_setzero_ps();
@@ -524,35 +586,25 @@ AI void ls_z_panel_tile(const uint32_t type, const int R, const ls_wmat *w, int6
                 m = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dbase + 32 * (size_t)(nb + b))));
 #pragma GCC unroll 16
             for (int r = 0; r < R; r++) {
-                const int8_t *xq = xr[r].q + xo;
-                __m512i acc = _mm512_setzero_si512(), acc2 = _mm512_setzero_si512();
-#pragma GCC unroll 4
-                for (int s = 0; s < 4; s++) {
-                    int32_t v0, v1;
-                    memcpy(&v0, xq + s * xs, 4);
-                    memcpy(&v1, xq + (s + 4) * xs, 4);
-                    acc = _mm512_dpbusd_epi32(acc, W[s], _mm512_set1_epi32(v0));
-                    acc2 = _mm512_dpbusd_epi32(acc2, W[s + 4], _mm512_set1_epi32(v1));
-                }
                 __m512 dd = _mm512_mul_ps(d, _mm512_set1_ps(xr[r].dx[b]));
                 __m512 c;
                 if (type == LS_TYPE_Q4_1) {
-                    __m512i isum = _mm512_add_epi32(acc, _mm512_srai_epi32(acc2, 4));
-                    c = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(isum), _mm512_mul_ps(m, _mm512_set1_ps(xr[r].sx[b])));
+                    c = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(acc[r]), _mm512_mul_ps(m, _mm512_set1_ps(xr[r].sx[b])));
                 } else {
-                    __m512i isum = _mm512_sub_epi32(_mm512_add_epi32(acc, acc2), _mm512_set1_epi32(128 * xr[r].sq[b]));
+                    __m512i isum = _mm512_sub_epi32(acc[r], _mm512_set1_epi32(128 * xr[r].sq[b]));
                     c = _mm512_mul_ps(dd, _mm512_cvtepi32_ps(isum));
                 }
                 S[r] = _mm512_add_ps(S[r], c);
             }
         }
+        int lvl = 0;
+        for (; (g >> lvl) & 1; lvl++) {
 #pragma GCC unroll 16
-        for (int r = 0; r < R; r++) {
-            __m512 t = S[r];
-            int lvl = 0;
-            for (; (g >> lvl) & 1; lvl++) t = _mm512_add_ps(stk[r][lvl], t);
-            stk[r][lvl] = t;
+            for (int r = 0; r < R; r++) S[r] = _mm512_add_ps(stk[r][lvl], S[r]);
         }
+        zst &= ~(1u << lvl);
+#pragma GCC unroll 16
+        for (int r = 0; r < R; r++) stk[r][lvl] = S[r];
     }
 #pragma GCC unroll 16
     for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(yr[r] + P * 16, km, stk[r][5]);
@@ -579,19 +631,20 @@ AI void ls_z_panel_mm(const uint32_t type, const ls_mm_job *job, int64_t n0, int
             for (int64_t P = q0; P < q1; P++) {
                 int64_t lo = P * 16 > n0 ? P * 16 : n0, hi = P * 16 + 16 < n1 ? P * 16 + 16 : n1;
                 __mmask16 km = (__mmask16)((((1u << (hi - P * 16)) - 1) >> (lo - P * 16)) << (lo - P * 16));
+                const uint8_t *pn = P + 1 < q1 ? w->panel + (size_t)(P + 1) * w->panel_bytes : NULL;
                 switch (R) {
-                case 12: ls_z_panel_tile(type, 12, w, P, xr, yr, km); break;
-                case 11: ls_z_panel_tile(type, 11, w, P, xr, yr, km); break;
-                case 10: ls_z_panel_tile(type, 10, w, P, xr, yr, km); break;
-                case 9: ls_z_panel_tile(type, 9, w, P, xr, yr, km); break;
-                case 8: ls_z_panel_tile(type, 8, w, P, xr, yr, km); break;
-                case 7: ls_z_panel_tile(type, 7, w, P, xr, yr, km); break;
-                case 6: ls_z_panel_tile(type, 6, w, P, xr, yr, km); break;
-                case 5: ls_z_panel_tile(type, 5, w, P, xr, yr, km); break;
-                case 4: ls_z_panel_tile(type, 4, w, P, xr, yr, km); break;
-                case 3: ls_z_panel_tile(type, 3, w, P, xr, yr, km); break;
-                case 2: ls_z_panel_tile(type, 2, w, P, xr, yr, km); break;
-                default: ls_z_panel_tile(type, 1, w, P, xr, yr, km); break;
+                case 12: ls_z_panel_tile(type, 12, w, P, xr, yr, km, pn); break;
+                case 11: ls_z_panel_tile(type, 11, w, P, xr, yr, km, pn); break;
+                case 10: ls_z_panel_tile(type, 10, w, P, xr, yr, km, pn); break;
+                case 9: ls_z_panel_tile(type, 9, w, P, xr, yr, km, pn); break;
+                case 8: ls_z_panel_tile(type, 8, w, P, xr, yr, km, pn); break;
+                case 7: ls_z_panel_tile(type, 7, w, P, xr, yr, km, pn); break;
+                case 6: ls_z_panel_tile(type, 6, w, P, xr, yr, km, pn); break;
+                case 5: ls_z_panel_tile(type, 5, w, P, xr, yr, km, pn); break;
+                case 4: ls_z_panel_tile(type, 4, w, P, xr, yr, km, pn); break;
+                case 3: ls_z_panel_tile(type, 3, w, P, xr, yr, km, pn); break;
+                case 2: ls_z_panel_tile(type, 2, w, P, xr, yr, km, pn); break;
+                default: ls_z_panel_tile(type, 1, w, P, xr, yr, km, pn); break;
                 }
             }
         }
