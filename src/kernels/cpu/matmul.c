@@ -104,6 +104,7 @@ typedef struct {
     ls_mm_job job[LS_MATMUL_MULTI_MAX];
     const float *x;
     void *scratch;
+    int64_t *claimed;               /* panels handed out so far (ls_mm_task) */
 } ls_mm_call;
 
 static void ls_mm_quant_task(void *arg, int ith, int nth) {
@@ -115,33 +116,60 @@ static void ls_mm_quant_task(void *arg, int ith, int nth) {
         qrow(c->x + m * K, K, (uint8_t *)c->scratch + (size_t)m * ls_xq_row_bytes(K));
 }
 
+static void ls_mm_range(const ls_mm_call *c, int i, int64_t n0, int64_t n1);
+
+/* Columns go out in panels of 16, the call's matrices one after another, in shrinking
+ * pieces (a 1/(2 nth) share of what is left, at least LS_MM_MIN_PANELS) claimed from one
+ * counter: a thread slowed by a neighbour on its core (shared hosts) takes fewer, instead
+ * of the others waiting for its fixed half.  Any split gives the same bits: each output
+ * column is computed by one thread with the same per-row recipe. */
+#define LS_MM_MIN_PANELS 8
 static void ls_mm_task(void *arg, int ith, int nth) {
     ls_mm_call *c = arg;
-    for (int i = 0; i < c->n; i++) {
-        int64_t N = c->job[i].w->N;
-        /* Contiguous column ranges in multiples of 16 (any split gives the same bits). */
-        int64_t per = ((N + nth - 1) / nth + 15) & ~(int64_t)15;
-        int64_t n0 = per * ith, n1 = n0 + per < N ? n0 + per : N;
-        if (n0 >= n1) continue;
-        if (c->fam >= 2) { /* a registered family */
-            ls_fams[c->fam]->run(c->job[i].w, c->job[i].x, c->job[i].M, c->job[i].y, n0, n1);
-            continue;
+    (void)ith;
+    int64_t total = 0;
+    for (int i = 0; i < c->n; i++) total += (c->job[i].w->N + 15) / 16;
+    int64_t cur = __atomic_load_n(c->claimed, __ATOMIC_RELAXED);
+    for (;;) {
+        int64_t take;
+        do {
+            if (cur >= total) return;
+            take = (total - cur) / (2 * nth);
+            if (take < LS_MM_MIN_PANELS) take = LS_MM_MIN_PANELS;
+            if (take > total - cur) take = total - cur;
+        } while (!__atomic_compare_exchange_n(c->claimed, &cur, cur + take, true, __ATOMIC_RELAXED,
+                                              __ATOMIC_RELAXED));
+        for (int64_t i = 0, base = 0; i < c->n && base < cur + take; i++) { /* panels [cur, cur + take) */
+            int64_t N = c->job[i].w->N, np = (N + 15) / 16;
+            int64_t a = cur > base ? cur - base : 0, b = cur + take - base < np ? cur + take - base : np;
+            if (a < b) ls_mm_range(c, (int)i, a * 16, b * 16 < N ? b * 16 : N);
+            base += np;
         }
-        if (!(c->kc->narrow || c->fam == LS_MM_NARROW) || c->job[i].M == 1) {
-            c->vt->matmul(&c->job[i], n0, n1);
-            continue;
-        }
-        /* Narrow pin (benchmarks only): each row alone through the M = 1 kernel. */
-        const ls_mm_job *jb = &c->job[i];
-        int64_t K = jb->w->K;
-        for (int64_t m = 0; m < jb->M; m++) {
-            ls_mm_job one = *jb;
-            one.M = 1;
-            one.x = jb->x + m * K;
-            one.xq = jb->xq ? (const uint8_t *)jb->xq + (size_t)m * ls_xq_row_bytes(K) : NULL;
-            one.y = jb->y + m * N;
-            c->vt->matmul(&one, n0, n1);
-        }
+        cur = __atomic_load_n(c->claimed, __ATOMIC_RELAXED);
+    }
+}
+
+/* Columns [n0, n1) of the call's matrix i. */
+static void ls_mm_range(const ls_mm_call *c, int i, int64_t n0, int64_t n1) {
+    const int64_t N = c->job[i].w->N;
+    if (c->fam >= 2) { /* a registered family */
+        ls_fams[c->fam]->run(c->job[i].w, c->job[i].x, c->job[i].M, c->job[i].y, n0, n1);
+        return;
+    }
+    if (!(c->kc->narrow || c->fam == LS_MM_NARROW) || c->job[i].M == 1) {
+        c->vt->matmul(&c->job[i], n0, n1);
+        return;
+    }
+    /* Narrow pin (benchmarks only): each row alone through the M = 1 kernel. */
+    const ls_mm_job *jb = &c->job[i];
+    int64_t K = jb->w->K;
+    for (int64_t m = 0; m < jb->M; m++) {
+        ls_mm_job one = *jb;
+        one.M = 1;
+        one.x = jb->x + m * K;
+        one.xq = jb->xq ? (const uint8_t *)jb->xq + (size_t)m * ls_xq_row_bytes(K) : NULL;
+        one.y = jb->y + m * N;
+        c->vt->matmul(&one, n0, n1);
     }
 }
 
@@ -156,6 +184,8 @@ static void ls_mm_run_rows(ls_mm_call *c, int fam, int64_t m0, int64_t m1, const
         r.job[i].y = y[i] + m0 * N;
         if (c->job[i].xq) r.job[i].xq = (const uint8_t *)c->job[i].xq + (size_t)m0 * ls_xq_row_bytes(K);
     }
+    int64_t claimed = 0;
+    r.claimed = &claimed;
     ls_pool_run(r.kc->pool, ls_mm_task, &r);
     __atomic_fetch_add(&ls_fam_rows[fam], (uint64_t)(m1 - m0), __ATOMIC_RELAXED);
 }
