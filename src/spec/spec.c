@@ -172,7 +172,7 @@ struct ls_drafter {
 
 /* Extra cost of each additional row of a verify block, relative to a single-row
  * decode step (measured with `lockstep bench batch`: 8 rows cost ~3.1x one row). */
-#define LS_SPEC_ROW_COST 0.3
+#define LS_SPEC_ROW_COST 0.15
 
 void ls_drafter_free(ls_drafter *d) {
     if (!d) return;
