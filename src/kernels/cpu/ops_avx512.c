@@ -225,20 +225,45 @@ void ls_attn_heads_avx512(int nh, const float *q, int q_stride, int64_t n_keys, 
         for (; j0 + 16 <= n_keys; j0 += 16) {
             const float *kb = ls_kv_krow(kv, kv_off, kv_stride, j0);
             __m512 acc[16];
+            if (nq == 4) { /* head_dim 64: the same fma chain, unrolled */
 #pragma GCC unroll 16
-            for (int jj = 0; jj < 16; jj++) {
-                const float *kj = kb + jj * kv_stride;
-                __m512 a = _mm512_setzero_ps();
-                for (int t = 0; t < nq; t++) a = _mm512_fmadd_ps(qv[t], _mm512_loadu_ps(kj + 16 * t), a);
-                acc[jj] = a;
+                for (int jj = 0; jj < 16; jj++) {
+                    const float *kj = kb + jj * kv_stride;
+                    __m512 a = _mm512_fmadd_ps(qv[0], _mm512_loadu_ps(kj), _mm512_setzero_ps());
+                    a = _mm512_fmadd_ps(qv[1], _mm512_loadu_ps(kj + 16), a);
+                    a = _mm512_fmadd_ps(qv[2], _mm512_loadu_ps(kj + 32), a);
+                    acc[jj] = _mm512_fmadd_ps(qv[3], _mm512_loadu_ps(kj + 48), a);
+                }
+            } else {
+#pragma GCC unroll 16
+                for (int jj = 0; jj < 16; jj++) {
+                    const float *kj = kb + jj * kv_stride;
+                    __m512 a = _mm512_setzero_ps();
+                    for (int t = 0; t < nq; t++) a = _mm512_fmadd_ps(qv[t], _mm512_loadu_ps(kj + 16 * t), a);
+                    acc[jj] = a;
+                }
             }
             _mm512_storeu_ps(sh + j0, _mm512_mul_ps(ls_z_tree16_x16(acc), vsc));
         }
         for (int64_t j = j0; j < n_keys; j++)
             sh[j] = ls_z_dot16(qh, ls_kv_krow(kv, kv_off, kv_stride, j), head_dim) * scale;
-        float mx = sh[0];
-        for (int64_t j = 1; j < n_keys; j++) mx = sh[j] > mx ? sh[j] : mx;
-        __m512 vmx = _mm512_set1_ps(mx);
+        /* mx: lane-wise max_ps(s, m) = s > m ? s : m, the scalar loop's step (a NaN score is
+         * skipped; a NaN sh[0] stays), every lane seeded with sh[0].  It can differ from the
+         * scalar loop only in the sign of a zero maximum, which exp(s - mx) does not see
+         * (s - (+0) and s - (-0) differ only for s = -0, and ls_expf(+-0) = 1). */
+        __m512 vmx = _mm512_set1_ps(sh[0]);
+        {
+            int64_t j = 1;
+            for (; j + 16 <= n_keys; j += 16) vmx = _mm512_max_ps(_mm512_loadu_ps(sh + j), vmx);
+            if (j < n_keys) {
+                __mmask16 m = ls_z_tailmask(n_keys - j);
+                vmx = _mm512_mask_max_ps(vmx, m, _mm512_maskz_loadu_ps(m, sh + j), vmx);
+            }
+            float lanes[16], mx = sh[0];
+            _mm512_storeu_ps(lanes, vmx);
+            for (int l = 0; l < 16; l++) mx = lanes[l] > mx ? lanes[l] : mx;
+            vmx = _mm512_set1_ps(mx);
+        }
         int64_t j = 0;
         for (; j + 16 <= n_keys; j += 16)
             _mm512_storeu_ps(sh + j, ls_z_expf(_mm512_sub_ps(_mm512_loadu_ps(sh + j), vmx)));
