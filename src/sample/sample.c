@@ -93,11 +93,26 @@ static void sort_all(cand *c, int32_t n, void *tmp_space) {
     /* 4 passes: the sorted data is back in c */
 }
 
+/* The first index of the largest logit (a NaN never wins; a NaN logit 0 does, as the
+ * loop `if (l[i] > l[best]) best = i` has it).  Two passes the compiler vectorizes:
+ * the maximum v by 16 lane-wise maxima (the same `x > m ? x : m` step, every lane
+ * seeded with l[0]), then the first i with l[i] == v (-0 == +0, as `>` sees them). */
 static int32_t argmax(const float *logits, int32_t n) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (logits[i] > logits[best]) best = i;
-    return best;
+    if (!(logits[0] == logits[0])) return 0;
+    float m[16], v = logits[0];
+    for (int j = 0; j < 16; j++) m[j] = v;
+    int32_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int j = 0; j < 16; j++) m[j] = logits[i + j] > m[j] ? logits[i + j] : m[j];
+    for (; i < n; i++) v = logits[i] > v ? logits[i] : v;
+    for (int j = 0; j < 16; j++) v = m[j] > v ? m[j] : v;
+    for (i = 0; i + 16 <= n; i += 16) {
+        int hit = 0;
+        for (int j = 0; j < 16; j++) hit |= logits[i + j] == v;
+        if (hit) break;
+    }
+    while (!(logits[i] == v)) i++;
+    return i;
 }
 
 /* Moves the k largest candidates (in cand_cmp order) to the front, sorted. */

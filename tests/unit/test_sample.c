@@ -26,6 +26,37 @@ static void test_greedy_is_argmax_lowest_id_on_ties(void **st) {
     free(s);
 }
 
+/* Greedy against the plain loop `if (l[i] > l[best]) best = i` on vectors with ties,
+ * +-0, NaN (first and elsewhere), -inf and +inf, at lengths around the 16-wide blocks. */
+static void test_greedy_matches_plain_loop(void **st) {
+    (void)st;
+    const int32_t lens[] = {1, 2, 15, 16, 17, 31, 33, 100, 1000, 49152};
+    uint64_t r = 12345;
+    void *s = malloc(ls_sampler_scratch_bytes(49152));
+    float *l = malloc(sizeof(float) * 49152);
+    ls_sampler_params p = {.temperature = 0, .top_k = 0, .top_p = 1, .seed = 1};
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+        for (int trial = 0; trial < 40; trial++) {
+            int32_t n = lens[li];
+            for (int32_t i = 0; i < n; i++) {
+                r = r * 6364136223846793005ull + 1442695040888963407ull;
+                uint32_t k = (uint32_t)(r >> 33) % 16;
+                /* few distinct values so ties are common; some specials */
+                l[i] = k == 0 ? 0.0f : k == 1 ? -0.0f : k == 2 && trial % 3 == 0 ? NAN
+                     : k == 3 && trial % 5 == 0 ? INFINITY : k == 4 ? -INFINITY : (float)(k % 7) - 3.0f;
+            }
+            if (trial % 7 == 0) l[0] = NAN;
+            if (trial % 11 == 1) /* all values equal zeros of mixed signs */
+                for (int32_t i = 0; i < n; i++) l[i] = i % 2 ? 0.0f : -0.0f;
+            int32_t best = 0;
+            for (int32_t i = 1; i < n; i++)
+                if (l[i] > l[best]) best = i;
+            assert_int_equal(ls_sample(&p, l, n, 0, s), best);
+        }
+    free(l);
+    free(s);
+}
+
 static void test_top_k_1_is_argmax(void **st) {
     void *s = scratch();
     ls_sampler_params p = {.temperature = 5.0f, .top_k = 1, .top_p = 1, .seed = 3};
@@ -183,6 +214,7 @@ static void test_param_check_names_field(void **st) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_is_argmax_lowest_id_on_ties),
+        cmocka_unit_test(test_greedy_matches_plain_loop),
         cmocka_unit_test(test_top_k_1_is_argmax),
         cmocka_unit_test(test_top_k_restricts_support),
         cmocka_unit_test(test_top_p_keeps_shortest_prefix),
