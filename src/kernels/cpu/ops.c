@@ -127,6 +127,8 @@ typedef struct {
     float scale;
     float *out, *scratch;
     size_t per_thread;
+    int64_t next; /* the next unit to claim: threads take units one at a time (a slowed
+                   * thread takes fewer); each unit's bits do not depend on who runs it */
 } ls_attn_call;
 
 /* AVX-512: units of (row, kv head, batch of <= LS_ATTN_HMAX query heads of that kv head). */
@@ -137,7 +139,8 @@ static void ls_attn_task_grouped(ls_attn_call *c, int ith, int nth) {
     float *scores = c->scratch + (size_t)ith * c->per_thread;
     size_t per_head = c->per_thread / LS_ATTN_HMAX;
     int kv_stride = c->n_kv_head * c->head_dim;
-    for (int64_t t = total * ith / nth; t < total * (ith + 1) / nth; t++) {
+    (void)nth;
+    for (int64_t t; (t = __atomic_fetch_add(&c->next, 1, __ATOMIC_RELAXED)) < total;) {
         int64_t m = t / per_m;
         int kvh = (int)(t % per_m) / nbat, bi = (int)(t % per_m) % nbat;
         int h0 = kvh * grp + bi * LS_ATTN_HMAX;
@@ -161,7 +164,8 @@ static void ls_attn_task(void *arg, int ith, int nth) {
     float *scores = c->scratch + (size_t)ith * c->per_thread;
     int grp = c->n_head / c->n_kv_head;
     int kv_stride = c->n_kv_head * c->head_dim;
-    for (int64_t t = total * ith / nth; t < total * (ith + 1) / nth; t++) {
+    (void)nth;
+    for (int64_t t; (t = __atomic_fetch_add(&c->next, 1, __ATOMIC_RELAXED)) < total;) {
         int64_t m = t / c->n_head;
         int h = (int)(t % c->n_head), kvh = h / grp;
         int64_t n_keys = (int64_t)c->pos[m] + 1;
@@ -179,7 +183,7 @@ void ls_attention(const ls_kctx *kc, const float *q, int64_t M, const int32_t *p
     LS_ASSERT(n_head > 0 && n_kv_head > 0 && n_head % n_kv_head == 0 && head_dim > 0);
     for (int64_t m = 0; m < M; m++) LS_ASSERT(pos[m] >= 0 && kv[m].block_shift >= 4 && kv[m].block_shift < 31);
     ls_attn_call c = {ls_kvtab_for(kc->isa), kc->isa, q, M, pos, kv, n_head, n_kv_head, head_dim,
-                      scale, out, scratch, scratch_floats_per_thread};
+                      scale, out, scratch, scratch_floats_per_thread, 0};
     int64_t work = 0;
     for (int64_t m = 0; m < M; m++) work += ((int64_t)pos[m] + 1) * n_head * head_dim * 2;
     ls_pool_run(ls_pool_for(kc, work), ls_attn_task, &c);
