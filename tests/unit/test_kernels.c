@@ -480,6 +480,56 @@ static void test_parity_long_k(void **state) {
             parity_case(types[ti], Ks[ki], ki == 1 ? 47 : 33, 17, 7700 + (uint64_t)(ti * 10 + ki));
 }
 
+/* Rows split into runs by parity need (rows without it on the narrow family, rows with
+ * it on the wide one), so the wide kernel's runs start at any row of the call and its
+ * row tiles start mid-way through a packed activation tile: every row must still be
+ * the scalar reference's bits. */
+static void test_parity_row_runs(void **state) {
+    (void)state;
+    const uint32_t types[] = {LS_TYPE_Q4_1, LS_TYPE_Q8_0, LS_TYPE_Q4_0};
+    const int64_t Ks[] = {576, 1536};
+    const int64_t M = 31, N = 53;
+    for (size_t ti = 0; ti < 3; ti++)
+        for (size_t ki = 0; ki < 2; ki++) {
+            int64_t K = Ks[ki];
+            uint64_t seed = 8800 + ti * 10 + ki;
+            uint8_t *wq = make_weights(types[ti], N, K, seed, NULL);
+            float *x = make_x(M * K, seed + 1);
+            ls_wmat *w = ls_wmat_create(types[ti], N, K, wq, NULL);
+            assert_non_null(w);
+            float *ref = malloc(sizeof(float) * (size_t)(M * N)), *y = malloc(sizeof(float) * (size_t)(M * N));
+            for (int64_t m = 0; m < M; m++) run_matmul(LS_ISA_SCALAR, NULL, w, x + m * K, 1, ref + m * N);
+            size_t sb = ls_matmul_scratch_bytes(M, K);
+            void *scratch = malloc(sb);
+            uint64_t r = seed;
+            for (int pat = 0; pat < 6; pat++) {
+                uint8_t need[31];
+                for (int64_t m = 0; m < M; m++) { /* runs of 1..7 rows */
+                    r = r * 6364136223846793005ull + 1442695040888963407ull;
+                    need[m] = m == 0 ? (uint8_t)(pat & 1) : (r >> 60) < 5 ? (uint8_t)!need[m - 1] : need[m - 1];
+                }
+                for (int isa = 0; isa <= 2; isa++) {
+                    if (!ls_isa_supported((ls_isa)isa)) continue;
+                    ls_kctx kc = {(ls_isa)isa, g_pools[2], scratch, sb, false, LS_MM_NARROW, LS_MM_WIDE};
+                    memset(y, 0xA5, sizeof(float) * (size_t)(M * N));
+                    ls_matmul_multi_rows(&kc, 1, (const ls_wmat *const *)&w, x, M, &y, need);
+                    g_parity_outputs += M * N;
+                    for (int64_t i = 0; i < M * N; i++)
+                        if (f2u(y[i]) != f2u(ref[i]))
+                            fail_msg("%s K=%lld pattern %d isa=%s: y[%lld][%lld]=%a, scalar %a", ls_type_get(types[ti])->name,
+                                     (long long)K, pat, ls_isa_name((ls_isa)isa), (long long)(i / N), (long long)(i % N),
+                                     (double)y[i], (double)ref[i]);
+                }
+            }
+            free(scratch);
+            free(ref);
+            free(y);
+            ls_wmat_free(w);
+            free(x);
+            free(wq);
+        }
+}
+
 /* Extreme activations: huge, tiny, denormal, all-equal blocks, single non-zero. */
 static void test_parity_extreme_x(void **state) {
     (void)state;
@@ -714,6 +764,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_parity_f16),
         cmocka_unit_test(test_parity_bf16),
         cmocka_unit_test(test_parity_long_k),
+        cmocka_unit_test(test_parity_row_runs),
     };
     int rc = cmocka_run_group_tests(tests, setup_pools, teardown_pools);
     printf("parity: %ld matmul outputs compared bit for bit\n", g_parity_outputs);

@@ -112,11 +112,29 @@ void ls_quantize_x_row(const float *x, int64_t K, void *row_out);
 /* The same with AVX-512 (same bits: every step is exact or one lane-wise rounding). */
 void ls_quantize_x_row_avx512(const float *x, int64_t K, void *row_out);
 
+/* Tile-packed copy of a call's quantized activations, read by the AVX-512 multi-row
+ * panel kernel: rows in tiles of LS_XP_R (row m: tile m / LS_XP_R, lane m % LS_XP_R);
+ * per tile, per unit b, an LS_XP_UNIT-byte record: the 4 code bytes of slot s (elements
+ * 4s..4s+3 of the unit) of lane r at (s * LS_XP_R + r) * 4, then dx of every lane
+ * (float), sx (float), 128 * sq (int32).  A tile's rows are then read at constant
+ * offsets from one pointer, with no per-row address arithmetic. */
+#define LS_XP_R 12
+#define LS_XP_DX (8 * LS_XP_R * 4)
+#define LS_XP_SX (LS_XP_DX + LS_XP_R * 4)
+#define LS_XP_SQ (LS_XP_SX + LS_XP_R * 4)
+#define LS_XP_UNIT (LS_XP_SQ + LS_XP_R * 4)
+static inline size_t ls_xp_tile_bytes(int64_t K) { return (size_t)(K / 32) * LS_XP_UNIT; }
+static inline size_t ls_xp_bytes(int64_t M, int64_t K) {
+    return (size_t)((M + LS_XP_R - 1) / LS_XP_R) * ls_xp_tile_bytes(K);
+}
+
 /* One matmul call's work: all M rows, columns [n0, n1) per invocation. */
 typedef struct {
     const ls_wmat *w;
     const float *x;         /* M x K (float types) */
     const void *xq;         /* quantized activations (quantized types) */
+    const uint8_t *xp;      /* their tile-packed copy (AVX-512, M >= 2), or NULL */
+    int64_t xp_row0;        /* the packed row of this job's row 0 */
     int64_t M;
     float *y;               /* M x N */
 } ls_mm_job;

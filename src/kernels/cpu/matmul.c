@@ -6,7 +6,25 @@
 #include "kernels/cpu/internal.h"
 
 size_t ls_matmul_scratch_bytes(int64_t M, int64_t K) {
-    return (size_t)M * ls_xq_row_bytes(K) + 64 + 128; /* alignment + slack for wide tail loads */
+    /* quantized rows, alignment + slack for wide tail loads, the tile-packed copy */
+    return (size_t)M * ls_xq_row_bytes(K) + 64 + 128 + ls_xp_bytes(M, K) + 64;
+}
+
+/* Copies quantized row m (at row) into the tile-packed layout (internal.h). */
+static void ls_xp_pack_row(const void *row, int64_t K, int64_t m, uint8_t *xp) {
+    const ls_xq x = ls_xq_row(row, K, 0);
+    const int64_t nb = K / 32, r = m % LS_XP_R;
+    uint8_t *t = xp + (size_t)(m / LS_XP_R) * ls_xp_tile_bytes(K);
+    for (int64_t b = 0; b < nb; b++) {
+        int64_t G = b / LS_GROUP, l = b % LS_GROUP;
+        int64_t L = (G + 1) * LS_GROUP <= nb ? LS_GROUP : nb % LS_GROUP;
+        uint8_t *u = t + (size_t)b * LS_XP_UNIT;
+        for (int s = 0; s < 8; s++) memcpy(u + (s * LS_XP_R + r) * 4, x.q + G * (LS_GROUP * 32) + (s * L + l) * 4, 4);
+        int32_t sq128 = 128 * x.sq[b];
+        memcpy(u + LS_XP_DX + r * 4, &x.dx[b], 4);
+        memcpy(u + LS_XP_SX + r * 4, &x.sx[b], 4);
+        memcpy(u + LS_XP_SQ + r * 4, &sq128, 4);
+    }
 }
 
 /* Rounds to nearest, ties to even, for |v| < 2^22 (same as nearbyintf). */
@@ -104,6 +122,7 @@ typedef struct {
     ls_mm_job job[LS_MATMUL_MULTI_MAX];
     const float *x;
     void *scratch;
+    uint8_t *xp;                    /* the tile-packed copy, or NULL */
     int64_t *claimed;               /* panels handed out so far (ls_mm_task) */
 } ls_mm_call;
 
@@ -112,8 +131,11 @@ static void ls_mm_quant_task(void *arg, int ith, int nth) {
     int64_t M = c->job[0].M, K = c->job[0].w->K;
     void (*qrow)(const float *, int64_t, void *) =
         c->kc->isa == LS_ISA_AVX512 ? ls_quantize_x_row_avx512 : ls_quantize_x_row; /* same bits */
-    for (int64_t m = M * ith / nth; m < M * (ith + 1) / nth; m++)
-        qrow(c->x + m * K, K, (uint8_t *)c->scratch + (size_t)m * ls_xq_row_bytes(K));
+    for (int64_t m = M * ith / nth; m < M * (ith + 1) / nth; m++) {
+        uint8_t *row = (uint8_t *)c->scratch + (size_t)m * ls_xq_row_bytes(K);
+        qrow(c->x + m * K, K, row);
+        if (c->xp) ls_xp_pack_row(row, K, m, c->xp);
+    }
 }
 
 static void ls_mm_range(const ls_mm_call *c, int i, int64_t n0, int64_t n1);
@@ -168,6 +190,7 @@ static void ls_mm_range(const ls_mm_call *c, int i, int64_t n0, int64_t n1) {
         one.M = 1;
         one.x = jb->x + m * K;
         one.xq = jb->xq ? (const uint8_t *)jb->xq + (size_t)m * ls_xq_row_bytes(K) : NULL;
+        one.xp = NULL;
         one.y = jb->y + m * N;
         c->vt->matmul(&one, n0, n1);
     }
@@ -183,6 +206,7 @@ static void ls_mm_run_rows(ls_mm_call *c, int fam, int64_t m0, int64_t m1, const
         r.job[i].x = x + m0 * K;
         r.job[i].y = y[i] + m0 * N;
         if (c->job[i].xq) r.job[i].xq = (const uint8_t *)c->job[i].xq + (size_t)m0 * ls_xq_row_bytes(K);
+        r.job[i].xp_row0 = m0;
     }
     int64_t claimed = 0;
     r.claimed = &claimed;
@@ -200,6 +224,7 @@ void ls_matmul_multi_rows(const ls_kctx *kc, int n, const ls_wmat *const *w, con
     c.n = n;
     c.x = x;
     c.scratch = NULL;
+    c.xp = NULL;
     c.fam = 0;
     const int fp = ls_mm_family_get(kc->fam_parity) ? kc->fam_parity : LS_MM_WIDE;
     const int ff = ls_mm_family_get(kc->fam) ? kc->fam : LS_MM_WIDE;
@@ -210,6 +235,8 @@ void ls_matmul_multi_rows(const ls_kctx *kc, int n, const ls_wmat *const *w, con
         c.job[i].w = w[i];
         c.job[i].x = x;
         c.job[i].xq = NULL;
+        c.job[i].xp = NULL;
+        c.job[i].xp_row0 = 0;
         c.job[i].M = M;
         c.job[i].y = y[i];
         quant = quant || w[i]->st != LS_ST_FLOAT;
@@ -217,7 +244,13 @@ void ls_matmul_multi_rows(const ls_kctx *kc, int n, const ls_wmat *const *w, con
     if (quant && builtin) { /* the canonical families read quantized activations */
         LS_ASSERT(kc->scratch && kc->scratch_bytes >= ls_matmul_scratch_bytes(M, w[0]->K));
         c.scratch = (void *)(((uintptr_t)kc->scratch + 63) & ~(uintptr_t)63);
-        for (int i = 0; i < n; i++) c.job[i].xq = c.scratch;
+        if (M >= 2 && kc->isa == LS_ISA_AVX512) /* the multi-row panel kernel reads the packed copy */
+            c.xp = (uint8_t *)(((uintptr_t)c.scratch + (size_t)M * ls_xq_row_bytes(w[0]->K) + 128 + 63) &
+                               ~(uintptr_t)63);
+        for (int i = 0; i < n; i++) {
+            c.job[i].xq = c.scratch;
+            c.job[i].xp = c.xp;
+        }
         if (M >= 8 && kc->pool && ls_pool_size(kc->pool) > 1)
             ls_pool_run(kc->pool, ls_mm_quant_task, &c);
         else

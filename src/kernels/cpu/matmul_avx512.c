@@ -520,8 +520,8 @@ AI void ls_z_panel_rows1(const uint32_t type, const ls_mm_job *job, int64_t n0, 
  * covers all 8 slots (the same exact integer as ls_z_pc's two).  Groups past the last
  * unit (nb < 32) are empty: S_g = +0, and a subtree of them is +0, so joining one to a
  * real subtree x is the single add x + (+0); the tree is not walked for them. */
-#define LS_PT_R 12
-AI void ls_z_panel_tile(const uint32_t type, const int R, const ls_wmat *w, int64_t P, const ls_xq *xr,
+#define LS_PT_R LS_XP_R /* 12 */
+AI void ls_z_panel_tile(const uint32_t type, const int R, const ls_wmat *w, int64_t P, const uint8_t *xpb,
                          float *const *yr, __mmask16 km, const uint8_t *pn) {
     const uint8_t *p = w->panel + (size_t)P * w->panel_bytes;
     const int64_t nb = w->nb;
@@ -556,9 +556,7 @@ AI void ls_z_panel_tile(const uint32_t type, const int R, const ls_wmat *w, int6
         for (int64_t b = g; b < nb; b += LS_NGRP) {
             const uint8_t *codes = p + (size_t)b * w->pcode;
             ls_z_pf_unit(type, w, pn, b);
-            int64_t G = b / LS_GROUP, l = b % LS_GROUP;
-            int64_t L = (G + 1) * LS_GROUP <= nb ? LS_GROUP : nb % LS_GROUP;
-            const int64_t xo = G * (LS_GROUP * 32) + l * 4, xs = L * 4;
+            const uint8_t *xu = xpb + (size_t)b * LS_XP_UNIT; /* this unit's packed activations */
             __m512i acc[LS_PT_R];
 #pragma GCC unroll 16
             for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_si512();
@@ -576,7 +574,7 @@ AI void ls_z_panel_tile(const uint32_t type, const int R, const ls_wmat *w, int6
 #pragma GCC unroll 16
                 for (int r = 0; r < R; r++) {
                     int32_t v0;
-                    memcpy(&v0, xr[r].q + xo + s2 * xs, 4);
+                    memcpy(&v0, xu + (s2 * LS_XP_R + r) * 4, 4);
                     acc[r] = _mm512_dpbusd_epi32(acc[r], wv, _mm512_set1_epi32(v0));
                 }
             }
@@ -586,12 +584,17 @@ AI void ls_z_panel_tile(const uint32_t type, const int R, const ls_wmat *w, int6
                 m = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dbase + 32 * (size_t)(nb + b))));
 #pragma GCC unroll 16
             for (int r = 0; r < R; r++) {
-                __m512 dd = _mm512_mul_ps(d, _mm512_set1_ps(xr[r].dx[b]));
+                float dx, sx;
+                int32_t sq128;
+                memcpy(&dx, xu + LS_XP_DX + r * 4, 4);
+                __m512 dd = _mm512_mul_ps(d, _mm512_set1_ps(dx));
                 __m512 c;
                 if (type == LS_TYPE_Q4_1) {
-                    c = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(acc[r]), _mm512_mul_ps(m, _mm512_set1_ps(xr[r].sx[b])));
+                    memcpy(&sx, xu + LS_XP_SX + r * 4, 4);
+                    c = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(acc[r]), _mm512_mul_ps(m, _mm512_set1_ps(sx)));
                 } else {
-                    __m512i isum = _mm512_sub_epi32(acc[r], _mm512_set1_epi32(128 * xr[r].sq[b]));
+                    memcpy(&sq128, xu + LS_XP_SQ + r * 4, 4);
+                    __m512i isum = _mm512_sub_epi32(acc[r], _mm512_set1_epi32(sq128));
                     c = _mm512_mul_ps(dd, _mm512_cvtepi32_ps(isum));
                 }
                 S[r] = _mm512_add_ps(S[r], c);
@@ -615,38 +618,40 @@ AI void ls_z_panel_tile(const uint32_t type, const int R, const ls_wmat *w, int6
 AI void ls_z_panel_mm(const uint32_t type, const ls_mm_job *job, int64_t n0, int64_t n1) {
     const ls_wmat *w = job->w;
     const int64_t M = job->M;
+    LS_ASSERT(job->xp); /* ls_matmul_multi_rows packs the activations for M >= 2 */
     int64_t pblk = (int64_t)(256 * 1024 / w->panel_bytes);
     if (pblk < 1) pblk = 1;
     int64_t P0 = n0 / 16, P1 = (n1 + 15) / 16;
     for (int64_t q0 = P0; q0 < P1; q0 += pblk) {
         int64_t q1 = q0 + pblk < P1 ? q0 + pblk : P1;
-        for (int64_t m0 = 0; m0 < M; m0 += LS_PT_R) {
-            int R = M - m0 < LS_PT_R ? (int)(M - m0) : LS_PT_R;
-            ls_xq xr[LS_PT_R];
+        /* row tiles follow the packed tiles: rows a .. the next multiple of LS_PT_R */
+        for (int64_t m0 = 0; m0 < M;) {
+            const int64_t a = job->xp_row0 + m0;
+            int R = LS_PT_R - (int)(a % LS_PT_R);
+            if (R > M - m0) R = (int)(M - m0);
+            const uint8_t *xpb = job->xp + (size_t)(a / LS_PT_R) * ls_xp_tile_bytes(w->K) + (size_t)(a % LS_PT_R) * 4;
             float *yr[LS_PT_R];
-            for (int r = 0; r < R; r++) {
-                xr[r] = ls_xq_row(job->xq, w->K, m0 + r);
-                yr[r] = job->y + (m0 + r) * w->N;
-            }
+            for (int r = 0; r < R; r++) yr[r] = job->y + (m0 + r) * w->N;
             for (int64_t P = q0; P < q1; P++) {
                 int64_t lo = P * 16 > n0 ? P * 16 : n0, hi = P * 16 + 16 < n1 ? P * 16 + 16 : n1;
                 __mmask16 km = (__mmask16)((((1u << (hi - P * 16)) - 1) >> (lo - P * 16)) << (lo - P * 16));
                 const uint8_t *pn = P + 1 < q1 ? w->panel + (size_t)(P + 1) * w->panel_bytes : NULL;
                 switch (R) {
-                case 12: ls_z_panel_tile(type, 12, w, P, xr, yr, km, pn); break;
-                case 11: ls_z_panel_tile(type, 11, w, P, xr, yr, km, pn); break;
-                case 10: ls_z_panel_tile(type, 10, w, P, xr, yr, km, pn); break;
-                case 9: ls_z_panel_tile(type, 9, w, P, xr, yr, km, pn); break;
-                case 8: ls_z_panel_tile(type, 8, w, P, xr, yr, km, pn); break;
-                case 7: ls_z_panel_tile(type, 7, w, P, xr, yr, km, pn); break;
-                case 6: ls_z_panel_tile(type, 6, w, P, xr, yr, km, pn); break;
-                case 5: ls_z_panel_tile(type, 5, w, P, xr, yr, km, pn); break;
-                case 4: ls_z_panel_tile(type, 4, w, P, xr, yr, km, pn); break;
-                case 3: ls_z_panel_tile(type, 3, w, P, xr, yr, km, pn); break;
-                case 2: ls_z_panel_tile(type, 2, w, P, xr, yr, km, pn); break;
-                default: ls_z_panel_tile(type, 1, w, P, xr, yr, km, pn); break;
+                case 12: ls_z_panel_tile(type, 12, w, P, xpb, yr, km, pn); break;
+                case 11: ls_z_panel_tile(type, 11, w, P, xpb, yr, km, pn); break;
+                case 10: ls_z_panel_tile(type, 10, w, P, xpb, yr, km, pn); break;
+                case 9: ls_z_panel_tile(type, 9, w, P, xpb, yr, km, pn); break;
+                case 8: ls_z_panel_tile(type, 8, w, P, xpb, yr, km, pn); break;
+                case 7: ls_z_panel_tile(type, 7, w, P, xpb, yr, km, pn); break;
+                case 6: ls_z_panel_tile(type, 6, w, P, xpb, yr, km, pn); break;
+                case 5: ls_z_panel_tile(type, 5, w, P, xpb, yr, km, pn); break;
+                case 4: ls_z_panel_tile(type, 4, w, P, xpb, yr, km, pn); break;
+                case 3: ls_z_panel_tile(type, 3, w, P, xpb, yr, km, pn); break;
+                case 2: ls_z_panel_tile(type, 2, w, P, xpb, yr, km, pn); break;
+                default: ls_z_panel_tile(type, 1, w, P, xpb, yr, km, pn); break;
                 }
             }
+            m0 += R;
         }
     }
 }
