@@ -114,15 +114,17 @@ void ls_quantize_x_row_avx512(const float *x, int64_t K, void *row_out);
 
 /* Tile-packed copy of a call's quantized activations, read by the AVX-512 multi-row
  * panel kernel: rows in tiles of LS_XP_R (row m: tile m / LS_XP_R, lane m % LS_XP_R);
- * per tile, per unit b, an LS_XP_UNIT-byte record: the 4 code bytes of slot s (elements
- * 4s..4s+3 of the unit) of lane r at (s * LS_XP_R + r) * 4, then dx of every lane
+ * per tile, per unit b, an LS_XP_UNIT-byte record of LS_XP_ROW bytes per lane r: the
+ * unit's 32 code bytes in slot order (slot s = elements 4s..4s+3 at 4s), then dx
  * (float), sx (float), 128 * sq (int32).  A tile's rows are then read at constant
- * offsets from one pointer, with no per-row address arithmetic. */
+ * offsets from one pointer, with no per-row address arithmetic; 4 lanes fill 3 whole
+ * cache lines, so threads packing rows in groups of 4 never write the same line. */
 #define LS_XP_R 12
-#define LS_XP_DX (8 * LS_XP_R * 4)
-#define LS_XP_SX (LS_XP_DX + LS_XP_R * 4)
-#define LS_XP_SQ (LS_XP_SX + LS_XP_R * 4)
-#define LS_XP_UNIT (LS_XP_SQ + LS_XP_R * 4)
+#define LS_XP_ROW 48
+#define LS_XP_DX 32
+#define LS_XP_SX 36
+#define LS_XP_SQ 40
+#define LS_XP_UNIT (LS_XP_R * LS_XP_ROW)
 static inline size_t ls_xp_tile_bytes(int64_t K) { return (size_t)(K / 32) * LS_XP_UNIT; }
 static inline size_t ls_xp_bytes(int64_t M, int64_t K) {
     return (size_t)((M + LS_XP_R - 1) / LS_XP_R) * ls_xp_tile_bytes(K);

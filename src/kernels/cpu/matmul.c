@@ -18,12 +18,13 @@ static void ls_xp_pack_row(const void *row, int64_t K, int64_t m, uint8_t *xp) {
     for (int64_t b = 0; b < nb; b++) {
         int64_t G = b / LS_GROUP, l = b % LS_GROUP;
         int64_t L = (G + 1) * LS_GROUP <= nb ? LS_GROUP : nb % LS_GROUP;
-        uint8_t *u = t + (size_t)b * LS_XP_UNIT;
-        for (int s = 0; s < 8; s++) memcpy(u + (s * LS_XP_R + r) * 4, x.q + G * (LS_GROUP * 32) + (s * L + l) * 4, 4);
+        uint8_t *u = t + (size_t)b * LS_XP_UNIT + (size_t)r * LS_XP_ROW;
+        const int8_t *q = x.q + G * (LS_GROUP * 32) + l * 4;
+        for (int s = 0; s < 8; s++) memcpy(u + 4 * s, q + s * L * 4, 4);
         int32_t sq128 = 128 * x.sq[b];
-        memcpy(u + LS_XP_DX + r * 4, &x.dx[b], 4);
-        memcpy(u + LS_XP_SX + r * 4, &x.sx[b], 4);
-        memcpy(u + LS_XP_SQ + r * 4, &sq128, 4);
+        memcpy(u + LS_XP_DX, &x.dx[b], 4);
+        memcpy(u + LS_XP_SX, &x.sx[b], 4);
+        memcpy(u + LS_XP_SQ, &sq128, 4);
     }
 }
 
@@ -131,7 +132,9 @@ static void ls_mm_quant_task(void *arg, int ith, int nth) {
     int64_t M = c->job[0].M, K = c->job[0].w->K;
     void (*qrow)(const float *, int64_t, void *) =
         c->kc->isa == LS_ISA_AVX512 ? ls_quantize_x_row_avx512 : ls_quantize_x_row; /* same bits */
-    for (int64_t m = M * ith / nth; m < M * (ith + 1) / nth; m++) {
+    /* rows in groups of 4 per thread: their packed records fill whole cache lines */
+    const int64_t nq = (M + 3) / 4, m0 = 4 * (nq * ith / nth), m1 = 4 * (nq * (ith + 1) / nth);
+    for (int64_t m = m0; m < m1 && m < M; m++) {
         uint8_t *row = (uint8_t *)c->scratch + (size_t)m * ls_xq_row_bytes(K);
         qrow(c->x + m * K, K, row);
         if (c->xp) ls_xp_pack_row(row, K, m, c->xp);

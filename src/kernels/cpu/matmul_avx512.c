@@ -574,7 +574,7 @@ AI void ls_z_panel_tile(const uint32_t type, const int R, const ls_wmat *w, int6
 #pragma GCC unroll 16
                 for (int r = 0; r < R; r++) {
                     int32_t v0;
-                    memcpy(&v0, xu + (s2 * LS_XP_R + r) * 4, 4);
+                    memcpy(&v0, xu + r * LS_XP_ROW + s2 * 4, 4);
                     acc[r] = _mm512_dpbusd_epi32(acc[r], wv, _mm512_set1_epi32(v0));
                 }
             }
@@ -586,14 +586,14 @@ AI void ls_z_panel_tile(const uint32_t type, const int R, const ls_wmat *w, int6
             for (int r = 0; r < R; r++) {
                 float dx, sx;
                 int32_t sq128;
-                memcpy(&dx, xu + LS_XP_DX + r * 4, 4);
+                memcpy(&dx, xu + r * LS_XP_ROW + LS_XP_DX, 4);
                 __m512 dd = _mm512_mul_ps(d, _mm512_set1_ps(dx));
                 __m512 c;
                 if (type == LS_TYPE_Q4_1) {
-                    memcpy(&sx, xu + LS_XP_SX + r * 4, 4);
+                    memcpy(&sx, xu + r * LS_XP_ROW + LS_XP_SX, 4);
                     c = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(acc[r]), _mm512_mul_ps(m, _mm512_set1_ps(sx)));
                 } else {
-                    memcpy(&sq128, xu + LS_XP_SQ + r * 4, 4);
+                    memcpy(&sq128, xu + r * LS_XP_ROW + LS_XP_SQ, 4);
                     __m512i isum = _mm512_sub_epi32(acc[r], _mm512_set1_epi32(sq128));
                     c = _mm512_mul_ps(dd, _mm512_cvtepi32_ps(isum));
                 }
@@ -629,7 +629,7 @@ AI void ls_z_panel_mm(const uint32_t type, const ls_mm_job *job, int64_t n0, int
             const int64_t a = job->xp_row0 + m0;
             int R = LS_PT_R - (int)(a % LS_PT_R);
             if (R > M - m0) R = (int)(M - m0);
-            const uint8_t *xpb = job->xp + (size_t)(a / LS_PT_R) * ls_xp_tile_bytes(w->K) + (size_t)(a % LS_PT_R) * 4;
+            const uint8_t *xpb = job->xp + (size_t)(a / LS_PT_R) * ls_xp_tile_bytes(w->K) + (size_t)(a % LS_PT_R) * LS_XP_ROW;
             float *yr[LS_PT_R];
             for (int r = 0; r < R; r++) yr[r] = job->y + (m0 + r) * w->N;
             for (int64_t P = q0; P < q1; P++) {
