@@ -12,4 +12,15 @@ static inline int test_quick(void) {
     return atoi(e) >= 2 ? 2 : 1;
 }
 
+/* Skips the calling test at smoke size.  For tests that repeat whole engine runs, each
+ * seconds long under ASan; make test and make test-asan still run them.  The test file
+ * must include cmocka.h (print_message, skip). */
+#define SKIP_AT_SMOKE()                                                       \
+    do {                                                                      \
+        if (test_quick() == 2) {                                              \
+            print_message("skipped at smoke size (LOCKSTEP_TEST_QUICK=2)\n"); \
+            skip();                                                           \
+        }                                                                     \
+    } while (0)
+
 #endif

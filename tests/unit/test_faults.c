@@ -314,10 +314,7 @@ static bool prefix_of(const outcome *a, const outcome *ref) {
 static void test_admission_sweep(void **state) {
     (void)state;
     NEED_MODEL();
-    if (test_quick() == 2) { /* each engine run is seconds under ASan: make test and make test-asan run it */
-        print_message("skipped at smoke size (LOCKSTEP_TEST_QUICK=2)\n");
-        skip();
-    }
+    SKIP_AT_SMOKE();
     setup_outcomes();
     run_reference();
     size_t base = heap_in_use();
@@ -374,10 +371,7 @@ static void test_admission_sweep(void **state) {
 static void test_step_sweep(void **state) {
     (void)state;
     NEED_MODEL();
-    if (test_quick() == 2) { /* each engine run is seconds under ASan: make test and make test-asan run it */
-        print_message("skipped at smoke size (LOCKSTEP_TEST_QUICK=2)\n");
-        skip();
-    }
+    SKIP_AT_SMOKE();
     setup_outcomes();
     run_reference();
     size_t base = heap_in_use();

@@ -98,10 +98,7 @@ static void test_registry(void **state) {
 static void test_probe_exact_on_canonical(void **state) {
     (void)state;
     if (!g_model) skip();
-    if (test_quick() == 2) { /* each engine run is seconds under ASan: make test and make test-asan run it */
-        print_message("skipped at smoke size (LOCKSTEP_TEST_QUICK=2)\n");
-        skip();
-    }
+    SKIP_AT_SMOKE();
     ls_err err;
     for (int fam = LS_MM_WIDE; fam <= LS_MM_NARROW; fam++) {
         ls_fwd *f = ls_fwd_create(g_model, (ls_fwd_params){.n_rows = 64, .n_ctx = 128, .n_threads = 2, .isa = -1,
@@ -119,10 +116,7 @@ static void test_probe_exact_on_canonical(void **state) {
 static void test_probe_scopes_a_failing_family(void **state) {
     (void)state;
     if (!g_model) skip();
-    if (test_quick() == 2) { /* each engine run is seconds under ASan: make test and make test-asan run it */
-        print_message("skipped at smoke size (LOCKSTEP_TEST_QUICK=2)\n");
-        skip();
-    }
+    SKIP_AT_SMOKE();
     ls_err err;
     ls_fwd *f = ls_fwd_create(g_model, (ls_fwd_params){.n_rows = 64, .n_ctx = 128, .n_threads = 2, .isa = -1,
                                                          .fam = g_test, .fam_parity = g_test}, &err);
@@ -167,10 +161,7 @@ static void test_probe_scopes_a_failing_family(void **state) {
 static void test_probe_declines_a_lying_canonical_family(void **state) {
     (void)state;
     if (!g_model) skip();
-    if (test_quick() == 2) { /* each engine run is seconds under ASan: make test and make test-asan run it */
-        print_message("skipped at smoke size (LOCKSTEP_TEST_QUICK=2)\n");
-        skip();
-    }
+    SKIP_AT_SMOKE();
     ls_err err;
     ls_fwd *f = ls_fwd_create(g_model, (ls_fwd_params){.n_rows = 64, .n_ctx = 128, .n_threads = 1, .isa = -1,
                                                          .fam = g_liar, .fam_parity = g_liar}, &err);
