@@ -561,13 +561,15 @@ AI void ls_z_panel_tile(const uint32_t type, const int R, const ls_wmat *w, int6
 #pragma GCC unroll 16
             for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_si512();
             /* slot-major: R independent dpbusd per slot (the integer sums are exact in any order) */
+            __m512i v4[4]; /* Q4_1: each 64-byte plane loaded once (slots q and q + 4) */
+            if (type == LS_TYPE_Q4_1)
+                for (int q = 0; q < 4; q++) v4[q] = _mm512_loadu_si512(codes + 64 * q);
 #pragma GCC unroll 8
             for (int s2 = 0; s2 < 8; s2++) {
                 __m512i wv;
                 if (type == LS_TYPE_Q4_1) {
                     const __m512i m4 = _mm512_set1_epi8(0x0F);
-                    __m512i v = _mm512_loadu_si512(codes + 64 * (s2 & 3));
-                    wv = s2 < 4 ? _mm512_and_si512(v, m4) : _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                    wv = s2 < 4 ? _mm512_and_si512(v4[s2], m4) : _mm512_and_si512(_mm512_srli_epi16(v4[s2 - 4], 4), m4);
                 } else {
                     wv = _mm512_loadu_si512(codes + 64 * s2);
                 }
