@@ -517,99 +517,163 @@ AI void ls_z_panel_rows1(const uint32_t type, const ls_mm_job *job, int64_t n0, 
  * unit's weight operands are loaded once for all R rows, slot by slot, with R independent
  * dpbusd per slot; every row's c_b, S_g and tree are the scalar recipe's operations in its
  * order.  Q4_1's high nibbles are shifted down once per unit, so one integer sum per row
- * covers all 8 slots (the same exact integer as ls_z_pc's two).  Groups past the last
- * unit (nb < 32) are empty: S_g = +0, and a subtree of them is +0, so joining one to a
- * real subtree x is the single add x + (+0); the tree is not walked for them. */
+ * covers all 8 slots (the same exact integer as ls_z_pc's two).  Groups run in pairs
+ * (g, g + 1), so units b and b + 1 are computed side by side: their dpbusd chains are
+ * independent, which keeps a few-row tile from waiting on one chain's latency.  Groups
+ * past the last unit (nb < 32) are empty: S_g = +0, and a subtree of them is +0, so
+ * joining one to a real subtree x is the single add x + (+0); the tree is not walked
+ * for them. */
 #define LS_PT_R LS_XP_R /* 12 */
+#ifndef LS_PT_PAIR_R
+#define LS_PT_PAIR_R 3 /* Q4_1 tiles of up to 3 rows pair units (measured: slower for Q8_0; from 4 rows
+                        * on two units' accumulators do not fit in 32 registers) */
+#endif
+
+/* c_b for U (1 or 2) consecutive units b, b + 1 and R rows: c[u][r]. */
+AI void ls_z_tile_units(const uint32_t type, const int R, const int U, const ls_wmat *w, const uint8_t *p,
+                        const uint8_t *xpb, int64_t b, const uint8_t *pn, __m512 c[2][LS_PT_R]) {
+    const int64_t nb = w->nb;
+    const uint8_t *dbase = p + (size_t)nb * w->pcode;
+    __m512i acc[2][LS_PT_R];
+    for (int u = 0; u < U; u++) {
+        ls_z_pf_unit(type, w, pn, b + u);
+#pragma GCC unroll 16
+        for (int r = 0; r < R; r++) acc[u][r] = _mm512_setzero_si512();
+    }
+    /* slot-major: U * R independent dpbusd per slot (the integer sums are exact in any order) */
+#pragma GCC unroll 8
+    for (int s2 = 0; s2 < 8; s2++) {
+#pragma GCC unroll 2
+        for (int u = 0; u < U; u++) {
+            const uint8_t *codes = p + (size_t)(b + u) * w->pcode;
+            const uint8_t *xu = xpb + (size_t)(b + u) * LS_XP_UNIT; /* this unit's packed activations */
+            __m512i wv;
+            if (type == LS_TYPE_Q4_1) {
+                const __m512i m4 = _mm512_set1_epi8(0x0F);
+                wv = s2 < 4 ? _mm512_and_si512(_mm512_loadu_si512(codes + 64 * s2), m4)
+                            : _mm512_and_si512(_mm512_srli_epi16(_mm512_loadu_si512(codes + 64 * (s2 - 4)), 4), m4);
+            } else {
+                wv = _mm512_loadu_si512(codes + 64 * s2);
+            }
+#pragma GCC unroll 16
+            for (int r = 0; r < R; r++) {
+                int32_t v0;
+                memcpy(&v0, xu + r * LS_XP_ROW + s2 * 4, 4);
+                acc[u][r] = _mm512_dpbusd_epi32(acc[u][r], wv, _mm512_set1_epi32(v0));
+            }
+        }
+    }
+#pragma GCC unroll 2
+    for (int u = 0; u < U; u++) {
+        const uint8_t *xu = xpb + (size_t)(b + u) * LS_XP_UNIT;
+        __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dbase + 32 * (size_t)(b + u))));
+        __m512 m = _mm512_setzero_ps();
+        if (type == LS_TYPE_Q4_1)
+            m = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dbase + 32 * (size_t)(nb + b + u))));
+#pragma GCC unroll 16
+        for (int r = 0; r < R; r++) {
+            float dx, sx;
+            int32_t sq128;
+            memcpy(&dx, xu + r * LS_XP_ROW + LS_XP_DX, 4);
+            __m512 dd = _mm512_mul_ps(d, _mm512_set1_ps(dx));
+            if (type == LS_TYPE_Q4_1) {
+                memcpy(&sx, xu + r * LS_XP_ROW + LS_XP_SX, 4);
+                c[u][r] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(acc[u][r]), _mm512_mul_ps(m, _mm512_set1_ps(sx)));
+            } else {
+                memcpy(&sq128, xu + r * LS_XP_ROW + LS_XP_SQ, 4);
+                __m512i isum = _mm512_sub_epi32(acc[u][r], _mm512_set1_epi32(sq128));
+                c[u][r] = _mm512_mul_ps(dd, _mm512_cvtepi32_ps(isum));
+            }
+        }
+    }
+}
+
+/* Adds group g's sums S (R rows) to the tree: stk[.][l] holds the pending left subtree
+ * of 2^l leaves; bit l of *zst says it is a subtree of empty groups (exactly +0). */
+AI void ls_z_tree_push(const int R, __m512 stk[][6], unsigned *zst, int g, __m512 *S) {
+    int lvl = 0;
+    for (; (g >> lvl) & 1; lvl++) {
+#pragma GCC unroll 16
+        for (int r = 0; r < R; r++) S[r] = _mm512_add_ps(stk[r][lvl], S[r]);
+    }
+    *zst &= ~(1u << lvl);
+#pragma GCC unroll 16
+    for (int r = 0; r < R; r++) stk[r][lvl] = S[r];
+}
+
+/* The same for an empty group g (S_g = +0): combining a real left subtree x with a
+ * subtree of empty groups is the single add x + (+0). */
+AI void ls_z_tree_push_empty(const int R, __m512 stk[][6], unsigned *zst, int g) {
+    __m512 T[LS_PT_R];
+    bool tz = true;
+    int lvl = 0;
+    for (; (g >> lvl) & 1; lvl++) {
+        if (*zst >> lvl & 1) continue; /* +0 + +0 */
+#pragma GCC unroll 16
+        for (int r = 0; r < R; r++) T[r] = _mm512_add_ps(stk[r][lvl], tz ? _mm512_setzero_ps() : T[r]);
+        tz = false;
+    }
+    if (tz) {
+        *zst |= 1u << lvl;
+    } else {
+        *zst &= ~(1u << lvl);
+#pragma GCC unroll 16
+        for (int r = 0; r < R; r++) stk[r][lvl] = T[r];
+    }
+}
+
 AI void ls_z_panel_tile(const uint32_t type, const int R, const ls_wmat *w, int64_t P, const uint8_t *xpb,
                          float *const *yr, __mmask16 km, const uint8_t *pn) {
     const uint8_t *p = w->panel + (size_t)P * w->panel_bytes;
     const int64_t nb = w->nb;
-    const uint8_t *dbase = p + (size_t)nb * w->pcode;
     __m512 stk[LS_PT_R][6];
-    unsigned zst = 0; /* bit lvl: stk[.][lvl] is a subtree of empty groups (exactly +0) */
-    for (int g = 0; g < LS_NGRP; g++) {
-        if (g >= nb) {
-            /* An empty group: S_g = +0.  A subtree of empty groups sums to exactly +0, so
-             * combining a real left subtree x with one is the single add x + (+0). */
-            __m512 T[LS_PT_R];
-            bool tz = true;
-            int lvl = 0;
-            for (; (g >> lvl) & 1; lvl++) {
-                if (zst >> lvl & 1) continue; /* +0 + +0 */
-#pragma GCC unroll 16
-                for (int r = 0; r < R; r++) T[r] = _mm512_add_ps(stk[r][lvl], tz ? _mm512_setzero_ps() : T[r]);
-                tz = false;
+    unsigned zst = 0;
+    if (type != LS_TYPE_Q4_1 || R > LS_PT_PAIR_R) { /* one group at a time */
+        for (int g = 0; g < LS_NGRP; g++) {
+            if (g >= nb) {
+                ls_z_tree_push_empty(R, stk, &zst, g);
+                continue;
             }
-            if (tz) {
-                zst |= 1u << lvl;
-            } else {
-                zst &= ~(1u << lvl);
+            __m512 S[LS_PT_R], c[2][LS_PT_R];
 #pragma GCC unroll 16
-                for (int r = 0; r < R; r++) stk[r][lvl] = T[r];
+            for (int r = 0; r < R; r++) S[r] = _mm512_setzero_ps();
+            for (int64_t b = g; b < nb; b += LS_NGRP) {
+                ls_z_tile_units(type, R, 1, w, p, xpb, b, pn, c);
+#pragma GCC unroll 16
+                for (int r = 0; r < R; r++) S[r] = _mm512_add_ps(S[r], c[0][r]);
             }
-            continue;
+            ls_z_tree_push(R, stk, &zst, g, S);
         }
-        __m512 S[LS_PT_R];
+    } else { /* groups g, g + 1 side by side */
+        for (int g = 0; g < LS_NGRP; g += 2) {
+            if (g >= nb) {
+                ls_z_tree_push_empty(R, stk, &zst, g);
+                ls_z_tree_push_empty(R, stk, &zst, g + 1);
+                continue;
+            }
+            __m512 S[2][LS_PT_R], c[2][LS_PT_R];
 #pragma GCC unroll 16
-        for (int r = 0; r < R; r++) S[r] = _mm512_setzero_ps();
-        for (int64_t b = g; b < nb; b += LS_NGRP) {
-            const uint8_t *codes = p + (size_t)b * w->pcode;
-            ls_z_pf_unit(type, w, pn, b);
-            const uint8_t *xu = xpb + (size_t)b * LS_XP_UNIT; /* this unit's packed activations */
-            __m512i acc[LS_PT_R];
+            for (int r = 0; r < R; r++) S[0][r] = S[1][r] = _mm512_setzero_ps();
+            for (int64_t b = g; b < nb; b += LS_NGRP) {
+                if (b + 1 < nb) { /* units b (group g) and b + 1 (group g + 1) */
+                    ls_z_tile_units(type, R, 2, w, p, xpb, b, pn, c);
 #pragma GCC unroll 16
-            for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_si512();
-            /* slot-major: R independent dpbusd per slot (the integer sums are exact in any order) */
-            __m512i v4[4]; /* Q4_1: each 64-byte plane loaded once (slots q and q + 4) */
-            if (type == LS_TYPE_Q4_1)
-                for (int q = 0; q < 4; q++) v4[q] = _mm512_loadu_si512(codes + 64 * q);
-#pragma GCC unroll 8
-            for (int s2 = 0; s2 < 8; s2++) {
-                __m512i wv;
-                if (type == LS_TYPE_Q4_1) {
-                    const __m512i m4 = _mm512_set1_epi8(0x0F);
-                    wv = s2 < 4 ? _mm512_and_si512(v4[s2], m4) : _mm512_and_si512(_mm512_srli_epi16(v4[s2 - 4], 4), m4);
-                } else {
-                    wv = _mm512_loadu_si512(codes + 64 * s2);
-                }
+                    for (int r = 0; r < R; r++) {
+                        S[0][r] = _mm512_add_ps(S[0][r], c[0][r]);
+                        S[1][r] = _mm512_add_ps(S[1][r], c[1][r]);
+                    }
+                } else { /* b is the last unit: group g + 1 has none in this round */
+                    ls_z_tile_units(type, R, 1, w, p, xpb, b, pn, c);
 #pragma GCC unroll 16
-                for (int r = 0; r < R; r++) {
-                    int32_t v0;
-                    memcpy(&v0, xu + r * LS_XP_ROW + s2 * 4, 4);
-                    acc[r] = _mm512_dpbusd_epi32(acc[r], wv, _mm512_set1_epi32(v0));
+                    for (int r = 0; r < R; r++) S[0][r] = _mm512_add_ps(S[0][r], c[0][r]);
                 }
             }
-            __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dbase + 32 * (size_t)b)));
-            __m512 m = _mm512_setzero_ps();
-            if (type == LS_TYPE_Q4_1)
-                m = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dbase + 32 * (size_t)(nb + b))));
-#pragma GCC unroll 16
-            for (int r = 0; r < R; r++) {
-                float dx, sx;
-                int32_t sq128;
-                memcpy(&dx, xu + r * LS_XP_ROW + LS_XP_DX, 4);
-                __m512 dd = _mm512_mul_ps(d, _mm512_set1_ps(dx));
-                __m512 c;
-                if (type == LS_TYPE_Q4_1) {
-                    memcpy(&sx, xu + r * LS_XP_ROW + LS_XP_SX, 4);
-                    c = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(acc[r]), _mm512_mul_ps(m, _mm512_set1_ps(sx)));
-                } else {
-                    memcpy(&sq128, xu + r * LS_XP_ROW + LS_XP_SQ, 4);
-                    __m512i isum = _mm512_sub_epi32(acc[r], _mm512_set1_epi32(sq128));
-                    c = _mm512_mul_ps(dd, _mm512_cvtepi32_ps(isum));
-                }
-                S[r] = _mm512_add_ps(S[r], c);
-            }
+            ls_z_tree_push(R, stk, &zst, g, S[0]);
+            if (g + 1 < nb)
+                ls_z_tree_push(R, stk, &zst, g + 1, S[1]);
+            else
+                ls_z_tree_push_empty(R, stk, &zst, g + 1);
         }
-        int lvl = 0;
-        for (; (g >> lvl) & 1; lvl++) {
-#pragma GCC unroll 16
-            for (int r = 0; r < R; r++) S[r] = _mm512_add_ps(stk[r][lvl], S[r]);
-        }
-        zst &= ~(1u << lvl);
-#pragma GCC unroll 16
-        for (int r = 0; r < R; r++) stk[r][lvl] = S[r];
     }
 #pragma GCC unroll 16
     for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(yr[r] + P * 16, km, stk[r][5]);
