@@ -461,6 +461,15 @@ def suite_spec(c: Ctx) -> dict:
           "to show the acceptance.", "",
           md_table(["prompts", "drafter", "tok/s", "speedup", "accepted len", "accept rate"], rows,
                    right={2, 3, 4, 5}), "",
+          "The price of verifying drafts: `lockstep bench spec` also runs the first input-grounded prompt with a "
+          "drafter whose k drafts are always rejected, so every decode step is one block of k + 1 rows that yields "
+          f"one token (medians of {j.get('verify_reps', '?')} runs per k, interleaved). \"per extra row\" is "
+          "(step / one-row step - 1) / k, the quantity the adaptive draft length weighs "
+          "(`LS_SPEC_ROW_COST` in src/spec/spec.c).", "",
+          md_table(["drafts", "rows per step", "step ms", "x one-row step", "per extra row"],
+                   [[str(v["drafts"]), str(v["rows"]), f"{v['step_ms']:.3f}", f"{v['x_one_row']:.2f}x",
+                     f"{v['per_extra_row']:.2f}" if v["drafts"] else "—"] for v in j.get("verify_cost", [])],
+                   right={0, 1, 2, 3, 4}), "",
           f"N-gram speculation side by side, one input-grounded prompt (a paragraph to repeat with one change, "
           f"{pr['raw']['ngram']['lockstep'][0]['n_prompt'] if raw['ngram']['lockstep'] else '?'} prompt tokens, up "
           f"to {n} tokens, greedy, draft-max {DRAFT_MAX}): `lockstep run --spec ngram` vs `llama-lookup`, each also "

@@ -2,7 +2,9 @@
  * decoding and its mean accepted length, per drafter, on input-grounded prompts
  * (quote a text, ask for an edit, a summary or a code rewrite) and on open prose.
  * Greedy, the same tokens with and without speculation (checked here too); runs are
- * interleaved (plain, then each drafter, per prompt and rep) and medians reported. */
+ * interleaved (plain, then each drafter, per prompt and rep) and medians reported.
+ * Then the price of a verify block: decode steps of k + 1 rows whose drafts are all
+ * rejected, against plain steps (verify_costs). */
 #include <cjson/cJSON.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -11,6 +13,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "engine/engine.h"
 #include "spec/spec.h"
 
 static const char *help =
@@ -24,7 +27,10 @@ static const char *help =
     "  -n N               tokens to generate per run (default 128)\n"
     "      --draft-max K  longest draft (default 8)\n"
     "      --reps N       runs per figure, medians reported (default 3)\n"
-    "      --json         one JSON object\n";
+    "      --json         one JSON object\n"
+    "\n"
+    "Ends with the cost of a verify block: decode steps whose k drafts are all rejected\n"
+    "(k + 1 rows, one token each) against plain steps, k = 0, 1, 2, 3, 4, 8 up to --draft-max.\n";
 
 static const char *grounded[] = {
     "Here is a paragraph:\n\"The printing press, developed by Johannes Gutenberg around 1440, combined movable metal "
@@ -44,6 +50,91 @@ static const char *prose[] = {
 };
 
 #define NK 5 /* off, ngram, layerskip, draft (self), draft (self) forced to draft-max */
+
+/* ---- the cost of a verify block -------------------------------------------------
+ * A drafter that always proposes k tokens the target rejects (each differs from the
+ * reference continuation), so every decode step is one block of k + 1 rows that yields
+ * one token: its time against k = 0 is the price of verifying k drafts.  This is the
+ * number the adaptive draft length weighs (LS_SPEC_ROW_COST in src/spec/spec.c). */
+#define NV 6
+typedef struct {
+    const int32_t *ref; /* the reference continuation */
+    int32_t n_ref, n_prompt, n_vocab, k;
+} reject_drafter;
+
+static int32_t reject_draft(void *ud, const int32_t *hist, int32_t n_hist, int32_t *out, int32_t max) {
+    (void)hist;
+    const reject_drafter *d = ud;
+    int32_t k = d->k < max ? d->k : max;
+    for (int32_t j = 0; j < k; j++) {
+        int32_t i = n_hist - d->n_prompt + j;
+        out[j] = ((i < d->n_ref ? d->ref[i] : 0) + 1) % d->n_vocab;
+    }
+    return k;
+}
+
+typedef struct {
+    int32_t *toks;
+    int32_t n, cap;
+    double t_first;
+    bool done;
+} reject_run;
+
+static void reject_event(void *ud, const ls_event *ev) {
+    reject_run *r = ud;
+    if (ev->token >= 0 && r->n < r->cap) r->toks[r->n++] = ev->token;
+    if (ev->token >= 0 && !r->t_first) r->t_first = ls_now_ms();
+    if (ev->done) r->done = true;
+}
+
+/* ms per decode step for each draft length ks[v] (medians of reps, interleaved); false on
+ * an error or when a run's tokens differ from ref (a parity failure, reported). */
+static bool verify_costs(const ls_model *m, int threads, const int32_t *prompt, int32_t n_prompt, const int32_t *ref,
+                         int32_t n_ref, const int32_t *ks, int nv, int reps, double *ms_out, int32_t *steps_out,
+                         ls_err *err) {
+    ls_engine_params ep = {.n_ctx = n_prompt + n_ref + 16, .n_seq_max = 1, .step_tokens = 512, .n_threads = threads,
+                           .isa = -1, .draft_max = 64, .no_prefix_cache = true};
+    ls_engine *e = ls_engine_create(m, ep, err);
+    if (!e) return false;
+    double t[NV][64];
+    int32_t toks[4096];
+    bool ok = true;
+    for (int r = 0; r < reps && ok; r++)
+        for (int v = 0; v < nv && ok; v++) {
+            reject_drafter d = {ref, n_ref, n_prompt, (int32_t)ls_model_hparams(m)->n_vocab, ks[v]};
+            reject_run run = {toks, 0, 4096, 0, false};
+            ls_request q = {.prompt = prompt, .n_prompt = n_prompt,
+                            .sampling = {.temperature = 0.0f, .top_p = 1.0f}, .max_tokens = n_ref,
+                            .ignore_eos = true, .on_event = reject_event, .ud = &run,
+                            .draft = ks[v] ? reject_draft : NULL, .draft_ud = &d};
+            if (ls_engine_submit(e, &q, NULL, err)) {
+                ok = false;
+                break;
+            }
+            int32_t steps = 0;
+            while (!run.done) {
+                int32_t rows;
+                bool had_first = run.t_first != 0;
+                if (ls_engine_step(e, &rows, err)) {
+                    ok = false;
+                    break;
+                }
+                if (had_first && rows) steps++;
+            }
+            if (!ok) break;
+            if (run.n != n_ref || memcmp(run.toks, ref, sizeof(int32_t) * (size_t)n_ref)) {
+                ls_err_set(err, LS_E_INVALID, "PARITY FAILURE: %d rejected drafts per step changed the tokens",
+                           ks[v]);
+                ok = false;
+                break;
+            }
+            t[v][r] = steps ? (ls_now_ms() - run.t_first) / steps : 0.0;
+            steps_out[v] = steps;
+        }
+    for (int v = 0; ok && v < nv; v++) ms_out[v] = cli_median(t[v], reps);
+    ls_engine_free(e);
+    return ok;
+}
 
 int cli_bench_spec(int argc, char **argv) {
     const char *cmd = "bench spec";
@@ -88,6 +179,7 @@ int cli_bench_spec(int argc, char **argv) {
     /* [class][kind][prompt * reps] */
     double tps[2][NK][64], acc_len[2][NK][64], acc_rate[2][NK][64];
     int cnt[2][NK] = {{0}};
+    int32_t g0[2048], g0_ref[4096], n_g0 = 0, n_g0_ref = 0; /* grounded prompt 0 and its tokens */
     int rc = 1;
     { /* Unrecorded warm-up: a process's first forwards pay for first touches of the weights. */
         const char *w = "The history of the printing press begins";
@@ -138,6 +230,12 @@ int cli_bench_spec(int argc, char **argv) {
                     if (k == 0) {
                         n_ref = res.n_gen;
                         memcpy(ref, res.tokens, sizeof(int32_t) * (size_t)res.n_gen);
+                        if (cls == 0 && pi == 0 && r == 0) {
+                            n_g0 = (int32_t)nt;
+                            memcpy(g0, toks, sizeof(int32_t) * nt);
+                            n_g0_ref = res.n_gen;
+                            memcpy(g0_ref, res.tokens, sizeof(int32_t) * (size_t)res.n_gen);
+                        }
                     } else if (res.n_gen != n_ref || memcmp(ref, res.tokens, sizeof(int32_t) * (size_t)n_ref)) {
                         fprintf(stderr, "lockstep %s: PARITY FAILURE: %s changed the tokens\n", cmd,
                                 labels[k]);
@@ -188,6 +286,36 @@ int cli_bench_spec(int argc, char **argv) {
             if (!json)
                 printf("%-9s %-13s %7.1f %8.2fx %14.2f %11.0f%%\n", cls ? "prose" : "grounded", labels[k], t,
                        base > 0 ? t / base : 0.0, al, 100 * ar);
+        }
+    }
+    { /* the price of a verify block: steps of k + 1 rows, all k drafts rejected */
+        int32_t ks[NV] = {0, 1, 2, 3, 4, 8}, steps[NV] = {0};
+        int nv = 0;
+        while (nv < NV && ks[nv] <= draft_max) nv++;
+        double vms[NV];
+        int vreps = 3 * (int)reps > 63 ? 63 : 3 * (int)reps; /* cheap runs, a noisy figure: more of them */
+        if (!verify_costs(m, (int)threads, g0, n_g0, g0_ref, n_g0_ref, ks, nv, vreps, vms, steps, &err)) {
+            fprintf(stderr, "lockstep %s: %s\n", cmd, err.msg);
+            cJSON_Delete(root);
+            goto out;
+        }
+        cJSON_AddNumberToObject(root, "verify_reps", vreps);
+        cJSON *vc = cJSON_AddArrayToObject(root, "verify_cost");
+        if (!json)
+            printf("\nverify block cost (grounded prompt 0, every draft rejected: one token per step; medians of %lld runs)\n"
+                   "%6s %5s %9s %10s %14s\n",
+                   (long long)vreps, "drafts", "rows", "step ms", "x 1 row", "per extra row");
+        for (int v = 0; v < nv; v++) {
+            double x = vms[0] > 0 ? vms[v] / vms[0] : 0.0, per = ks[v] ? (x - 1.0) / ks[v] : 0.0;
+            cJSON *c = cJSON_CreateObject();
+            cJSON_AddNumberToObject(c, "drafts", ks[v]);
+            cJSON_AddNumberToObject(c, "rows", ks[v] + 1);
+            cJSON_AddNumberToObject(c, "steps", steps[v]);
+            cJSON_AddNumberToObject(c, "step_ms", vms[v]);
+            cJSON_AddNumberToObject(c, "x_one_row", x);
+            cJSON_AddNumberToObject(c, "per_extra_row", per);
+            cJSON_AddItemToArray(vc, c);
+            if (!json) printf("%6d %5d %9.3f %9.2fx %14.2f\n", ks[v], ks[v] + 1, vms[v], x, per);
         }
     }
     if (json) {
