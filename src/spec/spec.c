@@ -171,8 +171,12 @@ struct ls_drafter {
 #define LS_MTP_ROWS 64
 
 /* Extra cost of each additional row of a verify block, relative to a single-row
- * decode step (a forward of a block of M rows on 2 threads, AVX-512, after the panel
- * kernel's multi-row tile: M = 5 ~1.55x, M = 9 ~2.2x one row). */
+ * decode step, as the draft-length rule assumes it.  `lockstep bench spec` measures the
+ * real one (its verify-cost table: 0.18-0.38 per row on a 2-vCPU AVX-512 host, varying
+ * with the host's memory load).  0.15 is kept below that on purpose: a replay of the
+ * grounded prompts' tokens at real costs of 0.3-0.45 gives within 0.08x of using the
+ * true cost in the rule, and at a real 0.15 the higher constants lose 0.16-0.22x
+ * (docs/benchmarks.md, "what a verify row costs"). */
 #define LS_SPEC_ROW_COST 0.15
 
 void ls_drafter_free(ls_drafter *d) {
