@@ -288,7 +288,9 @@ int cli_bench_spec(int argc, char **argv) {
                        base > 0 ? t / base : 0.0, al, 100 * ar);
         }
     }
-    { /* the price of a verify block: steps of k + 1 rows, all k drafts rejected */
+    if (n_g0_ref < 2) { /* the model ended at once: no decode steps to time */
+        if (!json) printf("\nverify block cost: skipped (grounded prompt 0 gave %d tokens)\n", (int)n_g0_ref);
+    } else { /* the price of a verify block: steps of k + 1 rows, all k drafts rejected */
         int32_t ks[NV] = {0, 1, 2, 3, 4, 8}, steps[NV] = {0};
         int nv = 0;
         while (nv < NV && ks[nv] <= draft_max) nv++;

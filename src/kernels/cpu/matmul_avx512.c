@@ -517,9 +517,10 @@ AI void ls_z_panel_rows1(const uint32_t type, const ls_mm_job *job, int64_t n0, 
  * unit's weight operands are loaded once for all R rows, slot by slot, with R independent
  * dpbusd per slot; every row's c_b, S_g and tree are the scalar recipe's operations in its
  * order.  Q4_1's high nibbles are shifted down once per unit, so one integer sum per row
- * covers all 8 slots (the same exact integer as ls_z_pc's two).  Groups run in pairs
- * (g, g + 1), so units b and b + 1 are computed side by side: their dpbusd chains are
- * independent, which keeps a few-row tile from waiting on one chain's latency.  Groups
+ * covers all 8 slots (the same exact integer as ls_z_pc's two).  Q4_1 tiles of up to
+ * LS_PT_PAIR_R rows run groups in pairs (g, g + 1), so units b and b + 1 are computed side
+ * by side: their dpbusd chains are independent, which keeps a few-row tile from waiting
+ * on one chain's latency; each group still enters the tree in order.  Groups
  * past the last unit (nb < 32) are empty: S_g = +0, and a subtree of them is +0, so
  * joining one to a real subtree x is the single add x + (+0); the tree is not walked
  * for them. */
