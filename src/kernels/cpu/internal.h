@@ -106,6 +106,14 @@ static inline ls_xq ls_xq_row(const void *scratch, int64_t K, int64_t m) {
     r.sqlo = r.sq + nb;
     return r;
 }
+/* Byte offset in a row's q of chunk s (elements 4s..4s+3) of unit b: units are stored
+ * in groups of LS_GROUP, chunk-major inside a group (chunk s of the group's L units,
+ * then chunk s + 1), L = LS_GROUP but for a partial last group. */
+static inline int64_t ls_xq_chunk(int64_t nb, int64_t b, int64_t s) {
+    int64_t G = b / LS_GROUP, l = b % LS_GROUP;
+    int64_t L = (G + 1) * LS_GROUP <= nb ? LS_GROUP : nb % LS_GROUP;
+    return G * (LS_GROUP * 32) + (s * L + l) * 4;
+}
 /* Activation blocks with amax below this quantize to q = 0, d = 0 (as amax == 0). */
 #define LS_QX_TINY 0x1p-100f
 void ls_quantize_x_row(const float *x, int64_t K, void *row_out);

@@ -16,11 +16,8 @@ static void ls_xp_pack_row(const void *row, int64_t K, int64_t m, uint8_t *xp) {
     const int64_t nb = K / 32, r = m % LS_XP_R;
     uint8_t *t = xp + (size_t)(m / LS_XP_R) * ls_xp_tile_bytes(K);
     for (int64_t b = 0; b < nb; b++) {
-        int64_t G = b / LS_GROUP, l = b % LS_GROUP;
-        int64_t L = (G + 1) * LS_GROUP <= nb ? LS_GROUP : nb % LS_GROUP;
         uint8_t *u = t + (size_t)b * LS_XP_UNIT + (size_t)r * LS_XP_ROW;
-        const int8_t *q = x.q + G * (LS_GROUP * 32) + l * 4;
-        for (int s = 0; s < 8; s++) memcpy(u + 4 * s, q + s * L * 4, 4);
+        for (int s = 0; s < 8; s++) memcpy(u + 4 * s, x.q + ls_xq_chunk(nb, b, s), 4);
         int32_t sq128 = 128 * x.sq[b];
         memcpy(u + LS_XP_DX, &x.dx[b], 4);
         memcpy(u + LS_XP_SX, &x.sx[b], 4);
@@ -50,9 +47,6 @@ void ls_quantize_x_row(const float *x, int64_t K, void *row_out) {
             finite = finite && a <= FLT_MAX; /* false for inf and NaN */
             amax = a > amax ? a : amax;
         }
-        int64_t G = b / LS_GROUP, l = b % LS_GROUP;
-        int64_t L = (G + 1) * LS_GROUP <= nb ? LS_GROUP : nb % LS_GROUP;
-        int8_t *qg = q + G * LS_GROUP * 32;
         int32_t s = 0, slo = 0;
         float d = 0.0f;
         if (finite && amax >= LS_QX_TINY) {
@@ -60,12 +54,12 @@ void ls_quantize_x_row(const float *x, int64_t K, void *row_out) {
             float id = 127.0f / amax;
             for (int i = 0; i < 32; i++) {
                 int32_t v = ls_rint_small(xb[i] * id); /* |x * id| <= 127 * (1 + 2^-23) */
-                qg[((i / 4) * L + l) * 4 + i % 4] = (int8_t)v;
+                q[ls_xq_chunk(nb, b, i / 4) + i % 4] = (int8_t)v;
                 s += v;
                 if (i < 16) slo += v;
             }
         } else { /* all zero or tiny (q = 0, d = 0), or non-finite input (q = 0, d = NaN) */
-            for (int i = 0; i < 32; i++) qg[((i / 4) * L + l) * 4 + i % 4] = 0;
+            for (int i = 0; i < 32; i++) q[ls_xq_chunk(nb, b, i / 4) + i % 4] = 0;
             if (!finite) d = NAN;
         }
         dx[b] = d;

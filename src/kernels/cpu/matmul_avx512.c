@@ -446,10 +446,8 @@ AI void ls_z_pf_unit(const uint32_t type, const ls_wmat *w, const uint8_t *pn, i
 
 /* Activation chunk s (elements 4s..4s+3) of unit b, broadcast to 16 lanes. */
 AI __m512i ls_z_xb(const ls_xq *x, int64_t nb, int64_t b, int s) {
-    int64_t G = b / LS_GROUP, l = b % LS_GROUP;
-    int64_t L = (G + 1) * LS_GROUP <= nb ? LS_GROUP : nb % LS_GROUP;
     int32_t v;
-    memcpy(&v, x->q + G * (LS_GROUP * 32) + (s * L + l) * 4, 4);
+    memcpy(&v, x->q + ls_xq_chunk(nb, b, s), 4);
     return _mm512_set1_epi32(v);
 }
 
@@ -813,9 +811,6 @@ void ls_quantize_x_row_avx512(const float *x, int64_t K, void *row_out) {
         __m512 a0 = _mm512_and_ps(x0, absm), a1 = _mm512_and_ps(x1, absm);
         bool finite = _mm512_cmp_ps_mask(a0, fmax, _CMP_LE_OQ) == 0xFFFF && _mm512_cmp_ps_mask(a1, fmax, _CMP_LE_OQ) == 0xFFFF;
         float amax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
-        int64_t G = b / LS_GROUP, l = b % LS_GROUP;
-        int64_t L = (G + 1) * LS_GROUP <= nb ? LS_GROUP : nb % LS_GROUP;
-        int8_t *qg = q + G * LS_GROUP * 32;
         int32_t s = 0, slo = 0;
         float d = 0.0f;
         uint32_t qd[8] = {0};
@@ -831,7 +826,7 @@ void ls_quantize_x_row_avx512(const float *x, int64_t K, void *row_out) {
         } else if (!finite) {
             d = NAN;
         }
-        for (int t = 0; t < 8; t++) memcpy(qg + (t * L + l) * 4, &qd[t], 4);
+        for (int t = 0; t < 8; t++) memcpy(q + ls_xq_chunk(nb, b, t), &qd[t], 4);
         dx[b] = d;
         sx[b] = d * (float)s;
         sq[b] = s;
