@@ -673,10 +673,12 @@ static void test_parity_ops(void **state) {
             free(x0); free(ref); free(y);
             ls_rope_free(r);
         }
-    /* attention: rows at assorted positions (incl. 0, chunk edges), GQA, head_dim 64/48/100 */
-    const int ahd[] = {64, 48, 100};
-    for (int hi = 0; hi < 3; hi++) {
-        int hd = ahd[hi], nkv = 2, nh = 6, npos = 300;
+    /* attention: rows at assorted positions (incl. 0, chunk edges), GQA, head_dim 64/48/100;
+     * at head_dim 64 also 1 and 8 query heads per kv head (AVX-512 blocks of 12 rows x 1
+     * head, and 3 rows x two head batches of 4) */
+    const int ahd[] = {64, 48, 100, 64, 64}, anh[] = {6, 6, 6, 2, 8}, ankv[] = {2, 2, 2, 2, 1};
+    for (int hi = 0; hi < 5; hi++) {
+        int hd = ahd[hi], nkv = ankv[hi], nh = anh[hi], npos = 300;
         float *kc_ = malloc(sizeof(float) * (size_t)(npos * nkv * hd)), *vc = malloc(sizeof(float) * (size_t)(npos * nkv * hd));
         for (int i = 0; i < npos * nkv * hd; i++) {
             kc_[i] = 2.0f * rng_unif(&s);
@@ -692,7 +694,7 @@ static void test_parity_ops(void **state) {
         float *pk = malloc(sizeof(float) * (size_t)(nb * 16 * row)), *pv = malloc(sizeof(float) * (size_t)(nb * 16 * row));
         int32_t table[32];
         ls_kv_view cview[13], pview[13];
-        float q[13 * 6 * 100];
+        float q[13 * 8 * 100];
         for (int b = 0; b < nb; b++) table[b] = b;
         for (int b = nb - 1; b > 0; b--) { /* Fisher-Yates */
             int j = (int)(rng_next(&s) % (uint64_t)(b + 1));
@@ -711,7 +713,9 @@ static void test_parity_ops(void **state) {
         }
         size_t per = ls_attention_scratch_floats(npos);
         float *scr = malloc(sizeof(float) * per * 3);
-        float ref[13 * 6 * 100], y[13 * 6 * 100];
+        float ref[13 * 8 * 100], y[13 * 8 * 100];
+        ls_kv_view mview[13]; /* runs of 1-4 rows on one view, then the other (blocks cut at runs) */
+        for (int m = 0; m < 13; m++) mview[m] = (m < 3 || (m >= 4 && m < 8) || m == 12) ? cview[m] : pview[m];
         ls_kctx ks = {LS_ISA_SCALAR, NULL, NULL, 0, false, 0, 0};
         /* random queries; then queries of zeros and of -0 (every score is a zero: the
          * maximum is a zero, whose sign the AVX-512 lane-wise max need not keep) */
@@ -725,9 +729,10 @@ static void test_parity_ops(void **state) {
             for (int t = 1; t <= 3; t++) {
                 ls_kctx kc = {(ls_isa)isa, g_pools[t], NULL, 0, false, 0, 0};
                 for (int64_t mm = 1; mm <= 13; mm += 12) {
-                    for (int paged = 0; paged < 2; paged++) {
+                    for (int paged = 0; paged < 3; paged++) {
                         memset(y, 0, sizeof y);
-                        ls_attention(&kc, q, mm, posv, paged ? pview : cview, nh, nkv, hd, 0.125f, y, scr, per);
+                        ls_attention(&kc, q, mm, posv, paged == 2 ? mview : paged ? pview : cview, nh, nkv, hd,
+                                     0.125f, y, scr, per);
                         assert_memory_equal(y, ref, sizeof(float) * (size_t)(mm * nh * hd));
                     }
                 }

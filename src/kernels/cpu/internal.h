@@ -163,11 +163,15 @@ typedef struct {
     void (*expf_n)(const float *x, int64_t n, float *out);
 } ls_kvtab;
 
-/* Attention for up to LS_ATTN_HMAX query heads sharing a kv head (AVX-512; same bits as
- * ls_attn_head_avx512 per head).  scores: nh x per floats. */
+/* AVX-512 attention for a block of nr rows of one sequence x nh (<= LS_ATTN_HMAX) query
+ * heads sharing a kv head, nr * nh <= LS_ATTN_VMAX vectors (same bits as
+ * ls_attn_head_avx512 per row and head).  Row r's queries are q + r * row_stride + h *
+ * q_stride (out likewise), at position pos[r].  scores: nr * nh x per floats. */
 #define LS_ATTN_HMAX 4
-void ls_attn_heads_avx512(int nh, const float *q, int q_stride, int64_t n_keys, const ls_kv_view *kv, int kv_off,
-                          int kv_stride, int head_dim, float scale, float *out, float *scores, size_t per);
+#define LS_ATTN_VMAX 12
+void ls_attn_block_avx512(int nr, int nh, const float *q, int64_t row_stride, int q_stride, const int32_t *pos,
+                          const ls_kv_view *kv, int kv_off, int kv_stride, int head_dim, float scale, float *out,
+                          float *scores, size_t per);
 
 /* Key row j of a paged view (kv_off selects the kv head inside the row). */
 static inline const float *ls_kv_krow(const ls_kv_view *kv, int kv_off, int kv_stride, int64_t j) {

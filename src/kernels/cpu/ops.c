@@ -113,12 +113,15 @@ void ls_rope_apply(const ls_kctx *kc, const ls_rope *r, float *x, int64_t M, int
 }
 
 /* ---- attention ------------------------------------------------------------ */
-/* Room for LS_ATTN_HMAX heads' scores (heads sharing a kv head are computed together). */
-size_t ls_attention_scratch_floats(int64_t n_keys) { return LS_ATTN_HMAX * (((size_t)n_keys + 15) & ~(size_t)15); }
+/* Room for LS_ATTN_VMAX query vectors' scores (AVX-512 computes a block of rows x heads
+ * sharing a kv head together). */
+size_t ls_attention_scratch_floats(int64_t n_keys) { return LS_ATTN_VMAX * (((size_t)n_keys + 15) & ~(size_t)15); }
+
+/* Row blocks per pool dispatch of the AVX-512 path (a call with more runs several). */
+#define LS_ATTN_WIN 256
 
 typedef struct {
     const ls_kvtab *vt;
-    ls_isa isa;
     const float *q;
     int64_t M;
     const int32_t *pos;
@@ -127,39 +130,40 @@ typedef struct {
     float scale;
     float *out, *scratch;
     size_t per_thread;
+    const int64_t *bstart; /* AVX-512: row blocks [bstart[i], bstart[i + 1]) */
+    int64_t nblk;
     int64_t next; /* the next unit to claim: threads take units one at a time (a slowed
                    * thread takes fewer); each unit's bits do not depend on who runs it */
 } ls_attn_call;
 
-/* AVX-512: units of (row, kv head, batch of <= LS_ATTN_HMAX query heads of that kv head). */
-static void ls_attn_task_grouped(ls_attn_call *c, int ith, int nth) {
+/* AVX-512: units of (row block, kv head, batch of <= LS_ATTN_HMAX query heads of that
+ * kv head).  A row block is up to LS_ATTN_VMAX / heads-per-batch rows of one sequence. */
+static void ls_attn_task_grouped(void *arg, int ith, int nth) {
+    ls_attn_call *c = arg;
     int grp = c->n_head / c->n_kv_head;
     int nbat = (grp + LS_ATTN_HMAX - 1) / LS_ATTN_HMAX;
-    int64_t per_m = (int64_t)c->n_kv_head * nbat, total = c->M * per_m;
+    int64_t per_b = (int64_t)c->n_kv_head * nbat, total = c->nblk * per_b;
     float *scores = c->scratch + (size_t)ith * c->per_thread;
-    size_t per_head = c->per_thread / LS_ATTN_HMAX;
+    size_t per_vec = c->per_thread / LS_ATTN_VMAX;
     int kv_stride = c->n_kv_head * c->head_dim;
+    int64_t row_stride = (int64_t)c->n_head * c->head_dim;
     (void)nth;
     for (int64_t t; (t = __atomic_fetch_add(&c->next, 1, __ATOMIC_RELAXED)) < total;) {
-        int64_t m = t / per_m;
-        int kvh = (int)(t % per_m) / nbat, bi = (int)(t % per_m) % nbat;
+        int64_t m0 = c->bstart[t / per_b];
+        int nr = (int)(c->bstart[t / per_b + 1] - m0);
+        int kvh = (int)(t % per_b) / nbat, bi = (int)(t % per_b) % nbat;
         int h0 = kvh * grp + bi * LS_ATTN_HMAX;
         int nh = grp - bi * LS_ATTN_HMAX < LS_ATTN_HMAX ? grp - bi * LS_ATTN_HMAX : LS_ATTN_HMAX;
-        int64_t n_keys = (int64_t)c->pos[m] + 1;
-        LS_ASSERT(ls_attention_scratch_floats(n_keys) <= c->per_thread);
-        int64_t row = m * c->n_head * c->head_dim + (int64_t)h0 * c->head_dim;
-        ls_attn_heads_avx512(nh, c->q + row, c->head_dim, n_keys, &c->kv[m], kvh * c->head_dim, kv_stride,
-                             c->head_dim, c->scale, c->out + row, scores, per_head);
+        for (int r = 0; r < nr; r++)
+            LS_ASSERT(ls_attention_scratch_floats((int64_t)c->pos[m0 + r] + 1) <= c->per_thread);
+        int64_t off = m0 * row_stride + (int64_t)h0 * c->head_dim;
+        ls_attn_block_avx512(nr, nh, c->q + off, row_stride, c->head_dim, c->pos + m0, &c->kv[m0],
+                             kvh * c->head_dim, kv_stride, c->head_dim, c->scale, c->out + off, scores, per_vec);
     }
 }
 
 static void ls_attn_task(void *arg, int ith, int nth) {
     ls_attn_call *c = arg;
-    /* (not c->vt == ls_kvtab_for(LS_ISA_AVX512): that asserts the CPU has AVX-512) */
-    if (c->isa == LS_ISA_AVX512 && c->head_dim % 16 == 0 && c->head_dim <= 64) {
-        ls_attn_task_grouped(c, ith, nth);
-        return;
-    }
     int64_t total = c->M * c->n_head;
     float *scores = c->scratch + (size_t)ith * c->per_thread;
     int grp = c->n_head / c->n_kv_head;
@@ -176,15 +180,45 @@ static void ls_attn_task(void *arg, int ith, int nth) {
     }
 }
 
+static bool ls_kv_same(const ls_kv_view *a, const ls_kv_view *b) {
+    return a->k == b->k && a->v == b->v && a->blocks == b->blocks && a->block_stride == b->block_stride &&
+           a->block_shift == b->block_shift;
+}
+
 void ls_attention(const ls_kctx *kc, const float *q, int64_t M, const int32_t *pos, const ls_kv_view *kv,
                   int n_head, int n_kv_head, int head_dim, float scale, float *out, float *scratch,
                   size_t scratch_floats_per_thread) {
     LS_ASSERT(kc && q && pos && kv && out && scratch);
     LS_ASSERT(n_head > 0 && n_kv_head > 0 && n_head % n_kv_head == 0 && head_dim > 0);
     for (int64_t m = 0; m < M; m++) LS_ASSERT(pos[m] >= 0 && kv[m].block_shift >= 4 && kv[m].block_shift < 31);
-    ls_attn_call c = {ls_kvtab_for(kc->isa), kc->isa, q, M, pos, kv, n_head, n_kv_head, head_dim,
-                      scale, out, scratch, scratch_floats_per_thread, 0};
+    ls_attn_call c = {ls_kvtab_for(kc->isa), q, M, pos, kv, n_head, n_kv_head, head_dim,
+                      scale, out, scratch, scratch_floats_per_thread, NULL, 0, 0};
     int64_t work = 0;
     for (int64_t m = 0; m < M; m++) work += ((int64_t)pos[m] + 1) * n_head * head_dim * 2;
-    ls_pool_run(ls_pool_for(kc, work), ls_attn_task, &c);
+    ls_pool *pool = ls_pool_for(kc, work);
+    /* (not c.vt == ls_kvtab_for(LS_ISA_AVX512): that asserts the CPU has AVX-512) */
+    if (!(kc->isa == LS_ISA_AVX512 && head_dim % 16 == 0 && head_dim <= 64)) {
+        ls_pool_run(pool, ls_attn_task, &c);
+        return;
+    }
+    /* Consecutive rows with the same view (a sequence's prefill chunk or verify block)
+     * form runs; a run is cut into near-equal blocks of at most rmax rows. */
+    int grp = n_head / n_kv_head, hb = grp < LS_ATTN_HMAX ? grp : LS_ATTN_HMAX;
+    int64_t rmax = LS_ATTN_VMAX / hb, bstart[LS_ATTN_WIN + 1];
+    for (int64_t m = 0; m < M;) {
+        int64_t nb = 0;
+        bstart[0] = m;
+        while (m < M && nb < LS_ATTN_WIN) {
+            int64_t e = m + 1;
+            while (e < M && e - m < (LS_ATTN_WIN - nb) * rmax && ls_kv_same(&kv[e], &kv[m])) e++;
+            int64_t n = e - m, k = (n + rmax - 1) / rmax;
+            for (int64_t i = 1; i <= k; i++) bstart[nb + i] = m + n * i / k;
+            nb += k;
+            m = e;
+        }
+        c.bstart = bstart;
+        c.nblk = nb;
+        c.next = 0;
+        ls_pool_run(pool, ls_attn_task_grouped, &c);
+    }
 }

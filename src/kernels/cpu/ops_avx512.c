@@ -201,40 +201,81 @@ void ls_attn_head_avx512(const float *q, int64_t n_keys, const ls_kv_view *kv, i
     }
 }
 
-/* nh (<= LS_ATTN_HMAX) query heads sharing one kv head: for each head exactly
- * ls_attn_head_avx512's operation sequence; the heads' sequential chains (the chunk sums
- * and the p.v accumulators) are interleaved, and each v row is loaded once for all heads. */
-void ls_attn_heads_avx512(int nh, const float *q, int q_stride, int64_t n_keys, const ls_kv_view *kv, int kv_off,
-                          int kv_stride, int head_dim, float scale, float *out, float *scores, size_t per) {
-    if (head_dim % 16 != 0 || head_dim > 64 || nh < 2) {
-        for (int h = 0; h < nh; h++)
-            ls_attn_head_avx512(q + (int64_t)h * q_stride, n_keys, kv, kv_off, kv_stride, head_dim, scale,
-                                out + (int64_t)h * q_stride, scores + (size_t)h * per);
+/* Step 4 for nv vectors at once: vector v's sum over keys 0..nk[v]-1 in chunks of
+ * LS_ATTN_CHUNK (part = +0, part += p_t in key order; sum = +0, sum += part in chunk
+ * order), the nv sequential chains interleaved.  A vector takes part in chunk c only if
+ * it has key c, and in key t only if t < nk[v].  Inlined with a constant nv. */
+AI void ls_attn_chunk_sums(int nv, float *const *sc, const int64_t *nk, int64_t nmin, int64_t nmax, float *sum) {
+    float s[LS_ATTN_VMAX], part[LS_ATTN_VMAX];
+    for (int v = 0; v < nv; v++) s[v] = 0.0f;
+    for (int64_t c = 0; c < nmax; c += LS_ATTN_CHUNK) {
+        for (int v = 0; v < nv; v++) part[v] = 0.0f;
+        int64_t e = c + LS_ATTN_CHUNK < nmax ? c + LS_ATTN_CHUNK : nmax, ec = e < nmin ? e : nmin, t = c;
+        for (; t < ec; t++)
+#pragma GCC unroll 12
+            for (int v = 0; v < nv; v++) part[v] = part[v] + sc[v][t];
+        for (; t < e; t++)
+            for (int v = 0; v < nv; v++)
+                if (t < nk[v]) part[v] = part[v] + sc[v][t];
+        for (int v = 0; v < nv; v++)
+            if (c < nk[v]) s[v] = s[v] + part[v];
+    }
+    for (int v = 0; v < nv; v++) sum[v] = s[v];
+}
+
+/* A block of nr rows of one sequence (one kv view; row r at position pos[r]), each with
+ * nh (<= LS_ATTN_HMAX) query heads sharing one kv head: nv = nr * nh <= LS_ATTN_VMAX
+ * query vectors v = r * nh + h.  Each vector runs exactly ls_attn_head_avx512's
+ * operation sequence over its own keys 0..pos[r]; what is shared is loads and latency:
+ * every 16-key slice of K is loaded once for all vectors (it stays in L1 while they use
+ * it), the vectors' chunk-sum chains are interleaved, and each row's v rows are loaded
+ * once for its heads. */
+void ls_attn_block_avx512(int nr, int nh, const float *q, int64_t row_stride, int q_stride, const int32_t *pos,
+                          const ls_kv_view *kv, int kv_off, int kv_stride, int head_dim, float scale, float *out,
+                          float *scores, size_t per) {
+    const int nv = nr * nh;
+    LS_ASSERT(nr >= 1 && nh >= 1 && nh <= LS_ATTN_HMAX && nv <= LS_ATTN_VMAX);
+    if (head_dim % 16 != 0 || head_dim > 64) {
+        for (int v = 0; v < nv; v++) {
+            int64_t o = (v / nh) * row_stride + (int64_t)(v % nh) * q_stride;
+            ls_attn_head_avx512(q + o, (int64_t)pos[v / nh] + 1, kv, kv_off, kv_stride, head_dim, scale, out + o,
+                                scores);
+        }
         return;
     }
-    float *sc[LS_ATTN_HMAX];
-    for (int h = 0; h < nh; h++) {
-        sc[h] = scores + (size_t)h * per;
-        const float *qh = q + (int64_t)h * q_stride;
-        float *sh = sc[h];
-        int64_t j0 = 0;
-        __m512 qv[4];
-        int nq = head_dim / 16;
-        for (int t = 0; t < nq; t++) qv[t] = _mm512_loadu_ps(qh + 16 * t);
-        const __m512 vsc = _mm512_set1_ps(scale);
-        for (; j0 + 16 <= n_keys; j0 += 16) {
-            const float *kb = ls_kv_krow(kv, kv_off, kv_stride, j0);
+    const int nq = head_dim / 16;
+    const __m512 vsc = _mm512_set1_ps(scale);
+    float *sc[LS_ATTN_VMAX];
+    const float *qp[LS_ATTN_VMAX];
+    int64_t nk[LS_ATTN_VMAX], nmax = 0, nmin = INT64_MAX;
+    for (int v = 0; v < nv; v++) {
+        sc[v] = scores + (size_t)v * per;
+        qp[v] = q + (v / nh) * row_stride + (int64_t)(v % nh) * q_stride;
+        nk[v] = (int64_t)pos[v / nh] + 1;
+        nmax = nk[v] > nmax ? nk[v] : nmax;
+        nmin = nk[v] < nmin ? nk[v] : nmin;
+    }
+    /* 1. scores: each 16-key slice for every vector that has all 16 keys (the batched
+     * trees: same bits as ls_z_dot16), then each vector's last < 16 keys one by one */
+    for (int64_t j0 = 0; j0 + 16 <= nmax; j0 += 16) {
+        const float *kb = ls_kv_krow(kv, kv_off, kv_stride, j0); /* 16 keys never straddle a block */
+        for (int v = 0; v < nv; v++) {
+            if (j0 + 16 > nk[v]) continue;
             __m512 acc[16];
             if (nq == 4) { /* head_dim 64: the same fma chain, unrolled */
+                const __m512 q0 = _mm512_loadu_ps(qp[v]), q1 = _mm512_loadu_ps(qp[v] + 16),
+                             q2 = _mm512_loadu_ps(qp[v] + 32), q3 = _mm512_loadu_ps(qp[v] + 48);
 #pragma GCC unroll 16
                 for (int jj = 0; jj < 16; jj++) {
                     const float *kj = kb + jj * kv_stride;
-                    __m512 a = _mm512_fmadd_ps(qv[0], _mm512_loadu_ps(kj), _mm512_setzero_ps());
-                    a = _mm512_fmadd_ps(qv[1], _mm512_loadu_ps(kj + 16), a);
-                    a = _mm512_fmadd_ps(qv[2], _mm512_loadu_ps(kj + 32), a);
-                    acc[jj] = _mm512_fmadd_ps(qv[3], _mm512_loadu_ps(kj + 48), a);
+                    __m512 a = _mm512_fmadd_ps(q0, _mm512_loadu_ps(kj), _mm512_setzero_ps());
+                    a = _mm512_fmadd_ps(q1, _mm512_loadu_ps(kj + 16), a);
+                    a = _mm512_fmadd_ps(q2, _mm512_loadu_ps(kj + 32), a);
+                    acc[jj] = _mm512_fmadd_ps(q3, _mm512_loadu_ps(kj + 48), a);
                 }
             } else {
+                __m512 qv[4];
+                for (int t = 0; t < nq; t++) qv[t] = _mm512_loadu_ps(qp[v] + 16 * t);
 #pragma GCC unroll 16
                 for (int jj = 0; jj < 16; jj++) {
                     const float *kj = kb + jj * kv_stride;
@@ -243,20 +284,25 @@ void ls_attn_heads_avx512(int nh, const float *q, int q_stride, int64_t n_keys, 
                     acc[jj] = a;
                 }
             }
-            _mm512_storeu_ps(sh + j0, _mm512_mul_ps(ls_z_tree16_x16(acc), vsc));
+            _mm512_storeu_ps(sc[v] + j0, _mm512_mul_ps(ls_z_tree16_x16(acc), vsc));
         }
-        for (int64_t j = j0; j < n_keys; j++)
-            sh[j] = ls_z_dot16(qh, ls_kv_krow(kv, kv_off, kv_stride, j), head_dim) * scale;
-        /* mx: lane-wise max_ps(s, m) = s > m ? s : m, the scalar loop's step (a NaN score is
-         * skipped; a NaN sh[0] stays), every lane seeded with sh[0].  It can differ from the
-         * scalar loop only in the sign of a zero maximum, which exp(s - mx) does not see
-         * (s - (+0) and s - (-0) differ only for s = -0, and ls_expf(+-0) = 1). */
+    }
+    for (int v = 0; v < nv; v++) {
+        float *sh = sc[v];
+        const int64_t n = nk[v];
+        for (int64_t j = n & ~(int64_t)15; j < n; j++)
+            sh[j] = ls_z_dot16(qp[v], ls_kv_krow(kv, kv_off, kv_stride, j), head_dim) * scale;
+        /* 2. mx: lane-wise max_ps(s, m) = s > m ? s : m, the scalar loop's step (a NaN
+         * score is skipped; a NaN sh[0] stays), every lane seeded with sh[0].  It can
+         * differ from the scalar loop only in the sign of a zero maximum, which
+         * exp(s - mx) does not see (s - (+0) and s - (-0) differ only for s = -0, and
+         * ls_expf(+-0) = 1).  3. p_j = exp(s_j - mx) in place. */
         __m512 vmx = _mm512_set1_ps(sh[0]);
         {
             int64_t j = 1;
-            for (; j + 16 <= n_keys; j += 16) vmx = _mm512_max_ps(_mm512_loadu_ps(sh + j), vmx);
-            if (j < n_keys) {
-                __mmask16 m = ls_z_tailmask(n_keys - j);
+            for (; j + 16 <= n; j += 16) vmx = _mm512_max_ps(_mm512_loadu_ps(sh + j), vmx);
+            if (j < n) {
+                __mmask16 m = ls_z_tailmask(n - j);
                 vmx = _mm512_mask_max_ps(vmx, m, _mm512_maskz_loadu_ps(m, sh + j), vmx);
             }
             float lanes[16], mx = sh[0];
@@ -265,49 +311,55 @@ void ls_attn_heads_avx512(int nh, const float *q, int q_stride, int64_t n_keys, 
             vmx = _mm512_set1_ps(mx);
         }
         int64_t j = 0;
-        for (; j + 16 <= n_keys; j += 16)
-            _mm512_storeu_ps(sh + j, ls_z_expf(_mm512_sub_ps(_mm512_loadu_ps(sh + j), vmx)));
-        if (j < n_keys) {
-            __mmask16 m = ls_z_tailmask(n_keys - j);
+        for (; j + 16 <= n; j += 16) _mm512_storeu_ps(sh + j, ls_z_expf(_mm512_sub_ps(_mm512_loadu_ps(sh + j), vmx)));
+        if (j < n) {
+            __mmask16 m = ls_z_tailmask(n - j);
             _mm512_mask_storeu_ps(sh + j, m, ls_z_expf(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, sh + j), vmx)));
         }
     }
-    float sum[LS_ATTN_HMAX];
-    for (int h = 0; h < nh; h++) sum[h] = 0.0f;
-    for (int64_t c = 0; c < n_keys; c += LS_ATTN_CHUNK) {
-        float part[LS_ATTN_HMAX] = {0.0f, 0.0f, 0.0f, 0.0f};
-        int64_t e = c + LS_ATTN_CHUNK < n_keys ? c + LS_ATTN_CHUNK : n_keys;
-        for (int64_t t = c; t < e; t++)
-            for (int h = 0; h < LS_ATTN_HMAX; h++)
-                if (h < nh) part[h] = part[h] + sc[h][t];
-        for (int h = 0; h < nh; h++) sum[h] = sum[h] + part[h];
+    /* 4. each vector's sum in chunks of LS_ATTN_CHUNK keys; the nv chains interleaved */
+    float sum[LS_ATTN_VMAX];
+    switch (nv) { /* a constant count keeps the partial sums in registers */
+#define LS_ATTN_SUMS_CASE(n) \
+    case n: ls_attn_chunk_sums(n, sc, nk, nmin, nmax, sum); break;
+        LS_ATTN_SUMS_CASE(1) LS_ATTN_SUMS_CASE(2) LS_ATTN_SUMS_CASE(3) LS_ATTN_SUMS_CASE(4)
+        LS_ATTN_SUMS_CASE(5) LS_ATTN_SUMS_CASE(6) LS_ATTN_SUMS_CASE(7) LS_ATTN_SUMS_CASE(8)
+        LS_ATTN_SUMS_CASE(9) LS_ATTN_SUMS_CASE(10) LS_ATTN_SUMS_CASE(11) LS_ATTN_SUMS_CASE(12)
+#undef LS_ATTN_SUMS_CASE
+    default: LS_ASSERT(0);
     }
-    int nd = head_dim / 16;
-    __m512 acc[LS_ATTN_HMAX][4];
-    for (int h = 0; h < LS_ATTN_HMAX; h++)
-        for (int t = 0; t < 4; t++) acc[h][t] = _mm512_setzero_ps();
+    /* 5, 6. p.v in key order, one row (its nh heads, same keys) at a time */
+    const int nd = head_dim / 16;
     const int64_t bs = (int64_t)1 << kv->block_shift;
-    for (int64_t b0 = 0; b0 < n_keys; b0 += bs) { /* key order, a block at a time */
-        const float *vb = ls_kv_vrow(kv, kv_off, kv_stride, b0);
-        int64_t e = b0 + bs < n_keys ? b0 + bs : n_keys;
-        for (int64_t jj = b0; jj < e; jj++) {
-            const float *vj = vb + (jj - b0) * kv_stride;
-            __m512 vv[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-#pragma GCC unroll 4
-            for (int t = 0; t < 4; t++)
-                if (t < nd) vv[t] = _mm512_loadu_ps(vj + 16 * t);
-#pragma GCC unroll 4
-            for (int h = 0; h < LS_ATTN_HMAX; h++) {
-                if (h >= nh) break;
-                __m512 p = _mm512_set1_ps(sc[h][jj]);
+    for (int r = 0; r < nr; r++) {
+        const int64_t n = nk[r * nh];
+        float *const *sr = sc + r * nh;
+        __m512 acc[LS_ATTN_HMAX][4];
+        for (int h = 0; h < LS_ATTN_HMAX; h++)
+            for (int t = 0; t < 4; t++) acc[h][t] = _mm512_setzero_ps();
+        for (int64_t b0 = 0; b0 < n; b0 += bs) { /* key order, a block at a time */
+            const float *vb = ls_kv_vrow(kv, kv_off, kv_stride, b0);
+            int64_t e = b0 + bs < n ? b0 + bs : n;
+            for (int64_t jj = b0; jj < e; jj++) {
+                const float *vj = vb + (jj - b0) * kv_stride;
+                __m512 vv[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
 #pragma GCC unroll 4
                 for (int t = 0; t < 4; t++)
-                    if (t < nd) acc[h][t] = _mm512_fmadd_ps(p, vv[t], acc[h][t]);
+                    if (t < nd) vv[t] = _mm512_loadu_ps(vj + 16 * t);
+#pragma GCC unroll 4
+                for (int h = 0; h < LS_ATTN_HMAX; h++) {
+                    if (h >= nh) break;
+                    __m512 p = _mm512_set1_ps(sr[h][jj]);
+#pragma GCC unroll 4
+                    for (int t = 0; t < 4; t++)
+                        if (t < nd) acc[h][t] = _mm512_fmadd_ps(p, vv[t], acc[h][t]);
+                }
             }
         }
-    }
-    for (int h = 0; h < nh; h++) {
-        __m512 inv = _mm512_set1_ps(1.0f / sum[h]);
-        for (int t = 0; t < nd; t++) _mm512_storeu_ps(out + (int64_t)h * q_stride + 16 * t, _mm512_mul_ps(acc[h][t], inv));
+        for (int h = 0; h < nh; h++) {
+            __m512 inv = _mm512_set1_ps(1.0f / sum[r * nh + h]);
+            float *o = out + r * row_stride + (int64_t)h * q_stride;
+            for (int t = 0; t < nd; t++) _mm512_storeu_ps(o + 16 * t, _mm512_mul_ps(acc[h][t], inv));
+        }
     }
 }
