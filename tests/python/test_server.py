@@ -307,12 +307,19 @@ def test_disconnect_frees_kv(server):
     c.request("POST", "/v1/completions", body=json.dumps({"prompt": "Write a very long essay about the moon.",
                                                           "max_tokens": 900, "stream": True, "ignore_eos": True}),
               headers={"Content-Type": "application/json"})
-    r = c.getresponse()
-    assert r.status == 200
-    r.fp.readline()  # the first event arrived: the sequence is running
-    assert server.metrics()["lockstep_kv_blocks_used"] > base
-    c.sock.shutdown(socket.SHUT_RDWR)
-    c.close()
+    try:
+        r = c.getresponse()
+        assert r.status == 200
+        r.fp.readline()  # the first event arrived: the sequence is running
+        # /metrics shows the engine as of its last finished step, and the first token is
+        # sent from inside the step that made it: wait for that step's snapshot
+        deadline = time.time() + 20
+        while server.metrics()["lockstep_kv_blocks_used"] <= base:
+            assert time.time() < deadline
+            time.sleep(0.02)
+        c.sock.shutdown(socket.SHUT_RDWR)
+    finally:
+        c.close()
     deadline = time.time() + 20
     while time.time() < deadline:
         m = server.metrics()
