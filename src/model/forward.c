@@ -18,7 +18,7 @@ struct ls_kv_store {
     int32_t n_blocks;
     size_t block_floats;  /* n_layer * 2 * LS_KV_BLOCK * kv_dim */
     size_t layer_floats;  /* 2 * LS_KV_BLOCK * kv_dim */
-    size_t kv_dim;
+    size_t kv_dim, head_dim;
 };
 
 size_t ls_kv_block_bytes(const ls_model *m) {
@@ -39,6 +39,7 @@ ls_kv_store *ls_kv_store_create(const ls_model *m, int32_t n_blocks, ls_err *err
     const ls_hparams *hp = &m->hp;
     s->n_blocks = n_blocks;
     s->kv_dim = (size_t)hp->n_head_kv * hp->head_dim;
+    s->head_dim = hp->head_dim;
     s->layer_floats = 2 * LS_KV_BLOCK * s->kv_dim;
     s->block_floats = hp->n_layer * s->layer_floats;
     /* calloc of a large size maps fresh zero pages: memory is committed as blocks are used */
@@ -63,13 +64,11 @@ int32_t ls_kv_store_blocks(const ls_kv_store *s) { return s->n_blocks; }
 
 void ls_kv_block_copy(ls_kv_store *s, int32_t dst, int32_t src, int32_t n_pos) {
     LS_ASSERT(dst >= 0 && dst < s->n_blocks && src >= 0 && src < s->n_blocks && n_pos >= 0 && n_pos <= LS_KV_BLOCK);
-    const size_t half = LS_KV_BLOCK * s->kv_dim, n = (size_t)n_pos * s->kv_dim;
+    const size_t seg = LS_KV_BLOCK * s->head_dim, n = (size_t)n_pos * s->head_dim; /* one kv head's run */
     float *d = s->data + (size_t)dst * s->block_floats;
     const float *a = s->data + (size_t)src * s->block_floats;
-    for (size_t l = 0; l < s->block_floats / s->layer_floats; l++) {
-        memcpy(d + l * s->layer_floats, a + l * s->layer_floats, n * sizeof(float));                /* K */
-        memcpy(d + l * s->layer_floats + half, a + l * s->layer_floats + half, n * sizeof(float));  /* V */
-    }
+    /* K and V of every layer are 2 * n_head_kv runs of seg floats; copy each run's first n_pos rows */
+    for (size_t r = 0; r < s->block_floats / seg; r++) memcpy(d + r * seg, a + r * seg, n * sizeof(float));
 }
 
 /* ---- forward workspace ---------------------------------------------------- */
@@ -284,10 +283,13 @@ void ls_fwd_run(ls_fwd *f, ls_kv_store *kv, const ls_batch *b, float *logits) {
             const int32_t *table = b->tables[b->seq[r]];
             int32_t p = b->pos[r], blk = table[p >> LS_KV_BLOCK_SHIFT];
             LS_ASSERT(blk >= 0 && blk < kv->n_blocks);
-            size_t off = (size_t)blk * kv->block_floats + (size_t)(p & (LS_KV_BLOCK - 1)) * KV;
-            memcpy(kbase + off, f->k + r * KV, KV * sizeof(float));
-            memcpy(vbase + off, f->v + r * KV, KV * sizeof(float));
-            f->views[r] = (ls_kv_view){kbase, vbase, table, (int64_t)kv->block_floats, LS_KV_BLOCK_SHIFT};
+            size_t off = (size_t)blk * kv->block_floats + (size_t)(p & (LS_KV_BLOCK - 1)) * D;
+            for (size_t h = 0; h < KV / D; h++) { /* head-major: kv head h's run of the block */
+                memcpy(kbase + off + h * LS_KV_BLOCK * D, f->k + r * KV + h * D, D * sizeof(float));
+                memcpy(vbase + off + h * LS_KV_BLOCK * D, f->v + r * KV + h * D, D * sizeof(float));
+            }
+            f->views[r] = (ls_kv_view){kbase, vbase, table, (int64_t)kv->block_floats, LS_KV_BLOCK_SHIFT, (int)D,
+                                       (int)(LS_KV_BLOCK * D)};
         }
         ls_attention(kc, f->q, M, b->pos, f->views, (int)hp->n_head, (int)hp->n_head_kv, (int)D, scale, f->att,
                      f->att_scratch, f->att_scratch_per_thread);

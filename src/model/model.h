@@ -69,8 +69,9 @@ bool ls_model_has_mtp(const ls_model *m);
 
 /* ---- paged KV storage ------------------------------------------------------
  * n_blocks blocks of LS_KV_BLOCK positions; a block holds, for every layer, the K
- * rows then the V rows of its positions: [layer][K|V][LS_KV_BLOCK][n_head_kv*head_dim]
- * floats.  Which block holds which positions of which sequence is the caller's block
+ * rows then the V rows of its positions, head-major:
+ * [layer][K|V][n_head_kv][LS_KV_BLOCK][head_dim] floats (one kv head's keys of a block
+ * are one contiguous run, which is how attention reads them).  Which block holds which positions of which sequence is the caller's block
  * table; the store only holds the bits. */
 #define LS_KV_BLOCK_SHIFT 4
 #define LS_KV_BLOCK (1 << LS_KV_BLOCK_SHIFT)

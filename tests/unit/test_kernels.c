@@ -345,7 +345,7 @@ static void test_ops_accuracy(void **state) {
         int32_t pos = npos - 1;
         int32_t ident[16];
         for (int b = 0; b < 16; b++) ident[b] = b;
-        ls_kv_view kv = {kc_, vc, ident, (int64_t)16 * nkv * hd, 4};
+        ls_kv_view kv = {kc_, vc, ident, (int64_t)16 * nkv * hd, 4, nkv * hd, hd};
         size_t per = ls_attention_scratch_floats(npos);
         float *scr = malloc(sizeof(float) * per);
         ls_attention(&kc, q, 1, &pos, &kv, nh, nkv, hd, 0.125f, o, scr, per);
@@ -702,14 +702,19 @@ static void test_parity_ops(void **state) {
             table[b] = table[j];
             table[j] = t;
         }
+        /* the paged copy is head-major inside its blocks ([kv head][16 positions][dim], as
+         * the model's KV store), the reference position-major ([position][kv head][dim]) */
         for (int b = 0; b < nb; b++)
-            for (int j = 0; j < 16 && b * 16 + j < npos; j++) {
-                memcpy(pk + ((size_t)table[b] * 16 + j) * row, kc_ + (size_t)(b * 16 + j) * row, sizeof(float) * row);
-                memcpy(pv + ((size_t)table[b] * 16 + j) * row, vc + (size_t)(b * 16 + j) * row, sizeof(float) * row);
-            }
+            for (int j = 0; j < 16 && b * 16 + j < npos; j++)
+                for (int h = 0; h < nkv; h++) {
+                    size_t to = (size_t)table[b] * 16 * row + (size_t)(h * 16 + j) * hd,
+                           from = (size_t)(b * 16 + j) * row + (size_t)h * hd;
+                    memcpy(pk + to, kc_ + from, sizeof(float) * hd);
+                    memcpy(pv + to, vc + from, sizeof(float) * hd);
+                }
         for (int m = 0; m < 13; m++) {
-            cview[m] = (ls_kv_view){kc_, vc, ident, (int64_t)32 * row, 5};
-            pview[m] = (ls_kv_view){pk, pv, table, (int64_t)16 * row, 4};
+            cview[m] = (ls_kv_view){kc_, vc, ident, (int64_t)32 * row, 5, row, hd};
+            pview[m] = (ls_kv_view){pk, pv, table, (int64_t)16 * row, 4, hd, 16 * hd};
         }
         size_t per = ls_attention_scratch_floats(npos);
         float *scr = malloc(sizeof(float) * per * 3);

@@ -135,17 +135,23 @@ void ls_rope_apply(const ls_kctx *kc, const ls_rope *r, float *x, int64_t M, int
                    int head_stride, const int32_t *pos);
 
 /* A sequence's keys and values for one layer, in blocks of 2^block_shift positions
- * (paged KV).  Key j is the row at
+ * (paged KV).  Key j of kv head h is the head_dim floats at
  *     k + blocks[j >> block_shift] * block_stride + (j & (2^block_shift - 1)) * row_stride
- * and value j likewise from v; row_stride = n_kv_head * head_dim, each row laid out
- * [n_kv_head][head_dim].  A contiguous cache is the table {0, 1, 2, ...} with
- * block_stride = 2^block_shift * row_stride.  block_shift >= 4 (16-position blocks or
- * larger), so the SIMD paths' 16-key groups never straddle a block. */
+ *       + h * head_stride
+ * and value j likewise from v.  Position-major blocks ([pos][kv head][dim]) have
+ * row_stride = n_kv_head * head_dim, head_stride = head_dim; head-major blocks
+ * ([kv head][pos][dim], what the model's KV store uses: one head's keys of a block are
+ * contiguous) have row_stride = head_dim, head_stride = 2^block_shift * head_dim.  A
+ * contiguous cache is the table {0, 1, 2, ...} with block_stride = 2^block_shift *
+ * row_stride (position-major).  block_shift >= 4 (16-position blocks or larger), so the
+ * SIMD paths' 16-key groups never straddle a block. */
 typedef struct {
     const float *k, *v;
     const int32_t *blocks;
     int64_t block_stride;  /* floats */
     int block_shift;
+    int row_stride;        /* floats */
+    int head_stride;       /* floats */
 } ls_kv_view;
 
 /* Attention for M query rows.  Row m is at position pos[m] and attends keys

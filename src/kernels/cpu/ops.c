@@ -145,7 +145,6 @@ static void ls_attn_task_grouped(void *arg, int ith, int nth) {
     int64_t per_b = (int64_t)c->n_kv_head * nbat, total = c->nblk * per_b;
     float *scores = c->scratch + (size_t)ith * c->per_thread;
     size_t per_vec = c->per_thread / LS_ATTN_VMAX;
-    int kv_stride = c->n_kv_head * c->head_dim;
     int64_t row_stride = (int64_t)c->n_head * c->head_dim;
     (void)nth;
     for (int64_t t; (t = __atomic_fetch_add(&c->next, 1, __ATOMIC_RELAXED)) < total;) {
@@ -157,8 +156,9 @@ static void ls_attn_task_grouped(void *arg, int ith, int nth) {
         for (int r = 0; r < nr; r++)
             LS_ASSERT(ls_attention_scratch_floats((int64_t)c->pos[m0 + r] + 1) <= c->per_thread);
         int64_t off = m0 * row_stride + (int64_t)h0 * c->head_dim;
-        ls_attn_block_avx512(nr, nh, c->q + off, row_stride, c->head_dim, c->pos + m0, &c->kv[m0],
-                             kvh * c->head_dim, kv_stride, c->head_dim, c->scale, c->out + off, scores, per_vec);
+        const ls_kv_view *kv = &c->kv[m0];
+        ls_attn_block_avx512(nr, nh, c->q + off, row_stride, c->head_dim, c->pos + m0, kv, kvh * kv->head_stride,
+                             kv->row_stride, c->head_dim, c->scale, c->out + off, scores, per_vec);
     }
 }
 
@@ -167,7 +167,6 @@ static void ls_attn_task(void *arg, int ith, int nth) {
     int64_t total = c->M * c->n_head;
     float *scores = c->scratch + (size_t)ith * c->per_thread;
     int grp = c->n_head / c->n_kv_head;
-    int kv_stride = c->n_kv_head * c->head_dim;
     (void)nth;
     for (int64_t t; (t = __atomic_fetch_add(&c->next, 1, __ATOMIC_RELAXED)) < total;) {
         int64_t m = t / c->n_head;
@@ -175,14 +174,15 @@ static void ls_attn_task(void *arg, int ith, int nth) {
         int64_t n_keys = (int64_t)c->pos[m] + 1;
         LS_ASSERT(ls_attention_scratch_floats(n_keys) <= c->per_thread);
         int64_t row = m * c->n_head * c->head_dim + (int64_t)h * c->head_dim;
-        c->vt->attn_head(c->q + row, n_keys, &c->kv[m], kvh * c->head_dim, kv_stride, c->head_dim, c->scale,
+        const ls_kv_view *kv = &c->kv[m];
+        c->vt->attn_head(c->q + row, n_keys, kv, kvh * kv->head_stride, kv->row_stride, c->head_dim, c->scale,
                          c->out + row, scores);
     }
 }
 
 static bool ls_kv_same(const ls_kv_view *a, const ls_kv_view *b) {
     return a->k == b->k && a->v == b->v && a->blocks == b->blocks && a->block_stride == b->block_stride &&
-           a->block_shift == b->block_shift;
+           a->block_shift == b->block_shift && a->row_stride == b->row_stride && a->head_stride == b->head_stride;
 }
 
 void ls_attention(const ls_kctx *kc, const float *q, int64_t M, const int32_t *pos, const ls_kv_view *kv,
@@ -190,7 +190,9 @@ void ls_attention(const ls_kctx *kc, const float *q, int64_t M, const int32_t *p
                   size_t scratch_floats_per_thread) {
     LS_ASSERT(kc && q && pos && kv && out && scratch);
     LS_ASSERT(n_head > 0 && n_kv_head > 0 && n_head % n_kv_head == 0 && head_dim > 0);
-    for (int64_t m = 0; m < M; m++) LS_ASSERT(pos[m] >= 0 && kv[m].block_shift >= 4 && kv[m].block_shift < 31);
+    for (int64_t m = 0; m < M; m++)
+        LS_ASSERT(pos[m] >= 0 && kv[m].block_shift >= 4 && kv[m].block_shift < 31 && kv[m].row_stride >= head_dim &&
+                  kv[m].head_stride >= 0);
     ls_attn_call c = {ls_kvtab_for(kc->isa), q, M, pos, kv, n_head, n_kv_head, head_dim,
                       scale, out, scratch, scratch_floats_per_thread, NULL, 0, 0};
     int64_t work = 0;
