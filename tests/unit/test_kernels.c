@@ -744,6 +744,30 @@ static void test_parity_ops(void **state) {
             }
         }
         }
+        if (hi == 0) { /* 300 rows of alternating views: 300 one-row blocks, more than one
+                        * AVX-512 dispatch window (LS_ATTN_WIN = 256 blocks) */
+            enum { NR = 300 };
+            float *qb = malloc(sizeof(float) * NR * nh * hd), *rb = malloc(sizeof(float) * NR * nh * hd),
+                  *yb = malloc(sizeof(float) * NR * nh * hd);
+            int32_t *pb = malloc(sizeof(int32_t) * NR);
+            ls_kv_view *vb = malloc(sizeof(ls_kv_view) * NR);
+            ls_kctx ks = {LS_ISA_SCALAR, NULL, NULL, 0, false, 0, 0};
+            for (int i = 0; i < NR * nh * hd; i++) qb[i] = 3.0f * rng_unif(&s);
+            for (int m = 0; m < NR; m++) {
+                pb[m] = (int32_t)((m * 37) % npos);
+                vb[m] = m % 2 ? pview[0] : cview[0];
+                ls_attention(&ks, qb + m * nh * hd, 1, &pb[m], &cview[0], nh, nkv, hd, 0.125f, rb + m * nh * hd, scr,
+                             per);
+            }
+            for (int isa = 1; isa <= 2; isa++) {
+                if (!ls_isa_supported((ls_isa)isa)) continue;
+                ls_kctx kc = {(ls_isa)isa, g_pools[2], NULL, 0, false, 0, 0};
+                memset(yb, 0, sizeof(float) * NR * nh * hd);
+                ls_attention(&kc, qb, NR, pb, vb, nh, nkv, hd, 0.125f, yb, scr, per);
+                assert_memory_equal(yb, rb, sizeof(float) * NR * nh * hd);
+            }
+            free(qb); free(rb); free(yb); free(pb); free(vb);
+        }
         free(pk); free(pv);
         free(scr); free(kc_); free(vc);
     }
