@@ -166,7 +166,8 @@ typedef struct {
 /* AVX-512 attention for a block of nr rows of one sequence x nh (<= LS_ATTN_HMAX) query
  * heads sharing a kv head, nr * nh <= LS_ATTN_VMAX vectors (same bits as
  * ls_attn_head_avx512 per row and head).  Row r's queries are q + r * row_stride + h *
- * q_stride (out likewise), at position pos[r].  scores: nr * nh x per floats. */
+ * q_stride (out likewise), at position pos[r].  head_dim: a multiple of 16, at most 64.
+ * scores: nr * nh x per floats. */
 #define LS_ATTN_HMAX 4
 #define LS_ATTN_VMAX 12
 void ls_attn_block_avx512(int nr, int nh, const float *q, int64_t row_stride, int q_stride, const int32_t *pos,

@@ -235,14 +235,7 @@ void ls_attn_block_avx512(int nr, int nh, const float *q, int64_t row_stride, in
                           float *scores, size_t per) {
     const int nv = nr * nh;
     LS_ASSERT(nr >= 1 && nh >= 1 && nh <= LS_ATTN_HMAX && nv <= LS_ATTN_VMAX);
-    if (head_dim % 16 != 0 || head_dim > 64) {
-        for (int v = 0; v < nv; v++) {
-            int64_t o = (v / nh) * row_stride + (int64_t)(v % nh) * q_stride;
-            ls_attn_head_avx512(q + o, (int64_t)pos[v / nh] + 1, kv, kv_off, kv_stride, head_dim, scale, out + o,
-                                scores);
-        }
-        return;
-    }
+    LS_ASSERT(head_dim % 16 == 0 && head_dim <= 64); /* ls_attention sends other sizes to the per-head kernel */
     const int nq = head_dim / 16;
     const __m512 vsc = _mm512_set1_ps(scale);
     float *sc[LS_ATTN_VMAX];
