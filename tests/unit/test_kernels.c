@@ -7,11 +7,13 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/internal.h" /* the activation quantizers */
 #include "kernels/cpu/kernels.h"
 #include "quant/quant.h"
 #include "quick.h"
@@ -571,6 +573,80 @@ static void test_parity_extreme_x(void **state) {
     }
 }
 
+/* Step 1 of the recipe (activation quantization): the AVX-512 quantizer, alone and with
+ * its packed records, against the scalar one, byte for byte.  Rows mix, block by block,
+ * ordinary values at many scales, zeros, blocks just below and at the tiny threshold,
+ * denormals, FLT_MAX, infinities and NaNs; K covers full 16-block groups, a partial last
+ * group, and K < 512. */
+static void test_parity_quantize(void **state) {
+    (void)state;
+    if (!ls_isa_supported(LS_ISA_AVX512)) skip();
+    static const int64_t Ks[] = {32, 96, 512, 544, 576, 1536, 2080};
+    uint64_t s = 4711;
+    long compared = 0;
+    for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
+        const int64_t K = Ks[ki], nb = K / 32;
+        const size_t rb = ls_xq_row_bytes(K);
+        float *x = malloc(sizeof(float) * (size_t)K);
+        uint8_t *ref = malloc(rb), *got = malloc(rb), *got2 = malloc(rb);
+        uint8_t *rec_ref = malloc((size_t)nb * LS_XP_UNIT), *rec = malloc((size_t)nb * LS_XP_UNIT);
+        for (int rep = 0; rep < 200; rep++) {
+            for (int64_t b = 0; b < nb; b++) {
+                float *xb = x + 32 * b;
+                int cls = (int)(rng_next(&s) % 12);
+                float scale = ldexpf(1.0f, (int)(rng_next(&s) % 200) - 100);
+                for (int i = 0; i < 32; i++) xb[i] = rng_unif(&s) * scale;
+                int at = (int)(rng_next(&s) % 32);
+                switch (cls) {
+                case 0: for (int i = 0; i < 32; i++) xb[i] = 0.0f; break;
+                case 1: for (int i = 0; i < 32; i++) xb[i] = (i % 2 ? -1.0f : 1.0f) * u2f(f2u(LS_QX_TINY) - 1 - (uint32_t)i); break;
+                case 2: for (int i = 0; i < 32; i++) xb[i] = 0.0f; xb[at] = -LS_QX_TINY; break; /* at the threshold: quantized */
+                case 3: for (int i = 0; i < 32; i++) xb[i] = u2f((uint32_t)(rng_next(&s) & 0x807fffffu)); break; /* denormals */
+                case 4: xb[at] = FLT_MAX; break;
+                case 5: xb[at] = INFINITY; break;
+                case 6: xb[at] = -INFINITY; break;
+                case 7: xb[at] = NAN; break;
+                case 8: xb[at] = -NAN; xb[(at + 7) % 32] = INFINITY; break;
+                case 9: for (int i = 0; i < 32; i++) xb[i] = (float)((int)(rng_next(&s) % 255) - 127); break;
+                default: break; /* ordinary values */
+                }
+            }
+            memset(ref, 0xA5, rb);
+            memset(got, 0xA5, rb);
+            memset(got2, 0xA5, rb);
+            memset(rec, 0x5A, (size_t)nb * LS_XP_UNIT);
+            memset(rec_ref, 0x5A, (size_t)nb * LS_XP_UNIT);
+            ls_quantize_x_row(x, K, ref);
+            ls_quantize_x_row_avx512(x, K, got);
+            ls_quantize_x_row_xp_avx512(x, K, got2, rec);
+            const ls_xq xr = ls_xq_row(ref, K, 0);
+            for (int64_t b = 0; b < nb; b++) { /* the packed record, from the scalar row */
+                uint8_t *r = rec_ref + (size_t)b * LS_XP_UNIT;
+                int32_t sq128 = 128 * xr.sq[b];
+                for (int t = 0; t < 8; t++) memcpy(r + 4 * t, xr.q + ls_xq_chunk(nb, b, t), 4);
+                memcpy(r + LS_XP_DX, &xr.dx[b], 4);
+                memcpy(r + LS_XP_SX, &xr.sx[b], 4);
+                memcpy(r + LS_XP_SQ, &sq128, 4);
+            }
+            if (memcmp(ref, got, rb) || memcmp(ref, got2, rb) || memcmp(rec_ref, rec, (size_t)nb * LS_XP_UNIT)) {
+                for (size_t i = 0; i < rb; i++)
+                    if (ref[i] != got[i] || ref[i] != got2[i])
+                        fail_msg("K=%lld rep %d: row byte %zu scalar %02x avx512 %02x (with records %02x)", (long long)K,
+                                 rep, i, ref[i], got[i], got2[i]);
+                fail_msg("K=%lld rep %d: packed records differ", (long long)K, rep);
+            }
+            compared++;
+        }
+        free(x);
+        free(ref);
+        free(got);
+        free(got2);
+        free(rec_ref);
+        free(rec);
+    }
+    assert_int_equal(compared, 200 * (long)(sizeof Ks / sizeof Ks[0]));
+}
+
 /* ls_expf: scalar vs every SIMD ISA, bit for bit, over a stride of all 2^32 patterns
  * (NaNs, infinities, denormals included) plus the boundaries. */
 static void test_parity_expf(void **state) {
@@ -783,6 +859,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_expf_accuracy),
         cmocka_unit_test(test_ops_accuracy),
         cmocka_unit_test(test_parity_expf),
+        cmocka_unit_test(test_parity_quantize),
         cmocka_unit_test(test_parity_ops),
         cmocka_unit_test(test_parity_extreme_x),
         cmocka_unit_test(test_parity_q4_0),

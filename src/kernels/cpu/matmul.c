@@ -10,21 +10,6 @@ size_t ls_matmul_scratch_bytes(int64_t M, int64_t K) {
     return (size_t)M * ls_xq_row_bytes(K) + 64 + 128 + ls_xp_bytes(M, K) + 64;
 }
 
-/* Copies quantized row m (at row) into the tile-packed layout (internal.h). */
-static void ls_xp_pack_row(const void *row, int64_t K, int64_t m, uint8_t *xp) {
-    const ls_xq x = ls_xq_row(row, K, 0);
-    const int64_t nb = K / 32, r = m % LS_XP_R;
-    uint8_t *t = xp + (size_t)(m / LS_XP_R) * ls_xp_tile_bytes(K);
-    for (int64_t b = 0; b < nb; b++) {
-        uint8_t *u = t + (size_t)b * LS_XP_UNIT + (size_t)r * LS_XP_ROW;
-        for (int s = 0; s < 8; s++) memcpy(u + 4 * s, x.q + ls_xq_chunk(nb, b, s), 4);
-        int32_t sq128 = 128 * x.sq[b];
-        memcpy(u + LS_XP_DX, &x.dx[b], 4);
-        memcpy(u + LS_XP_SX, &x.sx[b], 4);
-        memcpy(u + LS_XP_SQ, &sq128, 4);
-    }
-}
-
 /* Rounds to nearest, ties to even, for |v| < 2^22 (same as nearbyintf). */
 static inline int32_t ls_rint_small(float v) {
     float t = v + 12582912.0f; /* 1.5 * 2^23 */
@@ -124,14 +109,18 @@ typedef struct {
 static void ls_mm_quant_task(void *arg, int ith, int nth) {
     ls_mm_call *c = arg;
     int64_t M = c->job[0].M, K = c->job[0].w->K;
-    void (*qrow)(const float *, int64_t, void *) =
-        c->kc->isa == LS_ISA_AVX512 ? ls_quantize_x_row_avx512 : ls_quantize_x_row; /* same bits */
     /* rows in groups of 4 per thread: their packed records fill whole cache lines */
     const int64_t nq = (M + 3) / 4, m0 = 4 * (nq * ith / nth), m1 = 4 * (nq * (ith + 1) / nth);
     for (int64_t m = m0; m < m1 && m < M; m++) {
         uint8_t *row = (uint8_t *)c->scratch + (size_t)m * ls_xq_row_bytes(K);
-        qrow(c->x + m * K, K, row);
-        if (c->xp) ls_xp_pack_row(row, K, m, c->xp);
+        if (c->kc->isa == LS_ISA_AVX512) { /* same bits; also writes the packed records (internal.h) */
+            uint8_t *rec = c->xp ? c->xp + (size_t)(m / LS_XP_R) * ls_xp_tile_bytes(K) + (size_t)(m % LS_XP_R) * LS_XP_ROW
+                                 : NULL;
+            ls_quantize_x_row_xp_avx512(c->x + m * K, K, row, rec);
+        } else {
+            LS_ASSERT(!c->xp); /* only the AVX-512 panel kernel reads the packed copy */
+            ls_quantize_x_row(c->x + m * K, K, row);
+        }
     }
 }
 

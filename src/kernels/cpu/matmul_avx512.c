@@ -794,42 +794,150 @@ void ls_mm_avx512(const ls_mm_job *job, int64_t n0, int64_t n1) {
     }
 }
 
-/* Step 1 of the recipe (matmul.c's ls_quantize_x_row), 32 elements per unit in two zmm.
- * amax is an exact max; d, id are the same scalar divisions; x * id and the rounding
- * (x*id + 1.5*2^23, then the integer bits) are lane-wise the scalar operations. */
-void ls_quantize_x_row_avx512(const float *x, int64_t K, void *row_out) {
-    int64_t nb = K / 32;
+/* Step 1 of the recipe (matmul.c's ls_quantize_x_row) with AVX-512, the same bits:
+ * amax is an exact maximum, d and id are the same correctly rounded divisions, x * id and
+ * the rounding (x*id + 1.5*2^23, then the integer bits) are lane-wise the scalar
+ * operations, and the sums are exact integers.  Full groups of 16 blocks run 16 blocks at
+ * once: the per-block maxima come out of one transposing reduction (lane l = block l,
+ * every lane reducing only its own block), d, id, sx are vector operations, and the codes
+ * are gathered into the slot vectors of the xq layout, whose vpdpbusd with 1s gives the
+ * block sums.
+ * The last, partial group runs a block at a time.  With xp (the tile-packed record of this
+ * row's unit 0; unit b at xp + b * LS_XP_UNIT), the same pass writes the packed copy. */
+
+/* |x| as integers: for non-negative floats the bit patterns order as the values do, and
+ * every NaN pattern is above +inf, so one unsigned maximum gives amax and finiteness. */
+AI __m512i ls_z_absbits(const float *p) {
+    return _mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(p)), _mm512_set1_epi32(0x7fffffff));
+}
+
+/* One level of a transposing maximum over a|b: lanes 0..7 take the maxima of a's adjacent
+ * lane pairs, lanes 8..15 b's. */
+AI __m512i ls_z_pair_maxu(__m512i a, __m512i b) {
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    return _mm512_max_epu32(_mm512_permutex2var_epi32(a, ev, b), _mm512_permutex2var_epi32(a, od, b));
+}
+
+/* Lane j of the result is the unsigned maximum of v[j]'s 16 lanes. */
+AI __m512i ls_z_max16_x16u(const __m512i *v) {
+    __m512i u[8], t[4];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) u[j] = ls_z_pair_maxu(v[2 * j], v[2 * j + 1]);
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) t[j] = ls_z_pair_maxu(u[2 * j], u[2 * j + 1]);
+    return ls_z_pair_maxu(ls_z_pair_maxu(t[0], t[1]), ls_z_pair_maxu(t[2], t[3]));
+}
+
+/* One block at a time (the partial last group). */
+static void ls_quantize_block_avx512(const float *xb, int64_t nb, int64_t b, int8_t *q, float *dx, float *sx,
+                                     int32_t *sq, int32_t *sqlo, uint8_t *rec) {
+    const __m512 magic = _mm512_set1_ps(12582912.0f);
+    const __m512i mbits = _mm512_set1_epi32(0x4B400000);
+    uint32_t ab = (uint32_t)_mm512_reduce_max_epu32(_mm512_max_epu32(ls_z_absbits(xb), ls_z_absbits(xb + 16)));
+    float amax;
+    memcpy(&amax, &ab, 4);
+    int32_t s = 0, slo = 0;
+    float d = 0.0f;
+    uint32_t qd[8] = {0};
+    if (ab <= 0x7f7fffffu && amax >= LS_QX_TINY) {
+        d = amax / 127.0f;
+        __m512 id = _mm512_set1_ps(127.0f / amax);
+        __m512i v0 = _mm512_sub_epi32(_mm512_castps_si512(_mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(xb), id), magic)), mbits);
+        __m512i v1 = _mm512_sub_epi32(_mm512_castps_si512(_mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(xb + 16), id), magic)), mbits);
+        slo = _mm512_reduce_add_epi32(v0);
+        s = slo + _mm512_reduce_add_epi32(v1);
+        _mm_storeu_si128((__m128i *)qd, _mm512_cvtepi32_epi8(v0));
+        _mm_storeu_si128((__m128i *)(qd + 4), _mm512_cvtepi32_epi8(v1));
+    } else if (ab > 0x7f7fffffu) {
+        d = NAN;
+    }
+    for (int t = 0; t < 8; t++) memcpy(q + ls_xq_chunk(nb, b, t), &qd[t], 4);
+    dx[b] = d;
+    sx[b] = d * (float)s;
+    sq[b] = s;
+    sqlo[b] = slo;
+    if (rec) {
+        int32_t sq128 = 128 * s;
+        memcpy(rec, qd, 32);
+        memcpy(rec + LS_XP_DX, &dx[b], 4);
+        memcpy(rec + LS_XP_SX, &sx[b], 4);
+        memcpy(rec + LS_XP_SQ, &sq128, 4);
+    }
+}
+
+void ls_quantize_x_row_xp_avx512(const float *x, int64_t K, void *row_out, uint8_t *xp) {
+    const int64_t nb = K / 32;
     uint8_t *base = row_out;
     int8_t *q = (int8_t *)base;
     float *dx = (float *)(base + K), *sx = dx + nb;
     int32_t *sq = (int32_t *)(sx + nb), *sqlo = sq + nb;
-    const __m512 absm = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
-    const __m512 fmax = _mm512_set1_ps(3.40282347e+38f), magic = _mm512_set1_ps(12582912.0f);
+    const __m512 magic = _mm512_set1_ps(12582912.0f);
     const __m512i mbits = _mm512_set1_epi32(0x4B400000);
-    for (int64_t b = 0; b < nb; b++) {
-        __m512 x0 = _mm512_loadu_ps(x + 32 * b), x1 = _mm512_loadu_ps(x + 32 * b + 16);
-        __m512 a0 = _mm512_and_ps(x0, absm), a1 = _mm512_and_ps(x1, absm);
-        bool finite = _mm512_cmp_ps_mask(a0, fmax, _CMP_LE_OQ) == 0xFFFF && _mm512_cmp_ps_mask(a1, fmax, _CMP_LE_OQ) == 0xFFFF;
-        float amax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
-        int32_t s = 0, slo = 0;
-        float d = 0.0f;
-        uint32_t qd[8] = {0};
-        if (finite && amax >= LS_QX_TINY) {
-            d = amax / 127.0f;
-            __m512 id = _mm512_set1_ps(127.0f / amax);
-            __m512i v0 = _mm512_sub_epi32(_mm512_castps_si512(_mm512_add_ps(_mm512_mul_ps(x0, id), magic)), mbits);
-            __m512i v1 = _mm512_sub_epi32(_mm512_castps_si512(_mm512_add_ps(_mm512_mul_ps(x1, id), magic)), mbits);
-            slo = _mm512_reduce_add_epi32(v0);
-            s = slo + _mm512_reduce_add_epi32(v1);
-            _mm_storeu_si128((__m128i *)qd, _mm512_cvtepi32_epi8(v0));
-            _mm_storeu_si128((__m128i *)(qd + 4), _mm512_cvtepi32_epi8(v1));
-        } else if (!finite) {
-            d = NAN;
+    int64_t G = 0;
+    for (; (G + 1) * LS_GROUP <= nb; G++) {
+        const float *xg = x + G * LS_GROUP * 32;
+        __m512i am[16];
+#pragma GCC unroll 16
+        for (int l = 0; l < 16; l++) am[l] = _mm512_max_epu32(ls_z_absbits(xg + 32 * l), ls_z_absbits(xg + 32 * l + 16));
+        const __m512i abits = ls_z_max16_x16u(am);
+        const __mmask16 fin = _mm512_cmple_epu32_mask(abits, _mm512_set1_epi32(0x7f7fffff));
+        const __m512 amax = _mm512_castsi512_ps(abits);
+        const __mmask16 ok = fin & _mm512_cmp_ps_mask(amax, _mm512_set1_ps(LS_QX_TINY), _CMP_GE_OQ);
+        __m512 d = _mm512_maskz_div_ps(ok, amax, _mm512_set1_ps(127.0f));
+        d = _mm512_mask_mov_ps(d, (__mmask16)~fin, _mm512_set1_ps(NAN));
+        const __m512 id = _mm512_maskz_div_ps(ok, _mm512_set1_ps(127.0f), amax);
+        int8_t *qg = q + G * (LS_GROUP * 32);
+        uint8_t *recg = xp ? xp + (size_t)G * LS_GROUP * LS_XP_UNIT : NULL;
+        uint32_t tq[16][8]; /* block l's 32 codes in element order (without xp) */
+        uint8_t *qb = recg ? recg : (uint8_t *)tq;
+        const int qstride = recg ? LS_XP_UNIT : 32;
+#pragma GCC unroll 16
+        for (int l = 0; l < 16; l++) {
+            const __mmask16 k = (ok >> l & 1) ? 0xFFFF : 0;
+            const __m512 idl = _mm512_permutexvar_ps(_mm512_set1_epi32(l), id);
+            __m512i lo = _mm512_maskz_sub_epi32(k, _mm512_castps_si512(_mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(xg + 32 * l), idl), magic)), mbits);
+            __m512i hi = _mm512_maskz_sub_epi32(k, _mm512_castps_si512(_mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(xg + 32 * l + 16), idl), magic)), mbits);
+            _mm_storeu_si128((__m128i *)(qb + l * qstride), _mm512_cvtepi32_epi8(lo));
+            _mm_storeu_si128((__m128i *)(qb + l * qstride + 16), _mm512_cvtepi32_epi8(hi));
         }
-        for (int t = 0; t < 8; t++) memcpy(q + ls_xq_chunk(nb, b, t), &qd[t], 4);
-        dx[b] = d;
-        sx[b] = d * (float)s;
-        sq[b] = s;
-        sqlo[b] = slo;
+        /* the xq layout of a full group: slot t of block l at (t * 16 + l) * 4 (ls_xq_chunk) */
+        const __m512i gidx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                                _mm512_set1_epi32(qstride / 4));
+        /* slot vectors: lane l = block l's 4 codes; a vpdpbusd with 1s sums them (exact) */
+        const __m512i ones = _mm512_set1_epi8(1);
+        __m512i slo = _mm512_setzero_si512(), shi = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int t = 0; t < 8; t++) {
+            __m512i o = _mm512_i32gather_epi32(_mm512_add_epi32(gidx, _mm512_set1_epi32(t)), qb, 4);
+            _mm512_storeu_si512(qg + t * 64, o);
+            if (t < 4)
+                slo = _mm512_dpbusd_epi32(slo, ones, o);
+            else
+                shi = _mm512_dpbusd_epi32(shi, ones, o);
+        }
+        const __m512i s = _mm512_add_epi32(slo, shi);
+        const __m512 sxv = _mm512_mul_ps(d, _mm512_cvtepi32_ps(s));
+        const int64_t b0 = G * LS_GROUP;
+        _mm512_storeu_ps(dx + b0, d);
+        _mm512_storeu_ps(sx + b0, sxv);
+        _mm512_storeu_si512(sq + b0, s);
+        _mm512_storeu_si512(sqlo + b0, slo);
+        if (recg) {
+            int32_t s128[16];
+            _mm512_storeu_si512(s128, _mm512_slli_epi32(s, 7));
+            for (int l = 0; l < 16; l++) {
+                uint8_t *rec = recg + (size_t)l * LS_XP_UNIT;
+                memcpy(rec + LS_XP_DX, &dx[b0 + l], 4);
+                memcpy(rec + LS_XP_SX, &sx[b0 + l], 4);
+                memcpy(rec + LS_XP_SQ, &s128[l], 4);
+            }
+        }
     }
+    for (int64_t b = G * LS_GROUP; b < nb; b++)
+        ls_quantize_block_avx512(x + 32 * b, nb, b, q, dx, sx, sq, sqlo, xp ? xp + (size_t)b * LS_XP_UNIT : NULL);
+}
+
+void ls_quantize_x_row_avx512(const float *x, int64_t K, void *row_out) {
+    ls_quantize_x_row_xp_avx512(x, K, row_out, NULL);
 }
