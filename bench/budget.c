@@ -9,8 +9,9 @@
  *   - the output head at M rows;
  *   - attention over 30 layers' KV: B decode rows of B different sequences at about P
  *     positions, or one sequence's verify block of M rows ending at P.
- * Every configuration runs interleaved with the others, rep by rep; medians and minima
- * are printed.  A real step adds norms, RoPE, the residual adds, SwiGLU, sampling,
+ * Configurations take turns, round by round (each runs three steps back to back per
+ * round, the last one timed, so its own working set is as warm as in the engine's run of
+ * steps); medians and minima over the rounds are printed.  A real step adds norms, RoPE, the residual adds, SwiGLU, sampling,
  * scheduling and thread hand-offs to these; so "8 x B=1 / B=8" over the kernels alone is
  * an upper bound on what the engine's B = 8 / B = 1 ratio can be with these kernels,
  * and the verify ratios are lower bounds on what a verify step costs.
@@ -118,8 +119,12 @@ int main(int argc, char **argv) {
     double *t[NC][3];
     for (int c = 0; c < NC; c++)
         for (int k = 0; k < 3; k++) t[c][k] = malloc(sizeof(double) * (size_t)reps);
+    /* rounds of every configuration in turn; inside a round, a configuration runs RUN
+     * steps back to back (its own working set warm, as in the engine) and keeps the last */
+    enum { RUN = 3 };
     for (int r = 0; r < reps; r++)
-        for (int c = 0; c < NC; c++) {
+        for (int c = 0; c < NC; c++)
+            for (int rr = 0; rr < RUN; rr++) {
             const int M = rows[c];
             double t0 = now_ms();
             for (int l = 0; l < NL; l++) {
