@@ -57,6 +57,7 @@ struct ls_wmat {
      * group record's planes: NIB 4 planes, BYTE 8 planes), then the fp16 d of the 16 rows
      * at nb * pcode + 32 b, then (Q4_1) the fp16 m at nb * (pcode + 32) + 32 b. */
     uint8_t *panel;
+    bool panel_owned;       /* false: the caller's memory (ls_wmat_create_in) */
     size_t panel_bytes, pcode;
 };
 

@@ -83,6 +83,14 @@ typedef struct {
  * Creation may repack into a kernel-friendly layout (owned by the ls_wmat);
  * `data` must outlive it either way. */
 ls_wmat *ls_wmat_create(uint32_t type, int64_t N, int64_t K, const void *data, ls_err *err);
+/* Bytes of the panel copy ls_wmat_create makes for this shape (Q4_1, Q8_0: the AVX-512
+ * kernels' layout), a multiple of 64; 0 for other types or a shape it would reject. */
+size_t ls_wmat_panel_bytes(uint32_t type, int64_t N, int64_t K);
+/* The same as ls_wmat_create, with the panel copy at panel_mem (64-byte aligned, at least
+ * ls_wmat_panel_bytes(type, N, K) bytes, owned by the caller and outliving the matrix;
+ * NULL: allocated and freed with the matrix).  A model puts all its panels in one arena
+ * of transparent huge pages (model.c). */
+ls_wmat *ls_wmat_create_in(uint32_t type, int64_t N, int64_t K, const void *data, void *panel_mem, ls_err *err);
 void ls_wmat_free(ls_wmat *w);
 bool ls_matmul_type_supported(uint32_t type);
 int64_t ls_wmat_rows(const ls_wmat *w);

@@ -202,7 +202,23 @@ static void ls_put_panel(const ls_wmat *w, int64_t n, int64_t b, const ls_unit *
     if (w->type == LS_TYPE_Q4_1) ls_w16(dp + 32 * (size_t)w->nb + 2 * r, un->m);
 }
 
+/* Bytes of one panel of 16 rows: nb units of codes, then the fp16 d (and m) of the rows. */
+static size_t ls_panel_unit_bytes(uint32_t type) { return type == LS_TYPE_Q4_1 ? 256 + 64 : 512 + 32; }
+
+size_t ls_wmat_panel_bytes(uint32_t type, int64_t N, int64_t K) {
+    if ((type != LS_TYPE_Q4_1 && type != LS_TYPE_Q8_0) || N < 1 || K < 32 || K % 32 || N > ((int64_t)1 << 40) ||
+        K > ((int64_t)1 << 30))
+        return 0;
+    uint64_t np = (uint64_t)(N + 15) / 16, b;
+    if (ls_mul_u64(np, (uint64_t)(K / 32) * ls_panel_unit_bytes(type), &b) || b > SIZE_MAX - 64) return 0;
+    return ((size_t)b + 63) & ~(size_t)63;
+}
+
 ls_wmat *ls_wmat_create(uint32_t type, int64_t N, int64_t K, const void *data, ls_err *err) {
+    return ls_wmat_create_in(type, N, K, data, NULL, err);
+}
+
+ls_wmat *ls_wmat_create_in(uint32_t type, int64_t N, int64_t K, const void *data, void *panel_mem, ls_err *err) {
     const ls_type_info *ti = ls_type_get(type);
     if (!ls_matmul_type_supported(type)) {
         ls_err_set(err, LS_E_UNSUPPORTED, "matmul does not support weight type %s (ggml type id %u)",
@@ -260,8 +276,10 @@ ls_wmat *ls_wmat_create(uint32_t type, int64_t N, int64_t K, const void *data, l
     if (type == LS_TYPE_Q4_1 || type == LS_TYPE_Q8_0) {
         int64_t np = (N + 15) / 16;
         w->pcode = type == LS_TYPE_Q4_1 ? 256 : 512;
-        w->panel_bytes = (size_t)w->nb * (w->pcode + (type == LS_TYPE_Q4_1 ? 64 : 32));
-        w->panel = ls_aligned_alloc(64, ((size_t)np * w->panel_bytes + 63) & ~(size_t)63);
+        w->panel_bytes = (size_t)w->nb * ls_panel_unit_bytes(type);
+        LS_ASSERT(((uintptr_t)panel_mem & 63) == 0);
+        w->panel_owned = !panel_mem;
+        w->panel = panel_mem ? panel_mem : ls_aligned_alloc(64, ((size_t)np * w->panel_bytes + 63) & ~(size_t)63);
         if (!w->panel) {
             ls_err_set(err, LS_E_NOMEM, "out of memory repacking a %lld x %lld %s matrix (panels)", (long long)N,
                        (long long)K, ti->name);
@@ -298,7 +316,7 @@ ls_wmat *ls_wmat_create(uint32_t type, int64_t N, int64_t K, const void *data, l
 
 void ls_wmat_free(ls_wmat *w) {
     if (!w) return;
-    free(w->panel);
+    if (w->panel_owned) free(w->panel);
     free(w->owned);
     free(w);
 }
