@@ -37,8 +37,8 @@ struct ls_model {
     ls_wmat *mtp_eh_proj;                         /* (n_embd, 2 n_embd) */
     const gguf_tensor *mtp_embd;                  /* nextn.embed_tokens, or NULL: token_embd */
     ls_wmat *mtp_head;                            /* nextn.shared_head_head, or NULL: output */
-    /* The matrices' panel copies, in one allocation of transparent huge pages (NULL if
-     * that allocation failed: each matrix then allocates its own). */
+    /* The matrices' panel copies, in one allocation advised MADV_HUGEPAGE (model.c);
+     * NULL when the file has no matrix of a panel type. */
     uint8_t *panel_arena;
     size_t panel_used, panel_cap;
 };
