@@ -617,8 +617,8 @@ static void test_parity_quantize(void **state) {
             memset(rec, 0x5A, (size_t)nb * LS_XP_UNIT);
             memset(rec_ref, 0x5A, (size_t)nb * LS_XP_UNIT);
             ls_quantize_x_row(x, K, ref);
-            ls_quantize_x_row_avx512(x, K, got);
-            ls_quantize_x_row_xp_avx512(x, K, got2, rec);
+            ls_quantize_x_row_avx512(x, K, got, NULL);
+            ls_quantize_x_row_avx512(x, K, got2, rec);
             const ls_xq xr = ls_xq_row(ref, K, 0);
             for (int64_t b = 0; b < nb; b++) { /* the packed record, from the scalar row */
                 uint8_t *r = rec_ref + (size_t)b * LS_XP_UNIT;

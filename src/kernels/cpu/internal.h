@@ -118,11 +118,10 @@ static inline int64_t ls_xq_chunk(int64_t nb, int64_t b, int64_t s) {
 /* Activation blocks with amax below this quantize to q = 0, d = 0 (as amax == 0). */
 #define LS_QX_TINY 0x1p-100f
 void ls_quantize_x_row(const float *x, int64_t K, void *row_out);
-/* The same with AVX-512 (same bits: every step is exact or one lane-wise rounding). */
-void ls_quantize_x_row_avx512(const float *x, int64_t K, void *row_out);
-/* The same, also writing the row's tile-packed records (below) when xp is not NULL:
- * xp is the row's record of unit 0, unit b's at xp + b * LS_XP_UNIT. */
-void ls_quantize_x_row_xp_avx512(const float *x, int64_t K, void *row_out, uint8_t *xp);
+/* The same with AVX-512 (same bits: every step is exact or one lane-wise rounding), also
+ * writing the row's tile-packed records (below) when xp is not NULL: xp is the row's
+ * record of unit 0, unit b's at xp + b * LS_XP_UNIT. */
+void ls_quantize_x_row_avx512(const float *x, int64_t K, void *row_out, uint8_t *xp);
 
 /* Tile-packed copy of a call's quantized activations, read by the AVX-512 multi-row
  * panel kernel: rows in tiles of LS_XP_R (row m: tile m / LS_XP_R, lane m % LS_XP_R);

@@ -116,7 +116,7 @@ static void ls_mm_quant_task(void *arg, int ith, int nth) {
         if (c->kc->isa == LS_ISA_AVX512) { /* same bits; also writes the packed records (internal.h) */
             uint8_t *rec = c->xp ? c->xp + (size_t)(m / LS_XP_R) * ls_xp_tile_bytes(K) + (size_t)(m % LS_XP_R) * LS_XP_ROW
                                  : NULL;
-            ls_quantize_x_row_xp_avx512(c->x + m * K, K, row, rec);
+            ls_quantize_x_row_avx512(c->x + m * K, K, row, rec);
         } else {
             LS_ASSERT(!c->xp); /* only the AVX-512 panel kernel reads the packed copy */
             ls_quantize_x_row(c->x + m * K, K, row);

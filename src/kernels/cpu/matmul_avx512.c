@@ -866,7 +866,7 @@ static void ls_quantize_block_avx512(const float *xb, int64_t nb, int64_t b, int
     }
 }
 
-void ls_quantize_x_row_xp_avx512(const float *x, int64_t K, void *row_out, uint8_t *xp) {
+void ls_quantize_x_row_avx512(const float *x, int64_t K, void *row_out, uint8_t *xp) {
     const int64_t nb = K / 32;
     uint8_t *base = row_out;
     int8_t *q = (int8_t *)base;
@@ -936,8 +936,4 @@ void ls_quantize_x_row_xp_avx512(const float *x, int64_t K, void *row_out, uint8
     }
     for (int64_t b = G * LS_GROUP; b < nb; b++)
         ls_quantize_block_avx512(x + 32 * b, nb, b, q, dx, sx, sq, sqlo, xp ? xp + (size_t)b * LS_XP_UNIT : NULL);
-}
-
-void ls_quantize_x_row_avx512(const float *x, int64_t K, void *row_out) {
-    ls_quantize_x_row_xp_avx512(x, K, row_out, NULL);
 }

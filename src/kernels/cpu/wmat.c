@@ -279,7 +279,7 @@ ls_wmat *ls_wmat_create_in(uint32_t type, int64_t N, int64_t K, const void *data
         w->panel_bytes = (size_t)w->nb * ls_panel_unit_bytes(type);
         LS_ASSERT(((uintptr_t)panel_mem & 63) == 0);
         w->panel_owned = !panel_mem;
-        w->panel = panel_mem ? panel_mem : ls_aligned_alloc(64, ((size_t)np * w->panel_bytes + 63) & ~(size_t)63);
+        w->panel = panel_mem ? panel_mem : ls_aligned_alloc(64, ls_wmat_panel_bytes(type, N, K));
         if (!w->panel) {
             ls_err_set(err, LS_E_NOMEM, "out of memory repacking a %lld x %lld %s matrix (panels)", (long long)N,
                        (long long)K, ti->name);
