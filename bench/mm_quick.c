@@ -26,6 +26,7 @@ int main(int argc, char **argv) {
     const ls_type_info *ti = ls_type_get(type);
     for (size_t i = 0; i < nb; i += ti->block_bytes) { w[i] = 0x1f; w[i + 1] = 0x21; }
     ls_wmat *W = ls_wmat_create(type, N, K, w, NULL);
+    ls_wmat_prepare_all(W, NULL);
     float *x = malloc(sizeof(float) * (size_t)(M * K)), *y = malloc(sizeof(float) * (size_t)(M * N));
     for (int64_t i = 0; i < M * K; i++) x[i] = (float)rand() / (float)RAND_MAX - 0.5f;
     size_t sb = ls_matmul_scratch_bytes(M, K);

@@ -191,7 +191,8 @@ int cli_bench(int argc, char **argv) {
     for (int k = 0; k < ns; k++) {
         shape *s = &shapes[k];
         ls_wmat *w = ls_wmat_create(s->type, s->N, s->K, s->data, &err);
-        if (!w) {
+        if (!w || ls_wmat_prepare_all(w, &err)) {
+            ls_wmat_free(w);
             fprintf(stderr, "lockstep bench: %s: %s\n", s->name, err.msg);
             continue;
         }

@@ -19,7 +19,9 @@ int cli_bench_spec(int argc, char **argv);
 int cli_bench_mixed(int argc, char **argv);
 int cli_bench_cache(int argc, char **argv);
 /* --kernels NAME -> families for rows without / with a parity need; prints and returns LS_EXIT_USAGE on error. */
-int cli_kernels_families(const char *cmd, const char *name, int *fam, int *fam_parity);
+typedef struct ls_mm_family ls_mm_family;
+int cli_kernels_families(const char *cmd, const char *name, const ls_mm_family **fam,
+                         const ls_mm_family **fam_parity);
 
 /* Strict numeric flag parsing: the whole string must be a number in range.
  * On failure prints "lockstep CMD: invalid value 'S' for FLAG (...)" and returns false. */

@@ -31,20 +31,13 @@ static const char *help =
     "      --json          one JSON object\n";
 
 /* The families a --kernels value selects: (rows without a parity need, rows with one). */
-int cli_kernels_families(const char *cmd, const char *name, int *fam, int *fam_parity) {
-    if (!strcmp(name, "auto") || !strcmp(name, "wide")) {
-        *fam = *fam_parity = LS_MM_WIDE;
-        return 0;
-    }
-    if (!strcmp(name, "narrow")) {
-        *fam = *fam_parity = LS_MM_NARROW;
-        return 0;
-    }
-    int id = ls_mm_family_find(name);
-    if (id < 0)
+int cli_kernels_families(const char *cmd, const char *name, const ls_mm_family **fam,
+                         const ls_mm_family **fam_parity) {
+    const ls_mm_family *f = !strcmp(name, "auto") ? &ls_mm_wide : ls_mm_family_builtin(name);
+    if (!f)
         return cli_usage_error(cmd, "no kernel family '%s' in this build (available: auto, wide, narrow%s)", name,
-                               !strcmp(name, "fast") ? "; no fast family is registered on this CPU" : "");
-    *fam = *fam_parity = id; /* the probe withdraws it for parity rows if it fails */
+                               !strcmp(name, "fast") ? "; this build has no fast CPU family" : "");
+    *fam = *fam_parity = f;
     return 0;
 }
 
@@ -84,7 +77,7 @@ int cli_probe(int argc, char **argv) {
     ls_err err;
     ls_spec_kind kind;
     if (ls_spec_kind_from_name(spec, &kind, &err)) return cli_usage_error(cmd, "%s", err.msg);
-    int fam, famp;
+    const ls_mm_family *fam, *famp;
     if (cli_kernels_families(cmd, kernels, &fam, &famp)) return LS_EXIT_USAGE;
     if (access(model_path, R_OK) != 0) return cli_usage_error(cmd, "cannot read model file '%s'", model_path);
     if (threads == 0) {
@@ -115,8 +108,7 @@ int cli_probe(int argc, char **argv) {
         fprintf(stderr, "lockstep probe: %s\n", err.msg);
         goto out;
     }
-    const ls_mm_family *fb = ls_mm_family_get(r.fam_parity_before), *fa = ls_mm_family_get(r.fam_parity_after),
-                       *ff = ls_mm_family_get(r.fam_free);
+    const ls_mm_family *fb = r.fam_parity_before, *fa = r.fam_parity_after, *ff = r.fam_free;
     if (json) {
         cJSON *j = cJSON_CreateObject();
         cJSON_AddStringToObject(j, "verdict", ls_verdict_name(r.verdict));

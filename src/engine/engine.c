@@ -223,7 +223,8 @@ ls_engine *ls_engine_create(const ls_model *m, ls_engine_params p, ls_err *err) 
     e->max_logit_rows = p.n_seq_max * (1 + p.draft_max);
     if (e->max_logit_rows > p.step_tokens) e->max_logit_rows = p.step_tokens;
     ls_fwd_params fp = {.n_rows = p.step_tokens, .n_ctx = p.n_ctx, .n_threads = p.n_threads, .isa = p.isa,
-                        .narrow = p.narrow, .fam = p.fam, .fam_parity = p.fam_parity};
+                        .narrow = p.narrow, .fam = p.fam, .fam_parity = p.fam_parity,
+                        .faults = p.faults};
     if (!(e->fwd = ls_fwd_create(m, fp, err))) goto fail;
     if (!(e->store = ls_kv_store_create(m, (int32_t)n_blocks, err))) goto fail;
     if (!(e->kvc = ls_kvc_create((int32_t)n_blocks, !p.no_prefix_cache, err))) goto fail;

@@ -39,8 +39,10 @@ typedef struct {
     bool narrow;          /* --kernels narrow: the single-row matmul kernel for every row */
     bool no_prefix_cache;
     int32_t draft_max;    /* largest draft a verify block may carry (0 = drafts off) */
-    int32_t fam;          /* matmul family (kernels.h) for rows of requests without a parity need */
-    int32_t fam_parity;   /* matmul family for rows that need parity (canonical by default) */
+    const ls_mm_family *fam;        /* matmul family (kernels.h) for rows of requests without a parity
+                                     * need; NULL = ls_mm_wide */
+    const ls_mm_family *fam_parity; /* matmul family for rows that need parity (NULL = ls_mm_wide) */
+    unsigned faults;                /* LS_FAULT_* (kernels.h): tests only */
 } ls_engine_params;
 
 typedef struct {

@@ -139,12 +139,12 @@ ls_status ls_spec_probe(const ls_model *m, ls_fwd *f, int32_t draft_max, int dra
     out->fam_parity_before = out->fam_parity_after = ls_fwd_parity_family(f);
     probe_pass(&c, draft_max, draws, seed, out);
     bool ok = out->block_vs_chain && out->batch_mix && out->chunked_prefill;
-    const ls_mm_family *fp = ls_mm_family_get(ls_fwd_parity_family(f));
+    const ls_mm_family *fp = ls_fwd_parity_family(f);
     if (ok) {
         out->verdict = LS_VERDICT_EXACT;
     } else if (fp && !fp->canonical) { /* withdraw it for rows that need parity, probe again */
-        ls_fwd_set_parity_family(f, LS_MM_WIDE);
-        out->fam_parity_after = LS_MM_WIDE;
+        ls_fwd_set_parity_family(f, &ls_mm_wide);
+        out->fam_parity_after = &ls_mm_wide;
         probe_pass(&c, draft_max, draws, seed + 1, out);
         ok = out->block_vs_chain && out->batch_mix && out->chunked_prefill;
         out->verdict = ok ? LS_VERDICT_SCOPED : LS_VERDICT_DECLINED;
@@ -221,7 +221,7 @@ ls_status ls_spec_probe_cached(const ls_model *m, const char *model_path, const 
     char path[4200] = "";
     char msha[65], esha[65], key[65], desc[1024];
     if (memo_dir && model_path && sha256_file(model_path, msha) && sha256_file("/proc/self/exe", esha)) {
-        const ls_mm_family *ff = ls_mm_family_get(ls_fwd_family(f)), *fp = ls_mm_family_get(ls_fwd_parity_family(f));
+        const ls_mm_family *ff = ls_fwd_family(f), *fp = ls_fwd_parity_family(f);
         snprintf(desc, sizeof desc, "model=%s exe=%s isa=%s threads=%d fam=%s fam_parity=%s K=%d draws=%d %s", msha,
                  esha, ls_isa_name(ls_fwd_isa(f)), ls_fwd_n_threads(f), ff ? ff->name : "?", fp ? fp->name : "?",
                  draft_max, draws < 3 ? 3 : draws, config ? config : "");
@@ -235,13 +235,16 @@ ls_status ls_spec_probe_cached(const ls_model *m, const char *model_path, const 
             text[n] = 0;
             cJSON *j = cJSON_Parse(text);
             const cJSON *v = cJSON_GetObjectItem(j, "verdict"), *fa = cJSON_GetObjectItem(j, "fam_parity_after");
+            const ls_mm_family *faf = !cJSON_IsString(fa)                              ? NULL
+                                      : !strcmp(fa->valuestring, fp->name)              ? fp
+                                      : !strcmp(fa->valuestring, ls_mm_wide.name)       ? &ls_mm_wide
+                                                                                        : NULL;
             const cJSON *d = cJSON_GetObjectItem(j, "desc");
-            if (cJSON_IsNumber(v) && cJSON_IsNumber(fa) && cJSON_IsString(d) && !strcmp(d->valuestring, desc) &&
-                ls_mm_family_get(fa->valueint)) {
+            if (cJSON_IsNumber(v) && faf && cJSON_IsString(d) && !strcmp(d->valuestring, desc)) {
                 memset(out, 0, sizeof *out);
                 out->verdict = (ls_verdict)v->valueint;
                 out->fam_parity_before = ls_fwd_parity_family(f);
-                out->fam_parity_after = fa->valueint;
+                out->fam_parity_after = faf;
                 out->fam_free = ls_fwd_family(f);
                 out->block_vs_chain = cJSON_IsTrue(cJSON_GetObjectItem(j, "block_vs_chain"));
                 out->batch_mix = cJSON_IsTrue(cJSON_GetObjectItem(j, "batch_mix"));
@@ -263,7 +266,7 @@ ls_status ls_spec_probe_cached(const ls_model *m, const char *model_path, const 
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "desc", desc);
     cJSON_AddNumberToObject(j, "verdict", out->verdict);
-    cJSON_AddNumberToObject(j, "fam_parity_after", out->fam_parity_after);
+    cJSON_AddStringToObject(j, "fam_parity_after", out->fam_parity_after->name);
     cJSON_AddBoolToObject(j, "block_vs_chain", out->block_vs_chain);
     cJSON_AddBoolToObject(j, "batch_mix", out->batch_mix);
     cJSON_AddBoolToObject(j, "chunked_prefill", out->chunked_prefill);

@@ -27,8 +27,8 @@ const char *ls_verdict_name(ls_verdict v);
 typedef struct {
     ls_verdict verdict;
     bool block_vs_chain, batch_mix, chunked_prefill; /* the axes of the final (after any scoping) run */
-    int fam_parity_before, fam_parity_after;          /* family ids rows that need parity ran */
-    int fam_free;                                     /* family for rows without a parity need */
+    const ls_mm_family *fam_parity_before, *fam_parity_after; /* families rows that need parity ran */
+    const ls_mm_family *fam_free;                     /* family for rows without a parity need */
     int draws;
     double ms;
     char detail[256];                                 /* the first mismatch seen, or "" */

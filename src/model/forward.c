@@ -1,4 +1,5 @@
-/* forward.c - the Llama forward pass over a ragged batch, and the paged KV store.
+/* forward.c - the Llama forward pass over a ragged batch (the KV store it reads and
+ * writes is kv_store.c).
  *
  * Every buffer is carved from one arena at ls_fwd_create; nothing allocates per
  * call.  Each step is a canonical kernel whose per-row bits do not depend on how
@@ -13,75 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- paged KV store ------------------------------------------------------- */
-struct ls_kv_store {
-    void *raw;            /* the allocation; data is its first 4 KiB boundary */
-    float *data;          /* n_blocks * block_floats */
-    int32_t n_blocks;
-    size_t block_floats;  /* n_layer * 2 * LS_KV_BLOCK * kv_dim */
-    size_t layer_floats;  /* 2 * LS_KV_BLOCK * kv_dim */
-    size_t kv_dim, head_dim;
-};
-
-size_t ls_kv_block_bytes(const ls_model *m) {
-    const ls_hparams *hp = &m->hp;
-    return (size_t)hp->n_layer * 2 * LS_KV_BLOCK * hp->n_head_kv * hp->head_dim * sizeof(float);
-}
-
-ls_kv_store *ls_kv_store_create(const ls_model *m, int32_t n_blocks, ls_err *err) {
-    if (n_blocks < 1) {
-        ls_err_set(err, LS_E_INVALID, "the KV cache needs at least one block (got %d)", n_blocks);
-        return NULL;
-    }
-    ls_kv_store *s = ls_calloc(1, sizeof *s);
-    if (!s) {
-        ls_err_set(err, LS_E_NOMEM, "out of memory");
-        return NULL;
-    }
-    const ls_hparams *hp = &m->hp;
-    s->n_blocks = n_blocks;
-    s->kv_dim = (size_t)hp->n_head_kv * hp->head_dim;
-    s->head_dim = hp->head_dim;
-    s->layer_floats = 2 * LS_KV_BLOCK * s->kv_dim;
-    s->block_floats = hp->n_layer * s->layer_floats;
-    /* calloc of a large size maps fresh zero pages: memory is committed as blocks are used.
-     * The blocks start on a 4 KiB boundary (calloc's own pointer is 16 bytes past a page):
-     * every K/V row of a kv head then covers whole cache lines, and a block's run of one
-     * head's keys whole pages.  (Measured: verify blocks' and prefill's attention 4-17 %
-     * faster than with the rows 16 bytes off.) */
-    const size_t align = 4096, bytes = s->block_floats * sizeof(float);
-    if ((size_t)n_blocks <= (SIZE_MAX - align) / bytes) s->raw = ls_calloc(1, (size_t)n_blocks * bytes + align);
-    s->data = s->raw ? (float *)(((uintptr_t)s->raw + align - 1) & ~(uintptr_t)(align - 1)) : NULL;
-    if (!s->data) {
-        ls_err_set(err, LS_E_NOMEM, "out of memory allocating %.0f MiB of KV cache (%d blocks of %zu KiB)",
-                   (double)n_blocks * (double)bytes / 1048576.0, n_blocks, bytes >> 10);
-        free(s);
-        return NULL;
-    }
-    return s;
-}
-
-void ls_kv_store_free(ls_kv_store *s) {
-    if (!s) return;
-    free(s->raw);
-    free(s);
-}
-
-int32_t ls_kv_store_blocks(const ls_kv_store *s) { return s->n_blocks; }
-
-void ls_kv_block_copy(ls_kv_store *s, int32_t dst, int32_t src, int32_t n_pos) {
-    LS_ASSERT(dst >= 0 && dst < s->n_blocks && src >= 0 && src < s->n_blocks && n_pos >= 0 && n_pos <= LS_KV_BLOCK);
-    const size_t seg = LS_KV_BLOCK * s->head_dim, n = (size_t)n_pos * s->head_dim; /* one kv head's run */
-    float *d = s->data + (size_t)dst * s->block_floats;
-    const float *a = s->data + (size_t)src * s->block_floats;
-    /* K and V of every layer are 2 * n_head_kv runs of seg floats; copy each run's first n_pos rows */
-    for (size_t r = 0; r < s->block_floats / seg; r++) memcpy(d + r * seg, a + r * seg, n * sizeof(float));
-}
-
 /* ---- forward workspace ---------------------------------------------------- */
 struct ls_fwd {
     const ls_model *m;
     ls_kctx kc;
+    uint64_t rows[2];    /* matmul rows run with the parity family / the free family (kc.rows) */
     ls_pool *pool;
     ls_rope *rope;
     int32_t n_rows, n_ctx;
@@ -159,13 +96,12 @@ ls_fwd *ls_fwd_create(const ls_model *m, ls_fwd_params p, ls_err *err) {
             goto fail;
         }
     }
+    if (ls_model_prepare(m, f->kc.isa, err)) goto fail; /* the ISA's own weight layout, once per model */
     f->kc.narrow = p.narrow;
-    if (!ls_mm_family_get(p.fam) || !ls_mm_family_get(p.fam_parity)) {
-        ls_err_set(err, LS_E_INVALID, "unknown matmul kernel family %d", ls_mm_family_get(p.fam) ? p.fam_parity : p.fam);
-        goto fail;
-    }
-    f->kc.fam = p.fam;
-    f->kc.fam_parity = p.fam_parity;
+    f->kc.fam = p.fam ? p.fam : &ls_mm_wide;
+    f->kc.fam_parity = p.fam_parity ? p.fam_parity : &ls_mm_wide;
+    f->kc.rows = f->rows;
+    f->kc.faults = p.faults;
     if (p.pool) {
         f->kc.pool = p.pool; /* borrowed: not freed here */
         n_threads = ls_pool_size(p.pool);
@@ -229,9 +165,13 @@ void ls_fwd_free(ls_fwd *f) {
 }
 
 ls_isa ls_fwd_isa(const ls_fwd *f) { return f->kc.isa; }
-void ls_fwd_set_parity_family(ls_fwd *f, int fam) { f->kc.fam_parity = fam; }
-int ls_fwd_parity_family(const ls_fwd *f) { return f->kc.fam_parity; }
-int ls_fwd_family(const ls_fwd *f) { return f->kc.fam; }
+void ls_fwd_set_parity_family(ls_fwd *f, const ls_mm_family *fam) { f->kc.fam_parity = fam ? fam : &ls_mm_wide; }
+const ls_mm_family *ls_fwd_parity_family(const ls_fwd *f) { return f->kc.fam_parity; }
+const ls_mm_family *ls_fwd_family(const ls_fwd *f) { return f->kc.fam; }
+uint64_t ls_fwd_rows(const ls_fwd *f, bool parity) {
+    return __atomic_load_n(&f->rows[parity ? 0 : 1], __ATOMIC_RELAXED);
+}
+unsigned ls_fwd_faults(const ls_fwd *f) { return f->kc.faults; }
 int32_t ls_fwd_n_rows(const ls_fwd *f) { return f->n_rows; }
 int32_t ls_fwd_n_ctx(const ls_fwd *f) { return f->n_ctx; }
 int ls_fwd_n_threads(const ls_fwd *f) { return ls_pool_size(f->kc.pool); }
@@ -245,9 +185,10 @@ void ls_fwd_run(ls_fwd *f, ls_kv_store *kv, const ls_batch *b, float *logits) {
     const ls_model *m = f->m;
     const ls_hparams *hp = &m->hp;
     const ls_kctx *kc = &f->kc;
-    const size_t E = hp->n_embd, D = hp->head_dim, KV = f->kv_dim;
+    const size_t E = hp->n_embd, KV = f->kv_dim;
+    const int D = (int)hp->head_dim;
     const int64_t M = b->n;
-    LS_ASSERT(b->n >= 1 && b->n <= f->n_rows && kv->kv_dim == KV);
+    LS_ASSERT(b->n >= 1 && b->n <= f->n_rows && ls_kv_store_row_floats(kv) == KV);
 
     int32_t n_out = 0;
     const gguf_tensor *emb = f->mtp && m->mtp_embd ? m->mtp_embd : m->tok_embd;
@@ -274,8 +215,7 @@ void ls_fwd_run(ls_fwd *f, ls_kv_store *kv, const ls_batch *b, float *logits) {
     for (int32_t li = 0; li < f->n_layers; li++) {
         const int32_t l = f->layers[li];
         const ls_layer *L = &m->layers[l];
-        /* the MTP block keeps its K/V in layer slot 0 of its own store */
-        float *kbase = kv->data + (size_t)(f->mtp ? 0 : l) * kv->layer_floats, *vbase = kbase + LS_KV_BLOCK * KV;
+        const int32_t kvl = f->mtp ? 0 : l; /* the MTP block keeps its K/V in layer slot 0 of its own store */
 
         ls_rmsnorm(kc, f->x, L->attn_norm, hp->norm_eps, M, (int64_t)E, f->xn);
         { /* Q, K, V: one quantization of xn, one pool dispatch; same bits as three ls_matmul calls */
@@ -283,22 +223,17 @@ void ls_fwd_run(ls_fwd *f, ls_kv_store *kv, const ls_batch *b, float *logits) {
             float *yqkv[3] = {f->q, f->k, f->v};
             ls_matmul_multi_rows(kc, 3, wqkv, f->xn, M, yqkv, b->need_parity);
         }
-        ls_rope_apply(kc, f->rope, f->q, M, (int)hp->n_head, (int)D, b->pos);
-        ls_rope_apply(kc, f->rope, f->k, M, (int)hp->n_head_kv, (int)D, b->pos);
+        ls_rope_apply(kc, f->rope, f->q, M, (int)hp->n_head, D, b->pos);
+        ls_rope_apply(kc, f->rope, f->k, M, (int)hp->n_head_kv, D, b->pos);
         /* Every row's K/V is in its block before any query reads it. */
         for (int32_t r = 0; r < b->n; r++) {
             const int32_t *table = b->tables[b->seq[r]];
             int32_t p = b->pos[r], blk = table[p >> LS_KV_BLOCK_SHIFT];
-            LS_ASSERT(blk >= 0 && blk < kv->n_blocks);
-            size_t off = (size_t)blk * kv->block_floats + (size_t)(p & (LS_KV_BLOCK - 1)) * D;
-            for (size_t h = 0; h < KV / D; h++) { /* head-major: kv head h's run of the block */
-                memcpy(kbase + off + h * LS_KV_BLOCK * D, f->k + r * KV + h * D, D * sizeof(float));
-                memcpy(vbase + off + h * LS_KV_BLOCK * D, f->v + r * KV + h * D, D * sizeof(float));
-            }
-            f->views[r] = (ls_kv_view){kbase, vbase, table, (int64_t)kv->block_floats, LS_KV_BLOCK_SHIFT, (int)D,
-                                       (int)(LS_KV_BLOCK * D)};
+            bool fault = (kc->faults & LS_FAULT_KV_SKIP) && r > 0 && b->seq[r] != b->seq[r - 1] && b->seq[r] != b->seq[0];
+            if (!fault) ls_kv_store_write(kv, kvl, blk, p & (LS_KV_BLOCK - 1), f->k + r * KV, f->v + r * KV);
+            f->views[r] = ls_kv_store_view(kv, kvl, table);
         }
-        ls_attention(kc, f->q, M, b->pos, f->views, (int)hp->n_head, (int)hp->n_head_kv, (int)D, scale, f->att,
+        ls_attention(kc, f->q, M, b->pos, f->views, (int)hp->n_head, (int)hp->n_head_kv, D, scale, f->att,
                      f->att_scratch, f->att_scratch_per_thread);
         {
             const ls_wmat *wo[1] = {L->wo};

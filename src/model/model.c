@@ -134,42 +134,68 @@ static ls_status find_tensor(const gguf_file *f, const char *name, uint64_t ne0,
     return LS_OK;
 }
 
-/* The next panel copy's place in the arena, or NULL (the matrix allocates its own). */
-static void *panel_take(ls_model *m, uint32_t type, uint64_t N, uint64_t K) {
-    size_t b = ls_wmat_panel_bytes(type, (int64_t)N, (int64_t)K);
-    if (!b || !m->panel_arena || b > m->panel_cap - m->panel_used) return NULL;
-    void *p = m->panel_arena + m->panel_used;
-    m->panel_used += b;
-    return p;
+/* Creates a matrix and records it in the model's list (which owns it). */
+static ls_status add_matrix(ls_model *m, const gguf_tensor *t, uint64_t N, uint64_t K, ls_wmat **out, ls_err *err) {
+    if (m->n_mats == m->cap_mats) {
+        int32_t nc = m->cap_mats ? 2 * m->cap_mats : 64;
+        ls_wmat **a = ls_realloc(m->mats, (size_t)nc * sizeof *a);
+        if (!a) return ls_err_set(err, LS_E_NOMEM, "out of memory");
+        m->mats = a;
+        m->cap_mats = nc;
+    }
+    *out = ls_wmat_create(t->type, (int64_t)N, (int64_t)K, t->data, err);
+    if (!*out) return err ? err->code : LS_E_NOMEM;
+    m->mats[m->n_mats++] = *out;
+    m->weight_bytes += t->nbytes;
+    return LS_OK;
 }
 
-/* One arena for every panel copy the file's matrices can need (each 2-D tensor of a
- * panel type, counted once; the tied head is token_embd's own), in 2 MiB pages where the
- * kernel grants them: the weights stream from L3 or DRAM once per step, and with 4 KiB
- * pages every 4 KiB of panel costs a TLB miss (a nested page walk in a VM).  Measured
- * (one process, a model of each kind, their engines interleaved, 2 threads, 80-250
- * positions, six runs): decode steps at B = 1 0.87-1.00x, at B = 8 0.88-0.98x the time
- * with 4 KiB pages. */
-static ls_status panel_arena_create(ls_model *m, ls_err *err) {
+/* What the ISA's kernels need beyond the group records (AVX-512: a panel copy of the
+ * Q4_1 / Q8_0 matrices), built on first use of that ISA with this model, for every
+ * matrix, in one arena of 2 MiB pages where the kernel grants them: the weights stream
+ * from L3 or DRAM once per step, and with 4 KiB pages every 4 KiB of panel costs a TLB
+ * miss (a nested page walk in a VM).  Measured (one process, a model of each kind, their
+ * engines interleaved, 2 threads, 80-250 positions, six runs): decode steps at B = 1
+ * 0.87-1.00x, at B = 8 0.88-0.98x the time with 4 KiB pages.  An ISA that is never used
+ * costs nothing (on an AVX2 host, no panel copy at all). */
+ls_status ls_model_prepare(const ls_model *cm, ls_isa isa, ls_err *err) {
+    ls_model *m = (ls_model *)cm; /* a lazily built cache, guarded by prep_mu: the model stays logically const */
+    ls_status st = LS_OK;
+    pthread_mutex_lock(&m->prep_mu);
+    if (m->prepared & (1u << isa)) goto out;
     size_t cap = 0;
-    for (uint64_t i = 0; i < gguf_n_tensors(m->gguf); i++) {
-        const gguf_tensor *t = gguf_tensor_at(m->gguf, i);
-        if (t->n_dims != 2) continue;
-        size_t b = ls_wmat_panel_bytes(t->type, (int64_t)t->ne[1], (int64_t)t->ne[0]);
-        if (b > SIZE_MAX / 4 - cap) return ls_err_set(err, LS_E_FORMAT, "the weights' panel copies overflow size_t");
+    for (int32_t i = 0; i < m->n_mats; i++) {
+        size_t b = ls_wmat_prepare_bytes(m->mats[i], isa);
+        if (b > SIZE_MAX / 4 - cap) {
+            st = ls_err_set(err, LS_E_FORMAT, "the weights' %s layout overflows size_t", ls_isa_name(isa));
+            goto out;
+        }
         cap += b;
     }
-    const size_t huge = (size_t)2 << 20;
-    if (!cap) return LS_OK;
-    cap = (cap + huge - 1) & ~(huge - 1);
-    m->panel_arena = ls_aligned_alloc(huge, cap);
-    if (!m->panel_arena)
-        return ls_err_set(err, LS_E_NOMEM, "out of memory allocating %zu MiB for the weights' panel copies", cap >> 20);
-    m->panel_cap = cap;
+    uint8_t *arena = NULL;
+    if (cap) {
+        const size_t huge = (size_t)2 << 20;
+        cap = (cap + huge - 1) & ~(huge - 1);
+        if (!(arena = ls_aligned_alloc(huge, cap))) {
+            st = ls_err_set(err, LS_E_NOMEM, "out of memory allocating %zu MiB for the weights' %s layout", cap >> 20,
+                            ls_isa_name(isa));
+            goto out;
+        }
 #ifdef MADV_HUGEPAGE
-    (void)madvise(m->panel_arena, cap, MADV_HUGEPAGE); /* advice only: 4 KiB pages work too */
+        (void)madvise(arena, cap, MADV_HUGEPAGE); /* advice only: 4 KiB pages work too */
 #endif
-    return LS_OK;
+    }
+    size_t used = 0;
+    for (int32_t i = 0; i < m->n_mats; i++) { /* cannot fail: every byte it needs is in the arena */
+        size_t b = ls_wmat_prepare_bytes(m->mats[i], isa);
+        LS_ASSERT(ls_wmat_prepare(m->mats[i], isa, b ? arena + used : NULL, NULL) == LS_OK);
+        used += b;
+    }
+    m->prep_arena[isa] = arena; /* freed after every matrix that points into it (ls_model_free) */
+    m->prepared |= 1u << isa;
+out:
+    pthread_mutex_unlock(&m->prep_mu);
+    return st;
 }
 
 static ls_status load_matrix(ls_model *m, const char *name, uint64_t K, uint64_t N, ls_wmat **out,
@@ -182,10 +208,7 @@ static ls_status load_matrix(ls_model *m, const char *name, uint64_t K, uint64_t
         return ls_err_set(err, LS_E_UNSUPPORTED, "tensor '%s' has type %s, which has no matmul kernel", name,
                           ti ? ti->name : "?");
     }
-    *out = ls_wmat_create_in(t->type, (int64_t)N, (int64_t)K, t->data, panel_take(m, t->type, N, K), err);
-    if (!*out) return err ? err->code : LS_E_NOMEM;
-    m->weight_bytes += t->nbytes;
-    return LS_OK;
+    return add_matrix(m, t, N, K, out, err);
 }
 
 /* Norm weights are dequantized into owned float arrays (they are tiny). */
@@ -207,7 +230,6 @@ static ls_status load_vector(ls_model *m, const char *name, uint64_t n, float **
 static ls_status load_weights(ls_model *m, ls_err *err) {
     const ls_hparams *hp = &m->hp;
     ls_status st;
-    if ((st = panel_arena_create(m, err))) return st;
     const gguf_file *f = m->gguf;
     const uint64_t E = hp->n_embd, D = hp->head_dim, Hq = hp->n_head, Hkv = hp->n_head_kv, F = hp->n_ff;
 
@@ -230,10 +252,7 @@ static ls_status load_weights(ls_model *m, ls_err *err) {
         if (!ls_matmul_type_supported(emb->type))
             return ls_err_set(err, LS_E_UNSUPPORTED,
                               "tied output head: token_embd.weight type %s has no matmul kernel", ti->name);
-        m->output = ls_wmat_create_in(emb->type, hp->n_vocab, (int64_t)E, emb->data,
-                                      panel_take(m, emb->type, hp->n_vocab, E), err);
-        if (!m->output) return err ? err->code : LS_E_NOMEM;
-        m->weight_bytes += emb->nbytes;
+        if ((st = add_matrix(m, emb, hp->n_vocab, E, &m->output, err))) return st;
     }
 
     m->layers = ls_calloc(hp->n_layer + hp->n_nextn, sizeof *m->layers);
@@ -311,6 +330,7 @@ ls_model *ls_model_load_gguf(gguf_file *g, ls_model_params p, ls_err *err) {
         return NULL;
     }
     m->gguf = g;
+    pthread_mutex_init(&m->prep_mu, NULL);
     if (check_intact(m, p.path, err)) goto fail;
     if (read_hparams(m->gguf, &m->hp, err)) goto fail;
     m->tok = ls_tokenizer_from_gguf(m->gguf, err);
@@ -365,27 +385,19 @@ void ls_model_free(ls_model *m) {
     if (!m) return;
     if (m->layers) {
         for (uint32_t l = 0; l < m->hp.n_layer + m->hp.n_nextn; l++) {
-            ls_layer *L = &m->layers[l];
-            ls_wmat_free(L->wq);
-            ls_wmat_free(L->wk);
-            ls_wmat_free(L->wv);
-            ls_wmat_free(L->wo);
-            ls_wmat_free(L->w_gate);
-            ls_wmat_free(L->w_up);
-            ls_wmat_free(L->w_down);
-            free(L->attn_norm);
-            free(L->ffn_norm);
+            free(m->layers[l].attn_norm);
+            free(m->layers[l].ffn_norm);
         }
         free(m->layers);
     }
-    ls_wmat_free(m->output);
+    for (int32_t i = 0; i < m->n_mats; i++) ls_wmat_free(m->mats[i]);
+    free(m->mats);
+    for (int i = 0; i < 3; i++) free(m->prep_arena[i]); /* after every matrix that points into it */
+    pthread_mutex_destroy(&m->prep_mu);
     free(m->out_norm);
     free(m->mtp_enorm);
     free(m->mtp_hnorm);
     free(m->mtp_head_norm);
-    ls_wmat_free(m->mtp_eh_proj);
-    ls_wmat_free(m->mtp_head);
-    free(m->panel_arena); /* after every matrix that points into it */
     if (m->has_tmpl) ls_chat_template_free(&m->tmpl);
     ls_tokenizer_free(m->tok);
     gguf_close(m->gguf);

@@ -13,6 +13,7 @@
 
 #include "gguf/gguf.h"
 #include "kernels/cpu/kernels.h"
+#include "model/kv_store.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"
 #include "util/err.h"
@@ -66,23 +67,9 @@ uint64_t ls_model_weight_bytes(const ls_model *m); /* bytes of weights read per 
  * plus that block's own attention and FFN; optional nextn.embed_tokens and
  * nextn.shared_head_head, else the model's embedding and head are shared). */
 bool ls_model_has_mtp(const ls_model *m);
-
-/* ---- paged KV storage ------------------------------------------------------
- * n_blocks blocks of LS_KV_BLOCK positions; a block holds, for every layer, the K
- * rows then the V rows of its positions, head-major:
- * [layer][K|V][n_head_kv][LS_KV_BLOCK][head_dim] floats (one kv head's keys of a block
- * are one contiguous run, which is how attention reads them).  Which block holds which positions of which sequence is the caller's block
- * table; the store only holds the bits. */
-#define LS_KV_BLOCK_SHIFT 4
-#define LS_KV_BLOCK (1 << LS_KV_BLOCK_SHIFT)
-
-typedef struct ls_kv_store ls_kv_store;
-ls_kv_store *ls_kv_store_create(const ls_model *m, int32_t n_blocks, ls_err *err);
-void ls_kv_store_free(ls_kv_store *s);
-int32_t ls_kv_store_blocks(const ls_kv_store *s);
-size_t ls_kv_block_bytes(const ls_model *m);
-/* Copies block src's first n_pos positions (all layers) into block dst. */
-void ls_kv_block_copy(ls_kv_store *s, int32_t dst, int32_t src, int32_t n_pos);
+/* Builds the weight layout an ISA's kernels need beyond the common one (kernels.h,
+ * ls_wmat_prepare), once per (model, ISA); thread-safe.  ls_fwd_create calls it. */
+ls_status ls_model_prepare(const ls_model *m, ls_isa isa, ls_err *err);
 
 /* ---- the forward pass over a ragged batch ---------------------------------
  * One call runs n rows that may belong to different sequences, at any positions:
@@ -100,7 +87,9 @@ typedef struct {
     bool narrow;       /* force the single-row matmul kernel for every row (benchmarks) */
     const int32_t *layers; /* run only these layers, in this order (self-speculation); NULL = all */
     int32_t n_layers;
-    int32_t fam, fam_parity; /* matmul families (kernels.h) for rows without / with a parity need */
+    const ls_mm_family *fam, *fam_parity; /* matmul families (kernels.h) for rows without / with a
+                            * parity need; NULL = ls_mm_wide */
+    unsigned faults;       /* LS_FAULT_* (kernels.h): tests only, 0 otherwise */
     bool mtp;              /* run the model's MTP module instead of its blocks: each row's input is
                             * eh_proj([enorm(embed(token)); hnorm(hidden)]), with ls_batch.embd_in as the
                             * hidden; its one block keeps K/V at layer 0 of the store; its own head */
@@ -109,10 +98,14 @@ typedef struct {
 ls_fwd *ls_fwd_create(const ls_model *m, ls_fwd_params p, ls_err *err);
 void ls_fwd_free(ls_fwd *f);
 ls_isa ls_fwd_isa(const ls_fwd *f);
-/* The family rows that need parity run (the probe withdraws a failing family). */
-void ls_fwd_set_parity_family(ls_fwd *f, int fam);
-int ls_fwd_parity_family(const ls_fwd *f);
-int ls_fwd_family(const ls_fwd *f);
+/* The family rows that need parity run (the probe withdraws a failing family; NULL =
+ * ls_mm_wide), and the one the others run. */
+void ls_fwd_set_parity_family(ls_fwd *f, const ls_mm_family *fam);
+const ls_mm_family *ls_fwd_parity_family(const ls_fwd *f);
+const ls_mm_family *ls_fwd_family(const ls_fwd *f);
+/* Matmul rows this workspace has run with the parity family (parity) or the other one. */
+uint64_t ls_fwd_rows(const ls_fwd *f, bool parity);
+unsigned ls_fwd_faults(const ls_fwd *f);
 int32_t ls_fwd_n_rows(const ls_fwd *f);
 ls_pool *ls_fwd_pool(ls_fwd *f);
 int32_t ls_fwd_n_ctx(const ls_fwd *f);

@@ -6,6 +6,8 @@
 #include "model/model.h"
 #include "quant/quant.h"
 
+#include <pthread.h>
+
 typedef struct {
     float *attn_norm;  /* (n_embd) */
     ls_wmat *wq;       /* (n_head*head_dim, n_embd) */
@@ -37,10 +39,14 @@ struct ls_model {
     ls_wmat *mtp_eh_proj;                         /* (n_embd, 2 n_embd) */
     const gguf_tensor *mtp_embd;                  /* nextn.embed_tokens, or NULL: token_embd */
     ls_wmat *mtp_head;                            /* nextn.shared_head_head, or NULL: output */
-    /* The matrices' panel copies, in one allocation advised MADV_HUGEPAGE (model.c);
-     * NULL when the file has no matrix of a panel type. */
-    uint8_t *panel_arena;
-    size_t panel_used, panel_cap;
+    /* Every matrix above, owned here (freed once, whatever points to it). */
+    ls_wmat **mats;
+    int32_t n_mats, cap_mats;
+    /* Per ISA, its own weight layout (ls_model_prepare): one arena advised MADV_HUGEPAGE
+     * (NULL when that ISA needs none or was never used), guarded by prep_mu. */
+    pthread_mutex_t prep_mu;
+    unsigned prepared;
+    uint8_t *prep_arena[3];
 };
 
 #endif

@@ -29,7 +29,7 @@ typedef struct {
     const char *draft_model_path;
     bool allow_inexact;
     bool no_probe;
-    int kernels_fam, kernels_fam_parity;
+    const ls_mm_family *kernels_fam, *kernels_fam_parity; /* NULL = ls_mm_wide */
 } ls_server_params;
 
 /* Binds, loads the model (GET /health answers 503 meanwhile), probes, serves until

@@ -100,7 +100,7 @@ static void run_matmul(ls_isa isa, ls_pool *pool, const ls_wmat *w, const float 
     size_t sb = ls_matmul_scratch_bytes(M, ls_wmat_cols(w));
     void *scratch = malloc(sb);
     assert_non_null(scratch);
-    ls_kctx kc = {isa, pool, scratch, sb, false, 0, 0};
+    ls_kctx kc = {isa, pool, scratch, sb, .narrow = false};
     ls_matmul(&kc, w, x, M, y);
     free(scratch);
 }
@@ -200,6 +200,7 @@ static void test_matmul_accuracy(void **state) {
             ls_err err;
             ls_wmat *w = ls_wmat_create(type, N, K, wq, &err);
             assert_non_null(w);
+            assert_int_equal(ls_wmat_prepare_all(w, &err), LS_OK);
             float *y = malloc(sizeof(float) * 2 * N);
             run_matmul(LS_ISA_SCALAR, NULL, w, x, 2, y);
             const ls_type_info *info = ls_type_get(type);
@@ -291,7 +292,7 @@ static void test_expf_accuracy(void **state) {
 static void test_ops_accuracy(void **state) {
     (void)state;
     uint64_t s = 5;
-    ls_kctx kc = {LS_ISA_SCALAR, NULL, NULL, 0, false, 0, 0};
+    ls_kctx kc = {LS_ISA_SCALAR, NULL, NULL, 0, .narrow = false};
     enum { n = 576 };
     float x[n], w[n], out[n], g[n];
     for (int i = 0; i < n; i++) {
@@ -400,6 +401,7 @@ static void parity_case(uint32_t type, int64_t K, int64_t N, int64_t Mmax, uint6
     ls_err err;
     ls_wmat *w = ls_wmat_create(type, N, K, wq, &err);
     assert_non_null(w);
+    assert_int_equal(ls_wmat_prepare_all(w, &err), LS_OK);
     float *ref = malloc(sizeof(float) * (size_t)(Mmax * N)), *y = malloc(sizeof(float) * (size_t)(Mmax * N));
     for (int64_t m = 0; m < Mmax; m++) run_matmul(LS_ISA_SCALAR, NULL, w, x + m * K, 1, ref + m * N);
     for (int isa = 0; isa <= 2; isa++) {
@@ -499,6 +501,7 @@ static void test_parity_row_runs(void **state) {
             float *x = make_x(M * K, seed + 1);
             ls_wmat *w = ls_wmat_create(types[ti], N, K, wq, NULL);
             assert_non_null(w);
+            assert_int_equal(ls_wmat_prepare_all(w, NULL), LS_OK);
             float *ref = malloc(sizeof(float) * (size_t)(M * N)), *y = malloc(sizeof(float) * (size_t)(M * N));
             for (int64_t m = 0; m < M; m++) run_matmul(LS_ISA_SCALAR, NULL, w, x + m * K, 1, ref + m * N);
             size_t sb = ls_matmul_scratch_bytes(M, K);
@@ -512,7 +515,7 @@ static void test_parity_row_runs(void **state) {
                 }
                 for (int isa = 0; isa <= 2; isa++) {
                     if (!ls_isa_supported((ls_isa)isa)) continue;
-                    ls_kctx kc = {(ls_isa)isa, g_pools[2], scratch, sb, false, LS_MM_NARROW, LS_MM_WIDE};
+                    ls_kctx kc = {(ls_isa)isa, g_pools[2], scratch, sb, .fam = &ls_mm_narrow, .fam_parity = &ls_mm_wide};
                     memset(y, 0xA5, sizeof(float) * (size_t)(M * N));
                     ls_matmul_multi_rows(&kc, 1, (const ls_wmat *const *)&w, x, M, &y, need);
                     g_parity_outputs += M * N;
@@ -552,6 +555,8 @@ static void test_parity_extreme_x(void **state) {
             x[7 * k + i] = i == 40 ? -INFINITY : 0.5f;
         }
         ls_wmat *w = ls_wmat_create(type, N, k, wq, NULL);
+        assert_non_null(w);
+        assert_int_equal(ls_wmat_prepare_all(w, NULL), LS_OK);
         float ref[9 * 33], y[9 * 33];
         for (int64_t m = 0; m < M; m++) run_matmul(LS_ISA_SCALAR, NULL, w, x + m * k, 1, ref + m * N);
         for (int isa = 1; isa <= 2; isa++) {
@@ -702,7 +707,7 @@ static void test_parity_ops(void **state) {
         x[0] = 200.0f; /* exp overflow in silu */
         x[n > 1 ? 1 : 0] = -200.0f;
         for (int64_t i = 0; i < n; i++) wv[i] = rng_unif(&s);
-        ls_kctx ks = {LS_ISA_SCALAR, NULL, NULL, 0, false, 0, 0};
+        ls_kctx ks = {LS_ISA_SCALAR, NULL, NULL, 0, .narrow = false};
         for (int op = 0; op < 2; op++) {
             for (int64_t m = 0; m < M; m++) {
                 if (op == 0) ls_rmsnorm(&ks, x + m * n, wv, 1e-5f, 1, n, ref + m * n);
@@ -711,7 +716,7 @@ static void test_parity_ops(void **state) {
             for (int isa = 0; isa <= 2; isa++) {
                 if (!ls_isa_supported((ls_isa)isa)) continue;
                 for (int t = 1; t <= 3; t++) {
-                    ls_kctx kc = {(ls_isa)isa, g_pools[t], NULL, 0, false, 0, 0};
+                    ls_kctx kc = {(ls_isa)isa, g_pools[t], NULL, 0, .narrow = false};
                     if (op == 0) ls_rmsnorm(&kc, x, wv, 1e-5f, M, n, y);
                     else ls_swiglu(&kc, x, u, M, n, y);
                     assert_memory_equal(y, ref, sizeof(float) * (size_t)(M * n));
@@ -735,13 +740,13 @@ static void test_parity_ops(void **state) {
             for (int m = 0; m < M; m++) pos[m] = (int32_t)((m * 97) % 600);
             for (int64_t i = 0; i < len; i++) x0[i] = 4.0f * rng_unif(&s);
             memcpy(ref, x0, sizeof(float) * (size_t)len);
-            ls_kctx ks = {LS_ISA_SCALAR, NULL, NULL, 0, false, 0, 0};
+            ls_kctx ks = {LS_ISA_SCALAR, NULL, NULL, 0, .narrow = false};
             for (int m = 0; m < M; m++) ls_rope_apply(&ks, r, ref + m * nh * stride, 1, nh, stride, &pos[m]);
             for (int isa = 0; isa <= 2; isa++) {
                 if (!ls_isa_supported((ls_isa)isa)) continue;
                 for (int t = 1; t <= 3; t += 2) {
                     memcpy(y, x0, sizeof(float) * (size_t)len);
-                    ls_kctx kc = {(ls_isa)isa, g_pools[t], NULL, 0, false, 0, 0};
+                    ls_kctx kc = {(ls_isa)isa, g_pools[t], NULL, 0, .narrow = false};
                     ls_rope_apply(&kc, r, y, M, nh, stride, pos);
                     assert_memory_equal(y, ref, sizeof(float) * (size_t)len);
                 }
@@ -797,7 +802,7 @@ static void test_parity_ops(void **state) {
         float ref[13 * 8 * 100], y[13 * 8 * 100];
         ls_kv_view mview[13]; /* runs of 1-4 rows on one view, then the other (blocks cut at runs) */
         for (int m = 0; m < 13; m++) mview[m] = (m < 3 || (m >= 4 && m < 8) || m == 12) ? cview[m] : pview[m];
-        ls_kctx ks = {LS_ISA_SCALAR, NULL, NULL, 0, false, 0, 0};
+        ls_kctx ks = {LS_ISA_SCALAR, NULL, NULL, 0, .narrow = false};
         /* random queries; then queries of zeros and of -0 (every score is a zero: the
          * maximum is a zero, whose sign the AVX-512 lane-wise max need not keep) */
         for (int qk = 0; qk < 3; qk++) {
@@ -808,7 +813,7 @@ static void test_parity_ops(void **state) {
         for (int isa = 0; isa <= 2; isa++) {
             if (!ls_isa_supported((ls_isa)isa)) continue;
             for (int t = 1; t <= 3; t++) {
-                ls_kctx kc = {(ls_isa)isa, g_pools[t], NULL, 0, false, 0, 0};
+                ls_kctx kc = {(ls_isa)isa, g_pools[t], NULL, 0, .narrow = false};
                 for (int64_t mm = 1; mm <= 13; mm += 12) {
                     for (int paged = 0; paged < 3; paged++) {
                         memset(y, 0, sizeof y);
@@ -827,7 +832,7 @@ static void test_parity_ops(void **state) {
                   *yb = malloc(sizeof(float) * NR * nh * hd);
             int32_t *pb = malloc(sizeof(int32_t) * NR);
             ls_kv_view *vb = malloc(sizeof(ls_kv_view) * NR);
-            ls_kctx ks = {LS_ISA_SCALAR, NULL, NULL, 0, false, 0, 0};
+            ls_kctx ks = {LS_ISA_SCALAR, NULL, NULL, 0, .narrow = false};
             for (int i = 0; i < NR * nh * hd; i++) qb[i] = 3.0f * rng_unif(&s);
             for (int m = 0; m < NR; m++) {
                 pb[m] = (int32_t)((m * 37) % npos);
@@ -837,7 +842,7 @@ static void test_parity_ops(void **state) {
             }
             for (int isa = 1; isa <= 2; isa++) {
                 if (!ls_isa_supported((ls_isa)isa)) continue;
-                ls_kctx kc = {(ls_isa)isa, g_pools[2], NULL, 0, false, 0, 0};
+                ls_kctx kc = {(ls_isa)isa, g_pools[2], NULL, 0, .narrow = false};
                 memset(yb, 0, sizeof(float) * NR * nh * hd);
                 ls_attention(&kc, qb, NR, pb, vb, nh, nkv, hd, 0.125f, yb, scr, per);
                 assert_memory_equal(yb, rb, sizeof(float) * NR * nh * hd);

@@ -66,13 +66,10 @@ static void reordered(const ls_wmat *w, const float *x, int64_t M, float *y, int
 
 static const ls_mm_family fam_test = {"test-reordered", false, reordered};
 static const ls_mm_family fam_liar = {"test-liar", true, reordered}; /* claims canonical, is not */
-static int g_test, g_liar;
+static const ls_mm_family *g_test = &fam_test, *g_liar = &fam_liar;
 
 static int group_setup(void **state) {
     (void)state;
-    g_test = ls_mm_family_register(&fam_test);
-    g_liar = ls_mm_family_register(&fam_liar);
-    if (g_test < 2 || g_liar < 2) return -1;
     if (access(model_path(), R_OK) != 0) return 0;
     ls_err err;
     g_model = ls_model_load((ls_model_params){.path = model_path()}, &err);
@@ -84,16 +81,13 @@ static int group_teardown(void **state) {
     return 0;
 }
 
-static void test_registry(void **state) {
+static void test_builtin_families(void **state) {
     (void)state;
-    assert_int_equal(ls_mm_family_find("wide"), LS_MM_WIDE);
-    assert_int_equal(ls_mm_family_find("narrow"), LS_MM_NARROW);
-    assert_int_equal(ls_mm_family_find("test-reordered"), g_test);
-    assert_int_equal(ls_mm_family_find("nope"), -1);
-    assert_int_equal(ls_mm_family_register(&fam_test), -1); /* name taken */
-    assert_true(ls_mm_family_get(LS_MM_WIDE)->canonical);
-    assert_false(ls_mm_family_get(g_test)->canonical);
-    assert_null(ls_mm_family_get(99));
+    assert_ptr_equal(ls_mm_family_builtin("wide"), &ls_mm_wide);
+    assert_ptr_equal(ls_mm_family_builtin("narrow"), &ls_mm_narrow);
+    assert_null(ls_mm_family_builtin("test-reordered")); /* a caller's family is not global */
+    assert_null(ls_mm_family_builtin("nope"));
+    assert_true(ls_mm_wide.canonical && ls_mm_narrow.canonical);
 }
 
 static void test_probe_exact_on_canonical(void **state) {
@@ -101,15 +95,17 @@ static void test_probe_exact_on_canonical(void **state) {
     if (!g_model) skip();
     SKIP_AT_SMOKE();
     ls_err err;
-    for (int fam = LS_MM_WIDE; fam <= LS_MM_NARROW; fam++) {
+    const ls_mm_family *fams[2] = {&ls_mm_wide, &ls_mm_narrow};
+    for (int fi = 0; fi < 2; fi++) {
+        const ls_mm_family *fam = fams[fi];
         ls_fwd *f = ls_fwd_create(g_model, (ls_fwd_params){.n_rows = 64, .n_ctx = 128, .n_threads = 2, .isa = -1,
                                                              .fam = fam, .fam_parity = fam}, &err);
         assert_non_null(f);
         ls_spec_probe_result r;
         assert_int_equal(ls_spec_probe(g_model, f, 8, 3, 1, &r, &err), LS_OK);
-        if (r.verdict != LS_VERDICT_EXACT) fail_msg("family %d: %s", fam, r.detail);
+        if (r.verdict != LS_VERDICT_EXACT) fail_msg("family %s: %s", fam->name, r.detail);
         assert_true(r.block_vs_chain && r.batch_mix && r.chunked_prefill);
-        print_message("probe on %s: exact in %.0f ms\n", ls_mm_family_get(fam)->name, r.ms);
+        print_message("probe on %s: exact in %.0f ms\n", fam->name, r.ms);
         ls_fwd_free(f);
     }
 }
@@ -126,10 +122,10 @@ static void test_probe_scopes_a_failing_family(void **state) {
     assert_int_equal(ls_spec_probe(g_model, f, 4, 3, 7, &r, &err), LS_OK);
     assert_int_equal(r.verdict, LS_VERDICT_SCOPED);            /* caught, then scoped */
     assert_true(strstr(r.detail, "block vs chain") || strstr(r.detail, "chunked"));
-    assert_int_equal(r.fam_parity_before, g_test);
-    assert_int_equal(r.fam_parity_after, LS_MM_WIDE);
-    assert_int_equal(ls_fwd_parity_family(f), LS_MM_WIDE);
-    assert_int_equal(ls_fwd_family(f), g_test);                /* rows without a parity need keep it */
+    assert_ptr_equal(r.fam_parity_before, g_test);
+    assert_ptr_equal(r.fam_parity_after, &ls_mm_wide);
+    assert_ptr_equal(ls_fwd_parity_family(f), &ls_mm_wide);
+    assert_ptr_equal(ls_fwd_family(f), g_test);                /* rows without a parity need keep it */
     assert_true(r.block_vs_chain && r.batch_mix && r.chunked_prefill);
     ls_spec_probe_result again;                                 /* a follow-up probe passes */
     assert_int_equal(ls_spec_probe(g_model, f, 4, 3, 99, &again, &err), LS_OK);
@@ -144,10 +140,10 @@ static void test_probe_scopes_a_failing_family(void **state) {
     int32_t lrow[6] = {0, 1, 2, 3, 4, 5};
     uint8_t need[6] = {1, 1, 1, 0, 0, 0};
     float *lg = malloc(sizeof(float) * (size_t)V * 6), *ref = malloc(sizeof(float) * (size_t)V * 3);
-    uint64_t before = ls_mm_family_rows(g_test), before_wide = ls_mm_family_rows(LS_MM_WIDE);
+    uint64_t before = ls_fwd_rows(f, false), before_wide = ls_fwd_rows(f, true);
     ls_fwd_run(f, kv, &(ls_batch){6, tok, pos, seq, tables, lrow, need, NULL, NULL}, lg);
-    assert_true(ls_mm_family_rows(g_test) > before);           /* the free rows ran the test family */
-    assert_true(ls_mm_family_rows(LS_MM_WIDE) > before_wide);  /* the parity rows the canonical one */
+    assert_true(ls_fwd_rows(f, false) > before);               /* the free rows ran the test family */
+    assert_true(ls_fwd_rows(f, true) > before_wide);           /* the parity rows the canonical one */
     ls_ctx *c = ls_ctx_create(g_model, (ls_ctx_params){.n_ctx = 16, .n_threads = 1, .isa = -1}, &err);
     assert_int_equal(ls_ctx_eval(c, tok, 3, 0, ref, true, &err), LS_OK);
     assert_memory_equal(lg, ref, sizeof(float) * (size_t)V * 3); /* parity rows: canonical bits */
@@ -169,14 +165,14 @@ static void test_probe_declines_a_lying_canonical_family(void **state) {
     ls_spec_probe_result r;
     assert_int_equal(ls_spec_probe(g_model, f, 2, 3, 3, &r, &err), LS_OK);
     assert_int_equal(r.verdict, LS_VERDICT_DECLINED);
-    assert_int_equal(ls_fwd_parity_family(f), g_liar); /* nothing to scope to: declined */
+    assert_ptr_equal(ls_fwd_parity_family(f), g_liar); /* nothing to scope to: declined */
     ls_fwd_free(f);
 }
 
 int main(int argc, char **argv) {
     if (argc > 1) cmocka_set_test_filter(argv[1]);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_registry),
+        cmocka_unit_test(test_builtin_families),
         cmocka_unit_test(test_probe_exact_on_canonical),
         cmocka_unit_test(test_probe_scopes_a_failing_family),
         cmocka_unit_test(test_probe_declines_a_lying_canonical_family),

@@ -62,7 +62,8 @@ int ls_bench_kernels(bool json, FILE *out) {
                 }
             }
             ls_wmat *w = ls_wmat_create(type, N, K, wq, NULL);
-            if (!w) {
+            if (!w || ls_wmat_prepare_all(w, NULL)) {
+                ls_wmat_free(w);
                 free(wq);
                 continue;
             }
@@ -73,7 +74,7 @@ int ls_bench_kernels(bool json, FILE *out) {
                     int64_t M = Ms[mi];
                     if (isa == LS_ISA_SCALAR && M > 1) continue;   /* the reference is slow */
                     if (N >= 49152 && M > 64) continue;
-                    ls_kctx kc = {(ls_isa)isa, NULL, scratch, sb, false, 0, 0};
+                    ls_kctx kc = {(ls_isa)isa, NULL, scratch, sb, .narrow = false};
                     ls_matmul(&kc, w, x, M, y); /* warm-up */
                     int iters = 0;
                     double t0 = ls_bench_now(), t;

@@ -1,13 +1,24 @@
-/* dispatch.c - the one table that maps an instruction set to its kernels.
- * Chosen per call from ls_kctx.isa; there is no process-wide switch. */
+/* dispatch.c - the one table that maps an instruction set to its kernels: the
+ * per-row operations, the activation quantizer, the ISA's own weight layout (prepare)
+ * and attention's row blocks.  Matmul kernels per weight type are the type's row in
+ * wtypes.c, indexed by ISA.  Chosen per call from ls_kctx.isa; there is no
+ * process-wide switch. */
 #include "kernels/cpu/internal.h"
 
-#define LS_VTAB(sfx) \
-    { ls_mm_##sfx, ls_rmsnorm_row_##sfx, ls_swiglu_row_##sfx, ls_rope_row_##sfx, ls_attn_head_##sfx, ls_expf_n_##sfx }
+static void ls_quantize_row_plain(const float *x, int64_t K, void *row_out, uint8_t *xp) {
+    LS_ASSERT(!xp); /* only the AVX-512 multi-row kernel reads a packed copy */
+    ls_quantize_x_row(x, K, row_out);
+}
 
-static const ls_kvtab ls_vt_scalar = LS_VTAB(scalar);
-static const ls_kvtab ls_vt_avx2 = LS_VTAB(avx2);
-static const ls_kvtab ls_vt_avx512 = LS_VTAB(avx512);
+#define LS_ROWOPS(sfx) \
+    ls_rmsnorm_row_##sfx, ls_swiglu_row_##sfx, ls_rope_row_##sfx, ls_attn_head_##sfx, ls_expf_n_##sfx
+
+static const ls_kvtab ls_vt_scalar = {LS_ISA_SCALAR, ls_quantize_row_plain, false, NULL, NULL, LS_ROWOPS(scalar),
+                                      NULL, 0};
+static const ls_kvtab ls_vt_avx2 = {LS_ISA_AVX2, ls_quantize_row_plain, false, NULL, NULL, LS_ROWOPS(avx2), NULL, 0};
+static const ls_kvtab ls_vt_avx512 = {LS_ISA_AVX512,          ls_quantize_x_row_avx512, true,
+                                      ls_prepare_bytes_avx512, ls_prepare_avx512,        LS_ROWOPS(avx512),
+                                      ls_attn_block_avx512,    64};
 
 const ls_kvtab *ls_kvtab_for(ls_isa isa) {
     LS_ASSERT(ls_isa_supported(isa)); /* a kctx must carry an ISA this CPU runs (ls_isa_from_env checks) */

@@ -40,6 +40,7 @@ typedef enum { LS_ST_NIB, LS_ST_BYTE, LS_ST_Q6, LS_ST_FLOAT } ls_storage;
 
 struct ls_wmat {
     uint32_t type;
+    const struct ls_wtype_s *wt; /* the type's row (ls_wtype) */
     int64_t N, K;
     int64_t nb;             /* units per row (quantized types) */
     ls_storage st;
@@ -50,39 +51,71 @@ struct ls_wmat {
     const uint8_t *src;     /* the caller's ggml-layout rows (must outlive the matrix) */
     size_t src_row_bytes;
     void *owned;
-    /* Panel copy (Q4_1 and Q8_0 only, else NULL), read by the AVX-512 single-row path:
+    unsigned prepared;      /* bit isa: ls_wmat_prepare ran for that ISA */
+    void *prep_owned;       /* what ls_wmat_prepare allocated itself (mem NULL), freed with the matrix */
+    /* Panel copy (Q4_1 and Q8_0, built by the AVX-512 entry's prepare; else NULL):
      * rows in panels of 16 (the last one zero-padded); panel P is panel_bytes long at
      * panel + P * panel_bytes and holds, for unit b = 0..nb-1, the codes of its 16 rows at
      * b * pcode (planes of 16 lanes x 4 bytes, lane r = row 16P + r, same byte packing as a
      * group record's planes: NIB 4 planes, BYTE 8 planes), then the fp16 d of the 16 rows
      * at nb * pcode + 32 b, then (Q4_1) the fp16 m at nb * (pcode + 32) + 32 b. */
     uint8_t *panel;
-    bool panel_owned;       /* false: the caller's memory (ls_wmat_create_in) */
     size_t panel_bytes, pcode;
 };
 
-static inline ls_rec ls_rec_layout(uint32_t type, uint32_t L) {
-    ls_rec r;
-    memset(&r, 0, sizeof r);
-    switch (type) {
-    case LS_TYPE_Q4_0: r.d = 0; r.bits = 2 * L; r.size = r.bits + 16 * L; break;
-    case LS_TYPE_Q4_1: r.d = 0; r.m = 2 * L; r.bits = 4 * L; r.size = r.bits + 16 * L; break;
-    case LS_TYPE_MXFP4: r.e = 0; r.bits = L; r.size = r.bits + 16 * L; break;
-    case LS_TYPE_Q8_0:
-    case LS_TYPE_Q5_0: r.d = 0; r.bits = 2 * L; r.size = r.bits + 32 * L; break;
-    case LS_TYPE_Q5_1: r.d = 0; r.m = 2 * L; r.bits = 4 * L; r.size = r.bits + 32 * L; break;
-    case LS_TYPE_Q4_K:
-    case LS_TYPE_Q5_K:
-        r.dk = 0; r.dmk = L / 4; r.sc = L / 2; r.mn = L / 2 + L; r.bits = L / 2 + 2 * L;
-        r.size = r.bits + (type == LS_TYPE_Q4_K ? 16 : 32) * L;
-        break;
-    case LS_TYPE_Q6_K:
-        r.dk = 0; r.sc = L / 4; r.bits = L / 4 + 2 * L; r.hb = r.bits + 16 * L; r.size = r.hb + 8 * L;
-        break;
-    default: break;
-    }
-    return r;
-}
+/* One decoded unit of 32 elements: unsigned codes and its raw scale fields. */
+typedef struct {
+    uint8_t u[32];
+    uint16_t d, m;      /* fp16 bits (d also the super-block d for K-quants) */
+    uint16_t dmin;      /* K-quants */
+    uint8_t e;          /* MXFP4 */
+    uint8_t sc, mn;     /* Q4_K/Q5_K 6-bit scale and min */
+    int8_t sc6[2];      /* Q6_K scales of the two 16-element halves */
+} ls_unit;
+
+/* One matmul call's work: all M rows, columns [n0, n1) per invocation. */
+typedef struct {
+    const ls_wmat *w;
+    const float *x;         /* M x K (float types) */
+    const void *xq;         /* quantized activations (quantized types) */
+    const uint8_t *xp;      /* their tile-packed copy (AVX-512, M >= 2), or NULL */
+    int64_t xp_row0;        /* the packed row of this job's row 0 */
+    int64_t M;
+    float *y;               /* M x N */
+} ls_mm_job;
+
+typedef void (*ls_mm_fn)(const ls_mm_job *job, int64_t n0, int64_t n1);
+
+/* The weight types with a matmul kernel, and the per-ISA entry points each ISA file
+ * defines for them (ls_mm_<name>_<isa>). */
+#define LS_WTYPE_LIST(X)                                                                    \
+    X(LS_TYPE_F32, f32) X(LS_TYPE_F16, f16) X(LS_TYPE_BF16, bf16) X(LS_TYPE_Q4_0, q4_0)      \
+    X(LS_TYPE_Q4_1, q4_1) X(LS_TYPE_Q5_0, q5_0) X(LS_TYPE_Q5_1, q5_1) X(LS_TYPE_Q8_0, q8_0) \
+    X(LS_TYPE_Q4_K, q4_k) X(LS_TYPE_Q5_K, q5_k) X(LS_TYPE_Q6_K, q6_k) X(LS_TYPE_MXFP4, mxfp4)
+#define LS_DECL_MM(T, nm)                                                \
+    void ls_mm_##nm##_scalar(const ls_mm_job *job, int64_t n0, int64_t n1); \
+    void ls_mm_##nm##_avx2(const ls_mm_job *job, int64_t n0, int64_t n1);   \
+    void ls_mm_##nm##_avx512(const ls_mm_job *job, int64_t n0, int64_t n1);
+LS_WTYPE_LIST(LS_DECL_MM)
+
+/* A weight type's row (wtypes.c): everything about it that is not SIMD code. */
+typedef struct ls_wtype_s {
+    uint32_t type;
+    ls_storage st;
+    int32_t block;          /* elements per ggml block: 32, 256 (K-quants), 1 (float types) */
+    ls_rec (*layout)(uint32_t L); /* a group record of L units (NULL for float types) */
+    void (*decode)(const uint8_t *blk, ls_unit *un); /* one ggml block -> block / 32 units */
+    void (*put_scales)(const ls_rec *r, uint32_t l, const ls_unit *un, uint8_t *rec); /* into lane l */
+    /* Step 2 of the recipe for unit l of a record: u its 32 codes, q the activation
+     * block's 32 codes, dx and sx its scale and scaled sum (the scalar definition). */
+    float (*unit_c)(const ls_rec *r, uint32_t l, const uint8_t *rec, const int *u, const int *q, float dx, float sx);
+    ls_mm_fn mm[3];         /* the kernels, indexed by ls_isa */
+} ls_wtype;
+/* The row of a type with a matmul kernel, or NULL. */
+const ls_wtype *ls_wtype_get(uint32_t type);
+/* Decodes ggml block blk of weight row n (from the matrix's source data) into its
+ * units (1, or 8 for K-quants). */
+void ls_wmat_decode_block(const ls_wmat *w, int64_t n, int64_t blk, ls_unit *un);
 
 /* Activation-quantization scratch, one row: transposed int8 q (K bytes, same plane
  * order as BYTE weights), then per unit: dx (float), sx (float), sq = sum q (int32),
@@ -122,6 +155,9 @@ void ls_quantize_x_row(const float *x, int64_t K, void *row_out);
  * writing the row's tile-packed records (below) when xp is not NULL: xp is the row's
  * record of unit 0, unit b's at xp + b * LS_XP_UNIT. */
 void ls_quantize_x_row_avx512(const float *x, int64_t K, void *row_out, uint8_t *xp);
+/* The AVX-512 entry's prepare hook (matmul_avx512.c): the panel copy of Q4_1 / Q8_0. */
+size_t ls_prepare_bytes_avx512(const ls_wmat *w);
+void ls_prepare_avx512(ls_wmat *w, void *mem);
 
 /* Tile-packed copy of a call's quantized activations, read by the AVX-512 multi-row
  * panel kernel: rows in tiles of LS_XP_R (row m: tile m / LS_XP_R, lane m % LS_XP_R);
@@ -141,22 +177,19 @@ static inline size_t ls_xp_bytes(int64_t M, int64_t K) {
     return (size_t)((M + LS_XP_R - 1) / LS_XP_R) * ls_xp_tile_bytes(K);
 }
 
-/* One matmul call's work: all M rows, columns [n0, n1) per invocation. */
+/* An instruction set's entry in the dispatch table (dispatch.c): its per-row
+ * operation kernels and what its matmul kernels need. */
 typedef struct {
-    const ls_wmat *w;
-    const float *x;         /* M x K (float types) */
-    const void *xq;         /* quantized activations (quantized types) */
-    const uint8_t *xp;      /* their tile-packed copy (AVX-512, M >= 2), or NULL */
-    int64_t xp_row0;        /* the packed row of this job's row 0 */
-    int64_t M;
-    float *y;               /* M x N */
-} ls_mm_job;
-
-typedef void (*ls_mm_fn)(const ls_mm_job *job, int64_t n0, int64_t n1);
-
-/* Per-row operation kernels (one row each). */
-typedef struct {
-    ls_mm_fn matmul;
+    ls_isa isa;
+    /* Step 1 of the recipe for one row (same bits on every ISA); xp: the row's
+     * tile-packed records, written only where packs_rows (else NULL). */
+    void (*quantize_row)(const float *x, int64_t K, void *row_out, uint8_t *xp);
+    bool packs_rows;        /* the multi-row kernel reads the tile-packed activation copy */
+    /* The ISA's own weight layout beyond the group records (AVX-512: the panel copy of
+     * Q4_1 and Q8_0), built once per matrix by ls_wmat_prepare: its size for w (0: none
+     * needed) and the builder, into mem of that size (64-byte aligned). */
+    size_t (*prepare_bytes)(const ls_wmat *w);
+    void (*prepare)(ls_wmat *w, void *mem);
     void (*rmsnorm_row)(const float *x, const float *w, float eps, int64_t n, float *out);
     void (*swiglu_row)(const float *g, const float *u, int64_t n, float *out);
     void (*rope_row)(float *x, int n_heads, int head_stride, int head_dim, bool neox, const float *cs,
@@ -164,6 +197,12 @@ typedef struct {
     void (*attn_head)(const float *q, int64_t n_keys, const ls_kv_view *kv, int kv_off, int kv_stride,
                       int head_dim, float scale, float *out, float *scores);
     void (*expf_n)(const float *x, int64_t n, float *out);
+    /* Attention for blocks of rows x heads sharing loads (NULL: one (row, head) at a
+     * time), for head_dim a multiple of 16 up to attn_block_head_dim. */
+    void (*attn_block)(int nr, int nh, const float *q, int64_t row_stride, int q_stride, const int32_t *pos,
+                       const ls_kv_view *kv, int kv_off, int kv_stride, int head_dim, float scale, float *out,
+                       float *scores, size_t per);
+    int attn_block_head_dim;
 } ls_kvtab;
 
 /* AVX-512 attention for a block of nr rows of one sequence x nh (<= LS_ATTN_HMAX) query
@@ -192,7 +231,6 @@ const ls_kvtab *ls_kvtab_for(ls_isa isa);
 
 /* Per-ISA kernels (definitions in *_scalar.c / *_avx2.c / *_avx512.c). */
 #define LS_DECL_ISA(sfx)                                                                        \
-    void ls_mm_##sfx(const ls_mm_job *job, int64_t n0, int64_t n1);                             \
     void ls_rmsnorm_row_##sfx(const float *x, const float *w, float eps, int64_t n, float *out); \
     void ls_swiglu_row_##sfx(const float *g, const float *u, int64_t n, float *out);            \
     void ls_rope_row_##sfx(float *x, int n_heads, int head_stride, int head_dim, bool neox,     \

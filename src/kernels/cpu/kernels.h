@@ -38,32 +38,34 @@ void ls_pool_run(ls_pool *p, void (*fn)(void *arg, int ith, int nth), void *arg)
 /* ---- matmul kernel families ----------------------------------------------
  * Every matmul kernel belongs to a family with a recipe id.  The canonical families
  * compute the canonical recipe (docs/numerics.md) and so agree bit for bit:
- *   "wide"    the default dispatch: the single-row kernel for one row, the multi-row
- *             (wide) and cache-blocked (GEMM) kernels for more, per call;
- *   "narrow"  the single-row kernel applied row by row.
- * A non-canonical family (a faster recipe, or a test family) may be registered; it
- * is used only where a call's kernel context selects it, and rows that need parity
- * run the context's parity family (canonical unless the probe certified otherwise).
- * There is no process-wide selection. */
+ *   ls_mm_wide    the default dispatch: the single-row kernel for one row, the multi-row
+ *                 (wide) and cache-blocked (GEMM) kernels for more, per call;
+ *   ls_mm_narrow  the single-row kernel applied row by row.
+ * A non-canonical family (a faster recipe, or a test family) is a caller-made struct
+ * with a run function.  A call uses the families its kernel context names: rows that
+ * need parity run kc->fam_parity, the others kc->fam.  Nothing here is process-wide:
+ * the built-in families are constants, and the context that selects a family belongs
+ * to one forward workspace (model.h), which the probe may re-scope. */
 typedef struct ls_wmat ls_wmat;
-typedef struct {
+typedef struct ls_mm_family {
     const char *name;
     bool canonical;
     /* y[m*N + n] for m < M, n in [n0, n1): x is M x K floats.  Called from pool threads
      * with disjoint column ranges.  NULL for the built-in canonical families. */
     void (*run)(const ls_wmat *w, const float *x, int64_t M, float *y, int64_t n0, int64_t n1);
 } ls_mm_family;
-#define LS_MM_FAMILIES_MAX 8
-/* Registers a family (the struct must outlive its use); returns its id, or -1 when
- * the registry is full or the name is taken. */
-int ls_mm_family_register(const ls_mm_family *f);
-/* Id of a family by name ("wide", "narrow", or a registered one), or -1. */
-int ls_mm_family_find(const char *name);
-const ls_mm_family *ls_mm_family_get(int id);
-/* Rows each family has computed so far (for tests and /metrics). */
-uint64_t ls_mm_family_rows(int id);
-#define LS_MM_WIDE 0
-#define LS_MM_NARROW 1
+extern const ls_mm_family ls_mm_wide, ls_mm_narrow;
+/* The built-in family of that name ("wide", "narrow"), or NULL. */
+const ls_mm_family *ls_mm_family_builtin(const char *name);
+
+/* Test-only fault injection (ls_kctx.faults, model.h's ls_fwd_params.faults): each bit
+ * plants one deliberate parity bug in the live code path, so tests can show that the
+ * probe catches it.  Always 0 outside tests. */
+enum {
+    LS_FAULT_KV_SKIP = 1u << 0,  /* forward: the K/V write of the first row of a later sequence in a batch is skipped */
+    LS_FAULT_THREADS = 1u << 1,  /* RMSNorm: output 0 of each row is one ulp off when the pool has more than one thread */
+    LS_FAULT_ISA = 1u << 2,      /* SwiGLU: output 0 of each row is one ulp off on every ISA but scalar */
+};
 
 /* ---- execution context: what one call runs with ------------------------- */
 typedef struct {
@@ -74,23 +76,31 @@ typedef struct {
     bool narrow;        /* run every matmul row through the single-row (M = 1) kernel:
                          * the same bits, at the cost of re-reading W per row (the
                          * "narrow pin" other engines use; here only for benchmarks) */
-    int fam;            /* family for rows that do not need parity (0 = wide) */
-    int fam_parity;     /* family for rows that need parity (0 = wide) */
+    const ls_mm_family *fam;        /* family for rows that do not need parity (NULL = ls_mm_wide) */
+    const ls_mm_family *fam_parity; /* family for rows that need parity (NULL = ls_mm_wide) */
+    uint64_t *rows;     /* optional counters, added to atomically: [0] matmul rows run with
+                         * fam_parity, [1] rows run with fam (tests, /metrics) */
+    unsigned faults;    /* LS_FAULT_* (tests only) */
 } ls_kctx;
 
 /* ---- weight matrices ------------------------------------------------------ */
 /* W is N rows of K elements in ggml layout (row n at data + n*row_bytes).
- * Creation may repack into a kernel-friendly layout (owned by the ls_wmat);
- * `data` must outlive it either way. */
+ * Creation repacks quantized types into the group records every ISA reads (owned by the
+ * ls_wmat); `data` must outlive it either way. */
 ls_wmat *ls_wmat_create(uint32_t type, int64_t N, int64_t K, const void *data, ls_err *err);
-/* Bytes of the panel copy ls_wmat_create makes for this shape (Q4_1, Q8_0: the AVX-512
- * kernels' layout), a multiple of 64; 0 for other types or a shape it would reject. */
-size_t ls_wmat_panel_bytes(uint32_t type, int64_t N, int64_t K);
-/* The same as ls_wmat_create, with the panel copy at panel_mem (64-byte aligned, at least
- * ls_wmat_panel_bytes(type, N, K) bytes, owned by the caller and outliving the matrix;
- * NULL: allocated and freed with the matrix).  A model puts all its panels in one arena
- * of transparent huge pages (model.c). */
-ls_wmat *ls_wmat_create_in(uint32_t type, int64_t N, int64_t K, const void *data, void *panel_mem, ls_err *err);
+/* An ISA's own layout beyond the group records (ISA table, dispatch.c: AVX-512 builds a
+ * panel copy of Q4_1 and Q8_0 matrices).  It must run once for each ISA a matrix is used
+ * with, before the first such call (ls_matmul asserts it), and not concurrently with
+ * calls on the matrix.  prepare_bytes: what it needs (a multiple of 64; 0: nothing).
+ * mem: that many bytes, 64-byte aligned, owned by the caller and outliving the matrix
+ * (a model puts every panel in one arena of huge pages), or NULL to allocate them with
+ * the matrix.  Preparing again for the same ISA is a no-op. */
+size_t ls_wmat_prepare_bytes(const ls_wmat *w, ls_isa isa);
+ls_status ls_wmat_prepare(ls_wmat *w, ls_isa isa, void *mem, ls_err *err);
+bool ls_wmat_prepared(const ls_wmat *w, ls_isa isa);
+/* ls_wmat_prepare (mem NULL) for every ISA this CPU supports: for tests and benchmarks
+ * that use one matrix with several ISAs. */
+ls_status ls_wmat_prepare_all(ls_wmat *w, ls_err *err);
 void ls_wmat_free(ls_wmat *w);
 bool ls_matmul_type_supported(uint32_t type);
 int64_t ls_wmat_rows(const ls_wmat *w);

@@ -54,50 +54,21 @@ void ls_quantize_x_row(const float *x, int64_t K, void *row_out) {
     }
 }
 
-/* ---- the family registry --------------------------------------------------- */
-#include <pthread.h>
+/* ---- kernel families ----------------------------------------------------------- */
 #include <string.h>
 
-static const ls_mm_family ls_fam_wide = {"wide", true, NULL}, ls_fam_narrow = {"narrow", true, NULL};
-static const ls_mm_family *ls_fams[LS_MM_FAMILIES_MAX] = {&ls_fam_wide, &ls_fam_narrow};
-static int ls_n_fams = 2;
-static uint64_t ls_fam_rows[LS_MM_FAMILIES_MAX];
-static pthread_mutex_t ls_fam_mu = PTHREAD_MUTEX_INITIALIZER;
+const ls_mm_family ls_mm_wide = {"wide", true, NULL}, ls_mm_narrow = {"narrow", true, NULL};
 
-int ls_mm_family_register(const ls_mm_family *f) {
-    if (!f || !f->name || !f->run) return -1;
-    pthread_mutex_lock(&ls_fam_mu);
-    int id = -1;
-    bool taken = false;
-    for (int i = 0; i < ls_n_fams; i++) taken = taken || !strcmp(ls_fams[i]->name, f->name);
-    if (!taken && ls_n_fams < LS_MM_FAMILIES_MAX) {
-        id = ls_n_fams;
-        ls_fams[id] = f;
-        __atomic_store_n(&ls_n_fams, id + 1, __ATOMIC_RELEASE);
-    }
-    pthread_mutex_unlock(&ls_fam_mu);
-    return id;
-}
-
-int ls_mm_family_find(const char *name) {
-    int n = __atomic_load_n(&ls_n_fams, __ATOMIC_ACQUIRE);
-    for (int i = 0; i < n; i++)
-        if (!strcmp(ls_fams[i]->name, name)) return i;
-    return -1;
-}
-
-const ls_mm_family *ls_mm_family_get(int id) {
-    return id >= 0 && id < __atomic_load_n(&ls_n_fams, __ATOMIC_ACQUIRE) ? ls_fams[id] : NULL;
-}
-
-uint64_t ls_mm_family_rows(int id) {
-    return id >= 0 && id < LS_MM_FAMILIES_MAX ? __atomic_load_n(&ls_fam_rows[id], __ATOMIC_RELAXED) : 0;
+const ls_mm_family *ls_mm_family_builtin(const char *name) {
+    if (name && !strcmp(name, ls_mm_wide.name)) return &ls_mm_wide;
+    if (name && !strcmp(name, ls_mm_narrow.name)) return &ls_mm_narrow;
+    return NULL;
 }
 
 typedef struct {
     const ls_kctx *kc;
     const ls_kvtab *vt;
-    int fam;                        /* family of this call's rows */
+    const ls_mm_family *fam;        /* family of this call's rows */
     int n;                          /* matrices sharing x */
     ls_mm_job job[LS_MATMUL_MULTI_MAX];
     const float *x;
@@ -113,14 +84,9 @@ static void ls_mm_quant_task(void *arg, int ith, int nth) {
     const int64_t nq = (M + 3) / 4, m0 = 4 * (nq * ith / nth), m1 = 4 * (nq * (ith + 1) / nth);
     for (int64_t m = m0; m < m1 && m < M; m++) {
         uint8_t *row = (uint8_t *)c->scratch + (size_t)m * ls_xq_row_bytes(K);
-        if (c->kc->isa == LS_ISA_AVX512) { /* same bits; also writes the packed records (internal.h) */
-            uint8_t *rec = c->xp ? c->xp + (size_t)(m / LS_XP_R) * ls_xp_tile_bytes(K) + (size_t)(m % LS_XP_R) * LS_XP_ROW
-                                 : NULL;
-            ls_quantize_x_row_avx512(c->x + m * K, K, row, rec);
-        } else {
-            LS_ASSERT(!c->xp); /* only the AVX-512 panel kernel reads the packed copy */
-            ls_quantize_x_row(c->x + m * K, K, row);
-        }
+        uint8_t *rec = c->xp ? c->xp + (size_t)(m / LS_XP_R) * ls_xp_tile_bytes(K) + (size_t)(m % LS_XP_R) * LS_XP_ROW
+                             : NULL;
+        c->vt->quantize_row(c->x + m * K, K, row, rec); /* same bits on every ISA */
     }
 }
 
@@ -160,12 +126,13 @@ static void ls_mm_task(void *arg, int ith, int nth) {
 /* Columns [n0, n1) of the call's matrix i. */
 static void ls_mm_range(const ls_mm_call *c, int i, int64_t n0, int64_t n1) {
     const int64_t N = c->job[i].w->N;
-    if (c->fam >= 2) { /* a registered family */
-        ls_fams[c->fam]->run(c->job[i].w, c->job[i].x, c->job[i].M, c->job[i].y, n0, n1);
+    if (c->fam->run) { /* a caller-made family */
+        c->fam->run(c->job[i].w, c->job[i].x, c->job[i].M, c->job[i].y, n0, n1);
         return;
     }
-    if (!(c->kc->narrow || c->fam == LS_MM_NARROW) || c->job[i].M == 1) {
-        c->vt->matmul(&c->job[i], n0, n1);
+    const ls_mm_fn mm = c->job[i].w->wt->mm[c->kc->isa];
+    if (!(c->kc->narrow || c->fam == &ls_mm_narrow) || c->job[i].M == 1) {
+        mm(&c->job[i], n0, n1);
         return;
     }
     /* Narrow pin (benchmarks only): each row alone through the M = 1 kernel. */
@@ -178,12 +145,12 @@ static void ls_mm_range(const ls_mm_call *c, int i, int64_t n0, int64_t n1) {
         one.xq = jb->xq ? (const uint8_t *)jb->xq + (size_t)m * ls_xq_row_bytes(K) : NULL;
         one.xp = NULL;
         one.y = jb->y + m * N;
-        c->vt->matmul(&one, n0, n1);
+        mm(&one, n0, n1);
     }
 }
 
 /* Rows [m0, m1) of a call, all with family fam; the quantized rows are at xq. */
-static void ls_mm_run_rows(ls_mm_call *c, int fam, int64_t m0, int64_t m1, const float *x, float *const *y) {
+static void ls_mm_run_rows(ls_mm_call *c, const ls_mm_family *fam, bool parity, int64_t m0, int64_t m1, const float *x, float *const *y) {
     ls_mm_call r = *c;
     r.fam = fam;
     for (int i = 0; i < r.n; i++) {
@@ -197,7 +164,7 @@ static void ls_mm_run_rows(ls_mm_call *c, int fam, int64_t m0, int64_t m1, const
     int64_t claimed = 0;
     r.claimed = &claimed;
     ls_pool_run(r.kc->pool, ls_mm_task, &r);
-    __atomic_fetch_add(&ls_fam_rows[fam], (uint64_t)(m1 - m0), __ATOMIC_RELAXED);
+    if (r.kc->rows) __atomic_fetch_add(&r.kc->rows[parity ? 0 : 1], (uint64_t)(m1 - m0), __ATOMIC_RELAXED);
 }
 
 void ls_matmul_multi_rows(const ls_kctx *kc, int n, const ls_wmat *const *w, const float *x, int64_t M,
@@ -211,13 +178,13 @@ void ls_matmul_multi_rows(const ls_kctx *kc, int n, const ls_wmat *const *w, con
     c.x = x;
     c.scratch = NULL;
     c.xp = NULL;
-    c.fam = 0;
-    const int fp = ls_mm_family_get(kc->fam_parity) ? kc->fam_parity : LS_MM_WIDE;
-    const int ff = ls_mm_family_get(kc->fam) ? kc->fam : LS_MM_WIDE;
+    c.fam = NULL;
+    const ls_mm_family *fp = kc->fam_parity ? kc->fam_parity : &ls_mm_wide, *ff = kc->fam ? kc->fam : &ls_mm_wide;
     bool quant = false, builtin = false;
-    for (int64_t m = 0; m < M; m++) builtin = builtin || (need && !need[m] ? ff : fp) < 2;
+    for (int64_t m = 0; m < M; m++) builtin = builtin || !(need && !need[m] ? ff : fp)->run;
     for (int i = 0; i < n; i++) {
         LS_ASSERT(w[i] && y[i] && w[i]->K == w[0]->K);
+        LS_ASSERT(ls_wmat_prepared(w[i], kc->isa)); /* ls_wmat_prepare ran for this ISA */
         c.job[i].w = w[i];
         c.job[i].x = x;
         c.job[i].xq = NULL;
@@ -230,7 +197,7 @@ void ls_matmul_multi_rows(const ls_kctx *kc, int n, const ls_wmat *const *w, con
     if (quant && builtin) { /* the canonical families read quantized activations */
         LS_ASSERT(kc->scratch && kc->scratch_bytes >= ls_matmul_scratch_bytes(M, w[0]->K));
         c.scratch = (void *)(((uintptr_t)kc->scratch + 63) & ~(uintptr_t)63);
-        if (M >= 2 && kc->isa == LS_ISA_AVX512) /* the multi-row panel kernel reads the packed copy */
+        if (M >= 2 && c.vt->packs_rows) /* the multi-row panel kernel reads the packed copy */
             c.xp = (uint8_t *)(((uintptr_t)c.scratch + (size_t)M * ls_xq_row_bytes(w[0]->K) + 128 + 63) &
                                ~(uintptr_t)63);
         for (int i = 0; i < n; i++) {
@@ -246,10 +213,10 @@ void ls_matmul_multi_rows(const ls_kctx *kc, int n, const ls_wmat *const *w, con
     }
     /* Runs of consecutive rows with the same family, each one dispatch. */
     for (int64_t m0 = 0; m0 < M;) {
-        int f = need && !need[m0] ? ff : fp;
+        const bool par = !need || need[m0];
         int64_t m1 = m0 + 1;
-        while (m1 < M && (need && !need[m1] ? ff : fp) == f) m1++;
-        ls_mm_run_rows(&c, f, m0, m1, x, y);
+        while (m1 < M && (!need || need[m1]) == par) m1++;
+        ls_mm_run_rows(&c, par ? fp : ff, par, m0, m1, x, y);
         m0 = m1;
     }
 }

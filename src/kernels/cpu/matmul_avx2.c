@@ -309,23 +309,6 @@ AI void ls_y_mm_type(const uint32_t type, const ls_mm_job *job, int64_t n0, int6
     }
 }
 
-#define LS_Y_CASE(T) \
-    case T: ls_y_mm_type(T, job, n0, n1); break;
-
-void ls_mm_avx2(const ls_mm_job *job, int64_t n0, int64_t n1) {
-    switch (job->w->type) {
-        LS_Y_CASE(LS_TYPE_Q4_0)
-        LS_Y_CASE(LS_TYPE_Q4_1)
-        LS_Y_CASE(LS_TYPE_Q5_0)
-        LS_Y_CASE(LS_TYPE_Q5_1)
-        LS_Y_CASE(LS_TYPE_Q8_0)
-        LS_Y_CASE(LS_TYPE_Q4_K)
-        LS_Y_CASE(LS_TYPE_Q5_K)
-        LS_Y_CASE(LS_TYPE_Q6_K)
-        LS_Y_CASE(LS_TYPE_MXFP4)
-        LS_Y_CASE(LS_TYPE_F32)
-        LS_Y_CASE(LS_TYPE_F16)
-        LS_Y_CASE(LS_TYPE_BF16)
-    default: LS_ASSERT(!"ls_mm_avx2: type");
-    }
-}
+#define LS_Y_ENTRY(T, nm) \
+    void ls_mm_##nm##_avx2(const ls_mm_job *job, int64_t n0, int64_t n1) { ls_y_mm_type(T, job, n0, n1); }
+LS_WTYPE_LIST(LS_Y_ENTRY)

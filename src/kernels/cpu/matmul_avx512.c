@@ -749,7 +749,8 @@ AI void ls_z_rows(const uint32_t type, const int R, const ls_mm_job *job, int64_
 
 AI void ls_z_mm_type(const uint32_t type, const ls_mm_job *job, int64_t n0, int64_t n1) {
     int64_t M = job->M;
-    if ((type == LS_TYPE_Q4_1 || type == LS_TYPE_Q8_0) && job->w->panel) { /* panel copy: every M */
+    if (type == LS_TYPE_Q4_1 || type == LS_TYPE_Q8_0) { /* panel copy: every M */
+        LS_ASSERT(job->w->panel); /* ls_wmat_prepare(w, LS_ISA_AVX512) built it */
         if (M == 1)
             ls_z_panel_rows1(type, job, n0, n1);
         else
@@ -773,26 +774,9 @@ AI void ls_z_mm_type(const uint32_t type, const ls_mm_job *job, int64_t n0, int6
     }
 }
 
-#define LS_Z_CASE(T) \
-    case T: ls_z_mm_type(T, job, n0, n1); break;
-
-void ls_mm_avx512(const ls_mm_job *job, int64_t n0, int64_t n1) {
-    switch (job->w->type) {
-        LS_Z_CASE(LS_TYPE_Q4_0)
-        LS_Z_CASE(LS_TYPE_Q4_1)
-        LS_Z_CASE(LS_TYPE_Q5_0)
-        LS_Z_CASE(LS_TYPE_Q5_1)
-        LS_Z_CASE(LS_TYPE_Q8_0)
-        LS_Z_CASE(LS_TYPE_Q4_K)
-        LS_Z_CASE(LS_TYPE_Q5_K)
-        LS_Z_CASE(LS_TYPE_Q6_K)
-        LS_Z_CASE(LS_TYPE_MXFP4)
-        LS_Z_CASE(LS_TYPE_F32)
-        LS_Z_CASE(LS_TYPE_F16)
-        LS_Z_CASE(LS_TYPE_BF16)
-    default: LS_ASSERT(!"ls_mm_avx512: type");
-    }
-}
+#define LS_Z_ENTRY(T, nm) \
+    void ls_mm_##nm##_avx512(const ls_mm_job *job, int64_t n0, int64_t n1) { ls_z_mm_type(T, job, n0, n1); }
+LS_WTYPE_LIST(LS_Z_ENTRY)
 
 /* Step 1 of the recipe (matmul.c's ls_quantize_x_row) with AVX-512, the same bits:
  * amax is an exact maximum, d and id are the same correctly rounded divisions, x * id and
@@ -936,4 +920,47 @@ void ls_quantize_x_row_avx512(const float *x, int64_t K, void *row_out, uint8_t 
     }
     for (int64_t b = G * LS_GROUP; b < nb; b++)
         ls_quantize_block_avx512(x + 32 * b, nb, b, q, dx, sx, sq, sqlo, xp ? xp + (size_t)b * LS_XP_UNIT : NULL);
+}
+
+/* ---- the AVX-512 entry's prepare hook: the panel copy (internal.h) ---------------- */
+/* Bytes of one panel unit: 16 rows' codes, then their fp16 d (and m). */
+static size_t ls_panel_unit_bytes(uint32_t type) { return type == LS_TYPE_Q4_1 ? 256 + 64 : 512 + 32; }
+
+size_t ls_prepare_bytes_avx512(const ls_wmat *w) {
+    if (w->type != LS_TYPE_Q4_1 && w->type != LS_TYPE_Q8_0) return 0;
+    uint64_t np = (uint64_t)(w->N + 15) / 16, b; /* N <= 2^40, nb <= 2^25 (ls_wmat_create) */
+    if (ls_mul_u64(np, (uint64_t)w->nb * ls_panel_unit_bytes(w->type), &b) || b > SIZE_MAX - 64) return 0;
+    return ((size_t)b + 63) & ~(size_t)63;
+}
+
+static void ls_w16p(uint8_t *p, uint16_t v) {
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+void ls_prepare_avx512(ls_wmat *w, void *mem) {
+    w->pcode = w->type == LS_TYPE_Q4_1 ? 256 : 512;
+    w->panel_bytes = (size_t)w->nb * ls_panel_unit_bytes(w->type);
+    w->panel = mem;
+    memset(w->panel, 0, (size_t)((w->N + 15) / 16) * w->panel_bytes); /* the last panel's padding rows */
+    ls_unit un;
+    for (int64_t n = 0; n < w->N; n++) {
+        uint8_t *p = w->panel + (size_t)(n / 16) * w->panel_bytes;
+        const size_t r = (size_t)(n % 16);
+        for (int64_t b = 0; b < w->nb; b++) {
+            ls_wmat_decode_block(w, n, b, &un);
+            uint8_t *codes = p + (size_t)b * w->pcode;
+            if (w->type == LS_TYPE_Q8_0) {
+                for (int s = 0; s < 8; s++)
+                    for (int j = 0; j < 4; j++) codes[64 * s + 4 * r + j] = un.u[4 * s + j];
+            } else {
+                for (int q = 0; q < 4; q++)
+                    for (int j = 0; j < 4; j++)
+                        codes[64 * q + 4 * r + j] = (uint8_t)((un.u[4 * q + j] & 0xF) | ((un.u[16 + 4 * q + j] & 0xF) << 4));
+            }
+            uint8_t *dp = p + (size_t)w->nb * w->pcode + 32 * (size_t)b;
+            ls_w16p(dp + 2 * r, un.d);
+            if (w->type == LS_TYPE_Q4_1) ls_w16p(dp + 32 * (size_t)w->nb + 2 * r, un.m);
+        }
+    }
 }

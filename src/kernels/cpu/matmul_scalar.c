@@ -26,55 +26,14 @@ static void ls_unit_codes(ls_storage st, const ls_rec *r, uint32_t L, uint32_t l
     }
 }
 
-/* c_b for unit l of the record against activation block b (step 2). */
+/* c_b for unit l of the record against activation block b (step 2: the type's row). */
 static float ls_unit_c(const ls_wmat *w, const ls_rec *r, uint32_t L, uint32_t l, const uint8_t *rec,
                        const ls_xq *xr, int64_t b) {
     int u[32], q[32];
     const int8_t *qg = xr->q + (b / LS_GROUP) * LS_GROUP * 32;
     for (int i = 0; i < 32; i++) q[i] = qg[((i / 4) * L + l) * 4 + i % 4];
     ls_unit_codes(w->st, r, L, l, rec, u);
-    float dx = xr->dx[b], sx = xr->sx[b];
-    int32_t isum = 0;
-    switch (w->type) {
-    case LS_TYPE_Q4_0:
-    case LS_TYPE_Q5_0:
-    case LS_TYPE_Q8_0: {
-        int off = w->type == LS_TYPE_Q4_0 ? 8 : w->type == LS_TYPE_Q5_0 ? 16 : 128;
-        for (int i = 0; i < 32; i++) isum += (u[i] - off) * q[i];
-        float d = ls_k_fp16(ls_k_rd16(rec + r->d + 2 * l));
-        return (d * dx) * (float)isum;
-    }
-    case LS_TYPE_MXFP4: {
-        for (int i = 0; i < 32; i++) isum += ls_kvalues_mxfp4[u[i]] * q[i];
-        float d = ls_k_e8m0_half(rec[r->e + l]);
-        return (d * dx) * (float)isum;
-    }
-    case LS_TYPE_Q4_1:
-    case LS_TYPE_Q5_1: {
-        for (int i = 0; i < 32; i++) isum += u[i] * q[i];
-        float d = ls_k_fp16(ls_k_rd16(rec + r->d + 2 * l));
-        float m = ls_k_fp16(ls_k_rd16(rec + r->m + 2 * l));
-        return fmaf(d * dx, (float)isum, m * sx);
-    }
-    case LS_TYPE_Q4_K:
-    case LS_TYPE_Q5_K: {
-        for (int i = 0; i < 32; i++) isum += u[i] * q[i];
-        isum *= rec[r->sc + l];
-        float d = ls_k_fp16(ls_k_rd16(rec + r->dk + 2 * (l / 8)));
-        float dmin = ls_k_fp16(ls_k_rd16(rec + r->dmk + 2 * (l / 8)));
-        float mt = dmin * (float)rec[r->mn + l];
-        return fmaf(d * dx, (float)isum, (-mt) * sx);
-    }
-    case LS_TYPE_Q6_K: {
-        int32_t s0 = 0, s1 = 0;
-        for (int i = 0; i < 16; i++) s0 += (u[i] - 32) * q[i];
-        for (int i = 16; i < 32; i++) s1 += (u[i] - 32) * q[i];
-        isum = (int8_t)rec[r->sc + 2 * l] * s0 + (int8_t)rec[r->sc + 2 * l + 1] * s1;
-        float d = ls_k_fp16(ls_k_rd16(rec + r->dk + 2 * (l / 8)));
-        return (d * dx) * (float)isum;
-    }
-    default: LS_ASSERT(!"ls_unit_c: type"); return 0.0f;
-    }
+    return w->wt->unit_c(r, l, rec, u, q, xr->dx[b], xr->sx[b]);
 }
 
 /* One output element of a quantized matrix: steps 2-4. */
@@ -118,7 +77,7 @@ static float ls_dot_f_scalar(const ls_wmat *w, const uint8_t *wrow, const float 
     return ls_tree(acc, LS_FLANES);
 }
 
-void ls_mm_scalar(const ls_mm_job *job, int64_t n0, int64_t n1) {
+static void ls_mm_scalar(const ls_mm_job *job, int64_t n0, int64_t n1) {
     const ls_wmat *w = job->w;
     for (int64_t m = 0; m < job->M; m++) {
         float *y = job->y + m * w->N;
@@ -131,3 +90,10 @@ void ls_mm_scalar(const ls_mm_job *job, int64_t n0, int64_t n1) {
         }
     }
 }
+
+#define LS_S_ENTRY(T, nm) \
+    void ls_mm_##nm##_scalar(const ls_mm_job *job, int64_t n0, int64_t n1) { \
+        LS_ASSERT(job->w->type == (T));                                       \
+        ls_mm_scalar(job, n0, n1);                                            \
+    }
+LS_WTYPE_LIST(LS_S_ENTRY)

@@ -30,16 +30,23 @@ static void ls_swiglu_task(void *arg, int ith, int nth) {
 /* Rows are split across threads only when there is enough work to pay for a wake-up. */
 static ls_pool *ls_pool_for(const ls_kctx *kc, int64_t work) { return work >= 16384 ? kc->pool : NULL; }
 
+/* Test-only faults (kernels.h): output 0 of each row one ulp off. */
+static void ls_fault_ulp(float *out, int64_t M, int64_t n) {
+    for (int64_t m = 0; m < M; m++) out[m * n] = nextafterf(out[m * n], INFINITY);
+}
+
 void ls_rmsnorm(const ls_kctx *kc, const float *x, const float *w, float eps, int64_t M, int64_t n, float *out) {
     LS_ASSERT(kc && x && w && out && n > 0 && M >= 0);
     ls_rowop o = {ls_kvtab_for(kc->isa), x, w, NULL, eps, M, n, out};
     ls_pool_run(ls_pool_for(kc, M * n), ls_rmsnorm_task, &o);
+    if ((kc->faults & LS_FAULT_THREADS) && kc->pool && ls_pool_size(kc->pool) > 1) ls_fault_ulp(out, M, n);
 }
 
 void ls_swiglu(const ls_kctx *kc, const float *gate, const float *up, int64_t M, int64_t n, float *out) {
     LS_ASSERT(kc && gate && up && out && n >= 0 && M >= 0);
     ls_rowop o = {ls_kvtab_for(kc->isa), gate, NULL, up, 0.0f, M, n, out};
     ls_pool_run(ls_pool_for(kc, M * n * 8), ls_swiglu_task, &o);
+    if ((kc->faults & LS_FAULT_ISA) && kc->isa != LS_ISA_SCALAR && n > 0) ls_fault_ulp(out, M, n);
 }
 
 /* ---- RoPE ------------------------------------------------------------------ */
@@ -136,7 +143,7 @@ typedef struct {
                    * thread takes fewer); each unit's bits do not depend on who runs it */
 } ls_attn_call;
 
-/* AVX-512: units of (row block, kv head, batch of <= LS_ATTN_HMAX query heads of that
+/* ISAs with a block kernel (AVX-512): units of (row block, kv head, batch of <= LS_ATTN_HMAX query heads of that
  * kv head).  A row block is up to LS_ATTN_VMAX / heads-per-batch rows of one sequence. */
 static void ls_attn_task_grouped(void *arg, int ith, int nth) {
     ls_attn_call *c = arg;
@@ -157,7 +164,7 @@ static void ls_attn_task_grouped(void *arg, int ith, int nth) {
             LS_ASSERT(ls_attention_scratch_floats((int64_t)c->pos[m0 + r] + 1) <= c->per_thread);
         int64_t off = m0 * row_stride + (int64_t)h0 * c->head_dim;
         const ls_kv_view *kv = &c->kv[m0];
-        ls_attn_block_avx512(nr, nh, c->q + off, row_stride, c->head_dim, c->pos + m0, kv, kvh * kv->head_stride,
+        c->vt->attn_block(nr, nh, c->q + off, row_stride, c->head_dim, c->pos + m0, kv, kvh * kv->head_stride,
                              kv->row_stride, c->head_dim, c->scale, c->out + off, scores, per_vec);
     }
 }
@@ -198,8 +205,7 @@ void ls_attention(const ls_kctx *kc, const float *q, int64_t M, const int32_t *p
     int64_t work = 0;
     for (int64_t m = 0; m < M; m++) work += ((int64_t)pos[m] + 1) * n_head * head_dim * 2;
     ls_pool *pool = ls_pool_for(kc, work);
-    /* (not c.vt == ls_kvtab_for(LS_ISA_AVX512): that asserts the CPU has AVX-512) */
-    if (!(kc->isa == LS_ISA_AVX512 && head_dim % 16 == 0 && head_dim <= 64)) {
+    if (!(c.vt->attn_block && head_dim % 16 == 0 && head_dim <= c.vt->attn_block_head_dim)) {
         ls_pool_run(pool, ls_attn_task, &c);
         return;
     }
