@@ -11,18 +11,22 @@ OPT     ?= -O2
 SAN     ?=
 SAN_ISA ?=
 CFLAGS_COMMON = -std=c11 -D_GNU_SOURCE $(OPT) -g -Wall -Wextra -Wno-unused-parameter \
-                -ffp-contract=off -fno-math-errno -fPIC -pthread -Isrc $(SAN)
+                -ffp-contract=off -fno-math-errno -fPIC -pthread -Iinclude -Isrc -I. $(SAN)
 CFLAGS  ?=
 ALL_CFLAGS = $(CFLAGS_COMMON) $(CFLAGS) $(shell pkg-config --cflags libpcre2-8 2>/dev/null)
 LDLIBS  = $(shell pkg-config --libs libpcre2-8 2>/dev/null || echo -lpcre2-8) -lcjson -lcrypto -lmicrohttpd -lm -pthread $(SAN)
 
 MODEL   ?= models/SmolLM2-135M-Instruct.Q4_1.gguf
 
-LIB_SRC  := $(shell find src -name '*.c' -not -path 'src/cli/*' | sort)
-CLI_SRC  := $(shell find src/cli -name '*.c' | sort)
+# The library is everything under src/ but the two programs built on its public header
+# (include/lockstep.h): the command line (src/cli) and the HTTP server (src/server).
+LIB_SRC  := $(shell find src -name '*.c' -not -path 'src/cli/*' -not -path 'src/server/*' | sort)
+CLI_SRC  := $(shell find src/cli src/server -name '*.c' | sort)
+BENCH_SRC := $(sort $(wildcard bench/cli/*.c)) src/cli/args.c
 TEST_SRC := $(sort $(wildcard tests/unit/test_*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
+BENCH_OBJ := $(BENCH_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
 # Per-ISA kernel files get their instruction set; everything else is baseline x86-64.
@@ -30,9 +34,9 @@ ISA_AVX2   = -mavx2 -mfma -mf16c
 ISA_AVX512 = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni $(ISA_AVX2)
 
 .PHONY: all lib cli tests test test-c test-asan test-tsan fuzz run model deps clean
-all: cli lib tests
+all: cli lib tests bench-tools
 
-lib: $(BUILD)/liblockstep.a $(BUILD)/liblockstep.so
+lib: $(BUILD)/liblockstep.a $(BUILD)/liblockstep.so $(BUILD)/liblockstep_test.so
 cli: $(BUILD)/lockstep
 tests: $(TEST_BIN)
 
@@ -52,17 +56,36 @@ $(BUILD)/liblockstep.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/liblockstep.so: $(LIB_OBJ)
-	$(CC) -shared -o $@ $^ $(LDLIBS)
+# The shared library exports the public API only (include/lockstep.h's LS_API functions,
+# listed by a version script); every other symbol is local to it.  liblockstep_test.so
+# exports everything, for the Python tests that check internals (the tokenizer and chat
+# templates against HF tokenizers and jinja2).
+$(BUILD)/lockstep.map: include/lockstep.h
+	@mkdir -p $(dir $@)
+	@{ echo '{ global:'; grep -o 'LS_API[^(]*(' $< | grep -o 'ls_[a-z0-9_]*($$' | tr -d '(' | sed 's/$$/;/'; \
+	  echo 'local: *; };'; } > $@
+$(BUILD)/liblockstep.so: $(LIB_OBJ) $(BUILD)/lockstep.map
+	$(CC) -shared -o $@ $(LIB_OBJ) -Wl,--version-script=$(BUILD)/lockstep.map $(LDLIBS)
+$(BUILD)/liblockstep_test.so: $(LIB_OBJ)
+	$(CC) -shared -o $@ $(LIB_OBJ) $(LDLIBS)
 
 $(BUILD)/lockstep: $(CLI_OBJ) $(BUILD)/liblockstep.a
 	$(CC) -o $@ $(CLI_OBJ) $(BUILD)/liblockstep.a $(LDLIBS)
+
+# Benchmark tools (bench/): they may use the library's internals.
+.PHONY: bench-tools
+bench-tools: $(BUILD)/lockstep-bench $(BUILD)/bench-budget
+$(BUILD)/lockstep-bench: $(BENCH_OBJ) $(BUILD)/liblockstep.a
+	$(CC) -o $@ $(BENCH_OBJ) $(BUILD)/liblockstep.a $(LDLIBS)
+$(BUILD)/bench-budget: bench/budget.c $(BUILD)/liblockstep.a
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(BUILD)/liblockstep.a $(LDLIBS) \
+	    -Wl,--wrap=ls_matmul_multi_rows,--wrap=ls_attention,--wrap=ls_rmsnorm,--wrap=ls_swiglu
 
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/liblockstep.a
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Itests/unit -o $@ $< $(BUILD)/liblockstep.a -lcmocka $(LDLIBS)
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(BENCH_OBJ:.o=.d)
 
 # ---- the README's two commands -------------------------------------------
 deps:
@@ -114,7 +137,7 @@ build-tsan-all:
 # libFuzzer targets (clang) over the parsers, each for FUZZ_SECONDS, from the seed
 # corpus in tests/fuzz/corpus/<target>; crashes land in build-fuzz/.
 FUZZ_SECONDS ?= 60
-FUZZ_FLAGS = -std=c11 -D_GNU_SOURCE -O1 -g -Isrc -ffp-contract=off -fsanitize=fuzzer,address,undefined
+FUZZ_FLAGS = -std=c11 -D_GNU_SOURCE -O1 -g -Iinclude -Isrc -ffp-contract=off -fsanitize=fuzzer,address,undefined
 build-fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c src/gguf/gguf.c src/quant/quant.c src/util/err.c src/util/alloc.c
 	@mkdir -p build-fuzz
 	clang $(FUZZ_FLAGS) -o $@ $^
@@ -149,9 +172,9 @@ $(FUZZ_TARGETS:%=fuzz-%): fuzz-%: build-fuzz/fuzz_% model
 # for a short development run (into build/bench/results-quick/).
 .PHONY: bench
 BENCH_FLAGS ?=
-bench: cli model
+bench: cli bench-tools model
 	@bash scripts/install-deps.sh --bench
-	$(PYTHON) bench/suites.py --lockstep $(BUILD)/lockstep --docs docs/benchmarks.md $(BENCH_FLAGS)
+	$(PYTHON) bench/suites.py --lockstep $(BUILD)/lockstep --bench-tool $(BUILD)/lockstep-bench --docs docs/benchmarks.md $(BENCH_FLAGS)
 
 clean:
 	rm -rf $(BUILD) build-asan build-tsan build-fuzz

@@ -115,7 +115,7 @@ static int run(ls_engine *e, int B, const int32_t *prompt, int32_t np, int32_t g
         outs[b].n = 0;
         outs[b].first = outs[b].done = false;
         rj[b] = (rejecter){ref, n_ref, np, k};
-        ls_request q = {.prompt = pb[b], .n_prompt = np, .sampling = {.temperature = 0.0f, .top_p = 1.0f},
+        ls_request q = {.size = sizeof(ls_request), .prompt = pb[b], .n_prompt = np, .sampling = {.temperature = 0.0f, .top_p = 1.0f},
                         .max_tokens = gen, .ignore_eos = true, .on_event = on_event, .ud = &outs[b],
                         .draft = k ? reject_draft : NULL, .draft_ud = &rj[b]};
         if (ls_engine_submit(e, &q, NULL, &err)) {
@@ -166,7 +166,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     ls_err err = {0};
-    ls_model *m = ls_model_load((ls_model_params){.path = "models/SmolLM2-135M-Instruct.Q4_1.gguf"}, &err);
+    ls_model *m = ls_model_load(&(ls_model_params){.size = sizeof(ls_model_params), .path = "models/SmolLM2-135M-Instruct.Q4_1.gguf"}, &err);
     if (!m) {
         fprintf(stderr, "budget: %s (run `make model` first)\n", err.msg);
         return 1;
@@ -174,9 +174,9 @@ int main(int argc, char **argv) {
     enum { GEN = 48 };
     int32_t prompt[2048];
     for (int i = 0; i < P; i++) prompt[i] = 200 + (i * 13) % 5000;
-    ls_engine_params ep = {.n_ctx = P + GEN + 16, .n_seq_max = 8, .step_tokens = 512, .n_threads = threads, .isa = -1,
+    ls_engine_params ep = {.size = sizeof(ls_engine_params), .n_ctx = P + GEN + 16, .n_seq_max = 8, .step_tokens = 512, .n_threads = threads, .isa = -1,
                            .draft_max = 8, .no_prefix_cache = true};
-    ls_engine *e = ls_engine_create(m, ep, &err);
+    ls_engine *e = ls_engine_create(m, &ep, &err);
     if (!e) {
         fprintf(stderr, "budget: %s\n", err.msg);
         return 1;

@@ -5,23 +5,24 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "lockstep.h"
+
 #define LS_DEFAULT_MODEL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 #define LS_EXIT_USAGE 2 /* bad flags, a missing or bad file, a prompt too long */
 
 int cli_run(int argc, char **argv);
 int cli_info(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
-int cli_bench(int argc, char **argv);
-int cli_bench_batch(int argc, char **argv);
 int cli_probe(int argc, char **argv);
 int cli_serve(int argc, char **argv);
-int cli_bench_spec(int argc, char **argv);
-int cli_bench_mixed(int argc, char **argv);
-int cli_bench_cache(int argc, char **argv);
-/* --kernels NAME -> families for rows without / with a parity need; prints and returns LS_EXIT_USAGE on error. */
-typedef struct ls_mm_family ls_mm_family;
-int cli_kernels_families(const char *cmd, const char *name, const ls_mm_family **fam,
-                         const ls_mm_family **fam_parity);
+
+/* Online CPUs (the default --threads). */
+int cli_default_threads(void);
+/* LOCKSTEP_FAULT=kv-skip,threads,isa: test-only parity faults (lockstep.h, LS_FAULT_*) for
+ * the engine; announced on stderr when set. */
+unsigned cli_faults_from_env(void);
+/* The probe's verdict on stderr: "parity: verified (...)", "parity: FAILED (...)". */
+void cli_print_verdict(const ls_probe_result *r, const ls_engine_info *ei);
 
 /* Strict numeric flag parsing: the whole string must be a number in range.
  * On failure prints "lockstep CMD: invalid value 'S' for FLAG (...)" and returns false. */

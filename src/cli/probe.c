@@ -1,4 +1,4 @@
-/* probe.c - `lockstep probe`: the exactness probe on a serving configuration. */
+/* probe.c - `lockstep probe`: the parity probe on a serving configuration. */
 #include <cjson/cJSON.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -7,63 +7,60 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "engine/spec_probe.h"
-#include "spec/spec.h"
 
 static const char *help =
     "usage: lockstep probe [-m MODEL] [--spec KIND] [--draft-max K] [--kernels K] [-t THREADS]\n"
-    "                      [--draws N] [--allow-inexact] [--no-memo] [--json]\n"
+    "                      [-np N] [-c N] [--draws N] [--allow-inexact] [--no-memo] [--json]\n"
     "\n"
-    "Checks, byte for byte, on this machine's serving configuration, that a verify block\n"
-    "of width 2..K+1 equals the same tokens one by one (P1), that it does not change when\n"
-    "other sequences' rows share its forward (P2), and that chunked prefill equals one\n"
-    "chunk (P3), over N random draws.  Verdict: exact, scoped (a non-canonical family was\n"
-    "withdrawn for the rows that need parity) or declined (exit 1 unless --allow-inexact).\n"
+    "Certifies, byte for byte, the configuration `lockstep serve` would run with these flags:\n"
+    "requests go through that engine itself (its kernels, scheduler, paged KV and prefix\n"
+    "cache) and their logits are compared with the same requests run alone, in one chunk,\n"
+    "without the cache, without drafts, on one thread and on the scalar reference, over N\n"
+    "random draws of prompts from the model's vocabulary.  Axes: batch mix, chunked\n"
+    "prefill, prefix cache, block vs chain (verify blocks), threads, ISA.  Verdict:\n"
+    "verified, scoped (a non-canonical family was withdrawn for the rows that need\n"
+    "parity) or failed (speculation is declined; exit 1 unless --allow-inexact).\n"
     "\n"
     "  -m, --model PATH    model (default " LS_DEFAULT_MODEL ")\n"
-    "      --spec KIND     the drafter serving would use: ngram, draft, layerskip, mtp (default ngram)\n"
+    "      --spec KIND     the drafter serving would use: ngram, draft, layerskip, mtp, off (default ngram)\n"
     "      --draft-max K   longest draft (default 8)\n"
-    "      --kernels K     auto, wide, narrow, fast, or a registered family name (default auto)\n"
+    "      --kernels K     auto, wide, narrow (default auto)\n"
     "  -t, --threads N     threads (default: online CPUs)\n"
+    "  -np, --parallel N   sequences decoded together (default 8)\n"
+    "  -c, --ctx-size N    context per sequence (default min(trained, 4096))\n"
     "      --draws N       random draws (default 3, at least 3)\n"
-    "      --allow-inexact exit 0 even when the verdict is declined\n"
-    "      --no-memo       probe even if this configuration's result is memoized\n"
+    "      --allow-inexact exit 0 even when the verdict is failed\n"
+    "      --no-memo       probe even if this configuration's result is memoized (and replace it)\n"
     "      --json          one JSON object\n";
-
-/* The families a --kernels value selects: (rows without a parity need, rows with one). */
-int cli_kernels_families(const char *cmd, const char *name, const ls_mm_family **fam,
-                         const ls_mm_family **fam_parity) {
-    const ls_mm_family *f = !strcmp(name, "auto") ? &ls_mm_wide : ls_mm_family_builtin(name);
-    if (!f)
-        return cli_usage_error(cmd, "no kernel family '%s' in this build (available: auto, wide, narrow%s)", name,
-                               !strcmp(name, "fast") ? "; this build has no fast CPU family" : "");
-    *fam = *fam_parity = f;
-    return 0;
-}
 
 int cli_probe(int argc, char **argv) {
     const char *cmd = "probe";
     const char *model_path = LS_DEFAULT_MODEL, *spec = "ngram", *kernels = "auto";
-    long long draft_max = 8, threads = 0, draws = 3;
+    long long draft_max = 8, threads = 0, draws = 3, par = 8, ctx = 0;
     bool json = false, allow_inexact = false, memo = true;
-    enum { O_SPEC = 256, O_DMAX, O_KERNELS, O_DRAWS, O_INEXACT, O_NOMEMO, O_JSON };
+    for (int i = 1; i < argc; i++) /* llama-server spells it -np */
+        if (!strcmp(argv[i], "-np")) argv[i] = "--parallel";
+    enum { O_SPEC = 256, O_DMAX, O_KERNELS, O_DRAWS, O_INEXACT, O_NOMEMO, O_JSON, O_PAR };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},       {"spec", required_argument, 0, O_SPEC},
         {"draft-max", required_argument, 0, O_DMAX}, {"kernels", required_argument, 0, O_KERNELS},
         {"threads", required_argument, 0, 't'},     {"draws", required_argument, 0, O_DRAWS},
+        {"parallel", required_argument, 0, O_PAR},  {"ctx-size", required_argument, 0, 'c'},
         {"allow-inexact", no_argument, 0, O_INEXACT}, {"no-memo", no_argument, 0, O_NOMEMO},
         {"json", no_argument, 0, O_JSON},           {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
     int o;
-    while ((o = getopt_long(argc, argv, ":m:t:h", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, ":m:t:c:h", opts, NULL)) != -1) {
         switch (o) {
         case 'm': model_path = optarg; break;
         case O_SPEC: spec = optarg; break;
         case O_DMAX: if (!cli_parse_int(cmd, "--draft-max", optarg, 1, 64, &draft_max)) return LS_EXIT_USAGE; break;
         case O_KERNELS: kernels = optarg; break;
         case 't': if (!cli_parse_int(cmd, "--threads", optarg, 1, 256, &threads)) return LS_EXIT_USAGE; break;
+        case O_PAR: if (!cli_parse_int(cmd, "--parallel", optarg, 1, 1024, &par)) return LS_EXIT_USAGE; break;
+        case 'c': if (!cli_parse_int(cmd, "--ctx-size", optarg, 2, 1 << 24, &ctx)) return LS_EXIT_USAGE; break;
         case O_DRAWS: if (!cli_parse_int(cmd, "--draws", optarg, 3, 1000, &draws)) return LS_EXIT_USAGE; break;
         case O_INEXACT: allow_inexact = true; break;
         case O_NOMEMO: memo = false; break;
@@ -77,83 +74,101 @@ int cli_probe(int argc, char **argv) {
     ls_err err;
     ls_spec_kind kind;
     if (ls_spec_kind_from_name(spec, &kind, &err)) return cli_usage_error(cmd, "%s", err.msg);
-    const ls_mm_family *fam, *famp;
-    if (cli_kernels_families(cmd, kernels, &fam, &famp)) return LS_EXIT_USAGE;
+    if (strcmp(kernels, "auto") && strcmp(kernels, "wide") && strcmp(kernels, "narrow"))
+        return cli_usage_error(cmd, "no kernel family '%s' in this build (available: auto, wide, narrow%s)", kernels,
+                               !strcmp(kernels, "fast") ? "; this build has no fast CPU family" : "");
     if (access(model_path, R_OK) != 0) return cli_usage_error(cmd, "cannot read model file '%s'", model_path);
-    if (threads == 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = n > 0 ? n : 1;
-    }
-    ls_model *m = ls_model_load((ls_model_params){.path = model_path}, &err);
+    if (threads == 0) threads = cli_default_threads();
+    ls_model_params mp = LS_MODEL_PARAMS_INIT;
+    mp.path = model_path;
+    ls_model *m = ls_model_load(&mp, &err);
     if (!m) {
         fprintf(stderr, "lockstep probe: cannot load '%s': %s\n", model_path, err.msg);
         return LS_EXIT_USAGE;
     }
     int rc = 1;
-    /* The forward serving uses (same ISA selection, threads and families; row and
-     * context limits do not change any bits). */
-    ls_fwd *f = ls_fwd_create(m, (ls_fwd_params){.n_rows = 512, .n_ctx = 256, .n_threads = (int32_t)threads, .isa = -1,
-                                                  .fam = fam, .fam_parity = famp}, &err);
-    if (!f) {
+    /* The engine serve would build with these flags (serve.c: the same parameters). */
+    const int32_t K = kind != LS_SPEC_OFF ? (int32_t)draft_max : 0;
+    ls_engine_params ep = LS_ENGINE_PARAMS_INIT;
+    ep.n_ctx = (int32_t)ctx;
+    ep.n_seq_max = (int32_t)par;
+    ep.step_tokens = (int32_t)(par * (1 + K) > 512 ? par * (1 + K) : 512);
+    ep.n_threads = (int32_t)threads;
+    ep.kernels = kernels;
+    ep.draft_max = K;
+    ep.allow_inexact = allow_inexact;
+    ep.faults = cli_faults_from_env();
+    ls_engine *e = ls_engine_create(m, &ep, &err);
+    if (!e) {
         fprintf(stderr, "lockstep probe: %s\n", err.msg);
         ls_model_free(m);
-        return 1;
+        return LS_EXIT_USAGE;
     }
-    char cfg[64];
+    char cfg[64], dir[4096];
     snprintf(cfg, sizeof cfg, "spec=%s", ls_spec_kind_name(kind));
-    ls_spec_probe_result r;
-    bool from_memo = false;
-    if (ls_spec_probe_cached(m, model_path, memo ? ls_probe_memo_dir() : NULL, cfg, f, (int32_t)draft_max, (int)draws, &r,
-                             &from_memo, &err)) {
+    ls_probe_params pp = LS_PROBE_PARAMS_INIT;
+    pp.draws = (int32_t)draws;
+    pp.memo_dir = ls_probe_memo_dir(dir, sizeof dir);
+    pp.refresh = !memo;
+    pp.config = cfg;
+    ls_probe_result r = LS_PROBE_RESULT_INIT;
+    if (ls_engine_probe(e, &pp, &r, &err)) {
         fprintf(stderr, "lockstep probe: %s\n", err.msg);
         goto out;
     }
-    const ls_mm_family *fb = r.fam_parity_before, *fa = r.fam_parity_after, *ff = r.fam_free;
+    ls_engine_info ei = LS_ENGINE_INFO_INIT;
+    ls_engine_get_info(e, &ei);
     if (json) {
         cJSON *j = cJSON_CreateObject();
         cJSON_AddStringToObject(j, "verdict", ls_verdict_name(r.verdict));
-        cJSON *ax = cJSON_AddObjectToObject(j, "axes"), *fm = cJSON_AddObjectToObject(j, "families");
-        cJSON_AddBoolToObject(ax, "block_vs_chain", r.block_vs_chain);
-        cJSON_AddBoolToObject(ax, "batch_mix", r.batch_mix);
-        cJSON_AddBoolToObject(ax, "chunked_prefill", r.chunked_prefill);
-        cJSON *a = cJSON_AddObjectToObject(fm, fa->name);
-        cJSON_AddBoolToObject(a, "canonical", fa->canonical);
-        cJSON_AddStringToObject(a, "rows", fa == ff ? "all" : "parity");
-        if (ff != fa) {
-            cJSON *b = cJSON_AddObjectToObject(fm, ff->name);
-            cJSON_AddBoolToObject(b, "canonical", ff->canonical);
-            cJSON_AddStringToObject(b, "rows", "no parity need");
-            if (fb == ff) cJSON_AddStringToObject(b, "withdrawn", "for rows that need parity");
+        cJSON *ax = cJSON_AddObjectToObject(j, "axes");
+        for (int a = 0; a < LS_AXIS_COUNT; a++) {
+            cJSON *x = cJSON_AddObjectToObject(ax, ls_axis_name((ls_axis)a));
+            cJSON_AddStringToObject(x, "state", r.axis[a] == LS_AXIS_PASSED   ? "passed"
+                                                : r.axis[a] == LS_AXIS_FAILED ? "failed"
+                                                                              : "not checked");
+            if (r.axis[a] == LS_AXIS_NOT_CHECKED) cJSON_AddStringToObject(x, "why", r.why_not[a]);
         }
+        cJSON *fm = cJSON_AddObjectToObject(j, "kernels");
+        cJSON_AddStringToObject(fm, "parity_rows_before", r.kernels_before);
+        cJSON_AddStringToObject(fm, "parity_rows", r.kernels_after);
+        cJSON_AddStringToObject(fm, "other_rows", ei.kernels_free);
         cJSON_AddNumberToObject(j, "draws", r.draws);
+        cJSON_AddNumberToObject(j, "logits_rows", r.n_rows);
+        cJSON_AddNumberToObject(j, "drafted", r.drafted);
+        cJSON_AddNumberToObject(j, "accepted", r.accepted);
         cJSON_AddNumberToObject(j, "ms", r.ms);
-        cJSON_AddBoolToObject(j, "memoized", from_memo);
+        cJSON_AddBoolToObject(j, "memoized", r.memoized);
         cJSON_AddStringToObject(j, "spec", ls_spec_kind_name(kind));
-        cJSON_AddNumberToObject(j, "draft_max", (double)draft_max);
-        cJSON_AddStringToObject(j, "isa", ls_isa_name(ls_fwd_isa(f)));
-        cJSON_AddNumberToObject(j, "threads", (double)threads);
+        cJSON_AddNumberToObject(j, "draft_max", K);
+        cJSON_AddNumberToObject(j, "parallel", ei.n_seq_max);
+        cJSON_AddStringToObject(j, "isa", ls_isa_name(ei.isa));
+        cJSON_AddNumberToObject(j, "threads", ei.n_threads);
         cJSON_AddStringToObject(j, "detail", r.detail);
         char *s = cJSON_PrintUnformatted(j);
         if (s) puts(s);
         free(s);
         cJSON_Delete(j);
     } else {
-        printf("probe: %s (block vs chain %s, batch mix %s, chunked prefill %s; %d draws, widths 2..%lld, %s, "
-               "%lld threads, %.0f ms%s)\n",
-               ls_verdict_name(r.verdict), r.block_vs_chain ? "ok" : "FAIL", r.batch_mix ? "ok" : "FAIL",
-               r.chunked_prefill ? "ok" : "FAIL", r.draws, draft_max + 1, ls_isa_name(ls_fwd_isa(f)), threads, r.ms,
-               from_memo ? ", memoized" : "");
-        printf("families: rows that need parity run %s (%s)%s; other rows run %s\n", fa->name,
-               fa->canonical ? "canonical" : "non-canonical", fb != fa ? " after withdrawing the failing one" : "",
-               ff->name);
+        printf("probe: %s (%s, %d threads, %d parallel, verify blocks up to %d; %.0f ms%s)\n",
+               ls_verdict_name(r.verdict), ls_isa_name(ei.isa), ei.n_threads, ei.n_seq_max, K + 1, r.ms,
+               r.memoized ? ", memoized" : "");
+        for (int a = 0; a < LS_AXIS_COUNT; a++)
+            printf("  %-16s %s%s%s\n", ls_axis_name((ls_axis)a),
+                   r.axis[a] == LS_AXIS_PASSED ? "ok" : r.axis[a] == LS_AXIS_FAILED ? "FAILED" : "not checked",
+                   r.axis[a] == LS_AXIS_NOT_CHECKED ? ": " : "", r.axis[a] == LS_AXIS_NOT_CHECKED ? r.why_not[a] : "");
+        printf("kernels: rows that need parity run %s%s; other rows run %s\n", r.kernels_after,
+               strcmp(r.kernels_before, r.kernels_after) ? " (the failing one was withdrawn)" : "", ei.kernels_free);
+        if (!r.memoized) printf("compared: %d logits rows over %d draws; %d drafted, %d accepted\n", r.n_rows, r.draws,
+                                r.drafted, r.accepted);
         if (r.detail[0]) printf("first mismatch: %s\n", r.detail);
     }
-    rc = r.verdict == LS_VERDICT_DECLINED && !allow_inexact ? 1 : 0;
-    if (r.verdict == LS_VERDICT_DECLINED)
-        fprintf(stderr, "lockstep probe: declined: speculation %s\n",
+    rc = r.verdict == LS_VERDICT_FAILED && !allow_inexact ? 1 : 0;
+    if (r.verdict == LS_VERDICT_FAILED)
+        fprintf(stderr, "lockstep probe: failed: speculation %s\n",
                 allow_inexact ? "would run inexact (--allow-inexact)" : "stays off (fail-closed)");
 out:
-    ls_fwd_free(f);
+    ls_engine_free(e);
     ls_model_free(m);
     return rc;
 }

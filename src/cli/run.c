@@ -7,11 +7,6 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "engine/generate.h"
-#include "engine/probe.h"
-#include "model/model.h"
-#include "engine/spec_probe.h"
-#include "spec/spec.h"
 
 static const char *run_help =
     "usage: lockstep run [-m MODEL] (-p PROMPT | --chat MESSAGE [--system S]) [flags]\n"
@@ -36,23 +31,25 @@ static const char *run_help =
     "      --draft-model PATH  the draft model for --spec draft (same vocabulary)\n"
     "      --draft-layers L    --spec layerskip drafts with the first L layers (default half)\n"
     "      --ngram-min N, --ngram-max N   n-gram sizes for --spec ngram (default 2, 4)\n"
-    "      --allow-inexact     speculate even if the exactness probe declines\n"
-    "      --no-probe          skip the startup parity probe (and the speculation probe)\n"
+    "      --allow-inexact     speculate even if the parity probe fails\n"
+    "      --no-probe          skip the startup parity probe\n"
     "      --json              print one JSON object instead of streaming text\n"
     "  -h, --help              this help\n"
     "\n"
     "Streams the answer to stdout; a summary line and the probe verdict go to stderr.\n"
+    "The probe certifies this configuration (memoized in $LOCKSTEP_CACHE or ~/.cache/lockstep);\n"
+    "if it fails the answer is still printed, speculation is declined and the exit status is 1.\n"
     "LOCKSTEP_ISA=scalar|avx2|avx512 forces the kernel instruction set.\n";
 
 typedef struct {
     bool json;
 } stream_state;
 
-static void on_text(void *ud, int32_t token, const char *text, size_t len) {
+/* Streams the answer as it is decoded (the engine's events carry final text). */
+static void on_event(void *ud, const ls_event *ev) {
     stream_state *s = ud;
-    (void)token;
-    if (s->json || len == 0) return;
-    fwrite(text, 1, len, stdout);
+    if (s->json || !ev->text_len) return;
+    fwrite(ev->text, 1, ev->text_len, stdout);
     fflush(stdout);
 }
 
@@ -119,15 +116,15 @@ int cli_run(int argc, char **argv) {
     if (access(model_path, R_OK) != 0)
         return cli_usage_error(cmd, "cannot read model file '%s'%s", model_path,
                                strcmp(model_path, LS_DEFAULT_MODEL) ? "" : " (run `make model` to fetch it)");
-    if (threads == 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = n > 0 ? n : 1;
-    }
+    if (threads == 0) threads = cli_default_threads();
     ls_err err;
     ls_err_clear(&err);
-    ls_spec_params spp = {.draft_max = (int32_t)draft_max, .draft_min = (int32_t)draft_min,
-                          .ngram_min = (int32_t)ngram_min, .ngram_max = (int32_t)ngram_max,
-                          .skip_first = (int32_t)draft_layers};
+    ls_spec_params spp = LS_SPEC_PARAMS_INIT;
+    spp.draft_max = (int32_t)draft_max;
+    spp.draft_min = (int32_t)draft_min;
+    spp.ngram_min = (int32_t)ngram_min;
+    spp.ngram_max = (int32_t)ngram_max;
+    spp.skip_first = (int32_t)draft_layers;
     if (ls_spec_kind_from_name(spec_name, &spp.kind, &err)) return cli_usage_error(cmd, "%s", err.msg);
     if (draft_path && spp.kind != LS_SPEC_DRAFT) return cli_usage_error(cmd, "--draft-model needs --spec draft");
     if (spp.kind == LS_SPEC_DRAFT && !draft_path) return cli_usage_error(cmd, "--spec draft needs --draft-model PATH");
@@ -135,48 +132,36 @@ int cli_run(int argc, char **argv) {
         return cli_usage_error(cmd, "cannot read draft model file '%s'", draft_path);
     if (draft_min > draft_max) return cli_usage_error(cmd, "--draft-min %lld exceeds --draft-max %lld", draft_min, draft_max);
     if (ngram_min > ngram_max) return cli_usage_error(cmd, "--ngram-min %lld exceeds --ngram-max %lld", ngram_min, ngram_max);
-    ls_model *dm = NULL;
-    ls_spec_stats sst = {0};
     int rc = LS_EXIT_USAGE;
-    ls_ctx *ctx = NULL;
+    ls_model *m = NULL, *dm = NULL;
+    ls_engine *e = NULL;
+    ls_drafter *d = NULL;
     char *text = NULL;
     int32_t *toks = NULL;
-    ls_gen_result res = {0};
-    ls_model *m = ls_model_load((ls_model_params){.path = model_path, .chat_template = tmpl}, &err);
-    if (!m) {
+    ls_result res = LS_RESULT_INIT;
+    ls_model_params mp = LS_MODEL_PARAMS_INIT;
+    mp.path = model_path;
+    mp.chat_template = tmpl;
+    if (!(m = ls_model_load(&mp, &err))) {
         fprintf(stderr, "lockstep run: cannot load '%s': %s\n", model_path, err.msg);
         return LS_EXIT_USAGE;
     }
     if (draft_path) {
-        dm = ls_model_load((ls_model_params){.path = draft_path}, &err);
-        if (!dm) {
+        ls_model_params dp = LS_MODEL_PARAMS_INIT;
+        dp.path = draft_path;
+        if (!(dm = ls_model_load(&dp, &err))) {
             fprintf(stderr, "lockstep run: cannot load draft model '%s': %s\n", draft_path, err.msg);
-            ls_model_free(m);
-            return LS_EXIT_USAGE;
+            goto out;
         }
         spp.draft_model = dm;
     }
-    spp.n_ctx = (int32_t)(ctx_size ? ctx_size : 0);
-    if (spp.kind != LS_SPEC_OFF) {
-        spp.n_ctx = spp.n_ctx ? spp.n_ctx : 1; /* checked against the real context below */
-        if (ls_spec_check(m, &spp, &err)) {
-            fprintf(stderr, "lockstep run: %s\n", err.msg);
-            goto out;
-        }
-    }
-    const ls_tokenizer *tok = ls_model_tokenizer(m);
     const char *input = prompt;
     if (chat) {
-        const ls_chat_template *t = ls_model_chat_template(m);
-        if (!t) {
-            fprintf(stderr, "lockstep run: %s\n", ls_model_template_error(m));
-            goto out;
-        }
         ls_chat_msg msgs[2];
         size_t nm = 0;
         if (system) msgs[nm++] = (ls_chat_msg){"system", system};
         msgs[nm++] = (ls_chat_msg){"user", chat};
-        if (ls_chat_apply(t, msgs, nm, true, &text, &err)) {
+        if (ls_model_apply_chat(m, msgs, nm, true, &text, &err)) {
             fprintf(stderr, "lockstep run: %s\n", err.msg);
             goto out;
         }
@@ -185,70 +170,110 @@ int cli_run(int argc, char **argv) {
     size_t len = strlen(input), n_tok = 0;
     size_t cap = len + 8;
     toks = malloc(cap * sizeof *toks);
-    if (!toks || ls_tokenize(tok, input, len, true, true, toks, cap, &n_tok, &err)) {
+    if (!toks || ls_model_tokenize(m, input, len, true, true, toks, cap, &n_tok, &err)) {
         fprintf(stderr, "lockstep run: cannot tokenize the prompt: %s\n", toks ? err.msg : "out of memory");
         goto out;
     }
-    ls_ctx_params cp = {.n_ctx = (int32_t)ctx_size, .n_threads = (int32_t)threads, .isa = -1};
-    ctx = ls_ctx_create(m, cp, &err);
-    if (!ctx) {
+    /* One request, through the same engine a server would run: 4 sequences wide and
+     * verify blocks up to K, so the probe can certify batching and speculation on it. */
+    ls_engine_params ep = LS_ENGINE_PARAMS_INIT;
+    ep.n_ctx = (int32_t)ctx_size;
+    ep.n_seq_max = 4;
+    ep.n_threads = (int32_t)threads;
+    ep.draft_max = spp.kind != LS_SPEC_OFF ? spp.draft_max : 4;
+    ep.allow_inexact = allow_inexact;
+    ep.no_prefix_cache = false;
+    ep.faults = cli_faults_from_env();
+    if (!(e = ls_engine_create(m, &ep, &err))) {
         fprintf(stderr, "lockstep run: %s\n", err.msg);
         goto out;
     }
-    if ((int64_t)n_tok >= ls_ctx_n_ctx(ctx)) {
+    ls_engine_info ei = LS_ENGINE_INFO_INIT;
+    ls_engine_get_info(e, &ei);
+    if ((int64_t)n_tok >= ei.n_ctx) {
         fprintf(stderr, "lockstep run: the prompt is %zu tokens but the context holds %d; "
-                        "shorten it or raise --ctx-size\n", n_tok, ls_ctx_n_ctx(ctx));
+                        "shorten it or raise --ctx-size\n", n_tok, ei.n_ctx);
+        goto out;
+    }
+    if (spp.kind != LS_SPEC_OFF && ls_spec_check(e, &spp, &err)) {
+        fprintf(stderr, "lockstep run: %s\n", err.msg);
         goto out;
     }
     rc = 1;
-    ls_probe_result pr = {0};
-    if (probe && ls_probe_run(m, toks, (int32_t)n_tok, (int)threads, ls_ctx_isa(ctx), &pr, &err)) {
-        fprintf(stderr, "lockstep run: probe failed to run: %s\n", err.msg);
-        goto out;
+    ls_probe_result pr = LS_PROBE_RESULT_INIT;
+    if (probe) {
+        char cfg[64], dir[4096];
+        snprintf(cfg, sizeof cfg, "spec=%s", ls_spec_kind_name(spp.kind));
+        ls_probe_params pp = LS_PROBE_PARAMS_INIT;
+        pp.memo_dir = ls_probe_memo_dir(dir, sizeof dir);
+        pp.config = cfg;
+        if (ls_engine_probe(e, &pp, &pr, &err)) {
+            fprintf(stderr, "lockstep run: the probe could not run: %s\n", err.msg);
+            goto out;
+        }
+    } else {
+        pr.verdict = LS_VERDICT_UNPROBED;
     }
+    bool declined = spp.kind != LS_SPEC_OFF && pr.verdict == LS_VERDICT_FAILED && !allow_inexact;
     stream_state ss = {.json = json};
-    ls_spec_gate gate = {.probe = probe, .allow_inexact = allow_inexact, .model_path = model_path,
-                         .memo_dir = ls_probe_memo_dir()};
-    ls_gen_params gp = {
-        .sampler = {.temperature = (float)temp, .top_k = (int32_t)top_k, .top_p = (float)top_p, .seed = seed},
-        .n_predict = (int32_t)n_predict,
-        .on_text = on_text,
-        .ud = &ss,
-    };
-    ls_status gst = spp.kind == LS_SPEC_OFF
-                        ? ls_generate(ctx, toks, (int32_t)n_tok, &gp, &res, &err)
-                        : ls_generate_spec(m, &spp, &gate, (int)threads, ls_ctx_n_ctx(ctx), toks, (int32_t)n_tok, &gp,
-                                           &res, &sst, &err);
-    if (gst) {
+    ls_request q = LS_REQUEST_INIT;
+    q.prompt = toks;
+    q.n_prompt = (int32_t)n_tok;
+    q.sampling = (ls_sampler_params){.temperature = (float)temp, .top_k = (int32_t)top_k, .top_p = (float)top_p,
+                                     .seed = seed};
+    q.max_tokens = n_predict < 0 ? -1 : (int32_t)n_predict;
+    q.on_event = on_event;
+    q.ud = &ss;
+    if (spp.kind != LS_SPEC_OFF && !declined) { /* its chain is sampled with the request's sampler */
+        if (!(d = ls_drafter_create(e, &spp, &q.sampling, &err))) {
+            fprintf(stderr, "lockstep run: %s\n", err.msg);
+            goto out;
+        }
+        ls_drafter_attach(d, &q);
+    }
+    if (n_predict == 0) { /* prefill only (benchmarks): one token is sampled, none printed */
+        q.max_tokens = 1;
+        ss.json = true;
+    }
+    if (ls_engine_generate(e, &q, &res, &err)) {
         fprintf(stderr, "lockstep run: %s\n", err.msg);
         rc = err.code == LS_E_RANGE || err.code == LS_E_INVALID ? LS_EXIT_USAGE : 1;
         goto out;
     }
-    /* Forward passes per second, as llama-bench's tg counts them (the last sampled
-     * token needs no forward). */
-    double tok_s = res.decode_ms > 0 && res.n_decode > 0 ? res.n_decode / (res.decode_ms / 1e3) : 0.0;
-    const char *verdict = !probe ? "skipped" : pr.ok ? "verified" : "FAILED";
+    /* Tokens per second after the first, as llama-bench's tg counts forwards: the token
+     * that ended a generation at a stop counts (a forward made it), the last of a length
+     * limit does not need one. */
+    int32_t n_after = res.n_tokens - 1 + (res.finish == LS_FINISH_STOP);
+    double tok_s = res.gen_ms > 0 && n_after > 0 ? n_after / (res.gen_ms / 1e3) : 0.0;
+    double per_step = res.n_steps ? (double)n_after / res.n_steps : 1.0;
     if (json) {
         cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "text", res.text);
+        cJSON_AddStringToObject(o, "text", n_predict == 0 ? "" : res.text);
         cJSON *ids = cJSON_AddArrayToObject(o, "tokens");
-        for (int32_t i = 0; i < res.n_gen; i++) cJSON_AddItemToArray(ids, cJSON_CreateNumber(res.tokens[i]));
+        for (int32_t i = 0; i < res.n_tokens && n_predict != 0; i++) cJSON_AddItemToArray(ids, cJSON_CreateNumber(res.tokens[i]));
         cJSON_AddNumberToObject(o, "n_prompt", (double)n_tok);
-        cJSON_AddNumberToObject(o, "n_gen", res.n_gen);
-        cJSON_AddNumberToObject(o, "prefill_ms", res.prefill_ms);
-        cJSON_AddNumberToObject(o, "decode_ms", res.decode_ms);
+        cJSON_AddNumberToObject(o, "n_gen", n_predict == 0 ? 0 : res.n_tokens);
+        cJSON_AddNumberToObject(o, "prefill_ms", res.prompt_ms);
+        cJSON_AddNumberToObject(o, "decode_ms", res.gen_ms);
         cJSON_AddNumberToObject(o, "decode_tok_s", tok_s);
         cJSON_AddStringToObject(o, "finish_reason", ls_finish_name(res.finish));
-        cJSON_AddStringToObject(o, "parity", verdict);
-        cJSON_AddStringToObject(o, "isa", ls_isa_name(ls_ctx_isa(ctx)));
+        cJSON_AddStringToObject(o, "parity", !probe ? "skipped" : ls_verdict_name(pr.verdict));
+        if (probe) {
+            cJSON *ax = cJSON_AddObjectToObject(o, "parity_axes");
+            for (int a = 0; a < LS_AXIS_COUNT; a++)
+                cJSON_AddStringToObject(ax, ls_axis_name((ls_axis)a), pr.axis[a] == LS_AXIS_PASSED   ? "passed"
+                                                                      : pr.axis[a] == LS_AXIS_FAILED ? "failed"
+                                                                                                     : "not checked");
+            cJSON_AddStringToObject(o, "parity_detail", pr.detail);
+            cJSON_AddBoolToObject(o, "parity_memoized", pr.memoized);
+        }
+        cJSON_AddStringToObject(o, "isa", ls_isa_name(ei.isa));
         cJSON_AddNumberToObject(o, "threads", (double)threads);
         cJSON_AddStringToObject(o, "spec", ls_spec_kind_name(spp.kind));
-        cJSON_AddStringToObject(o, "spec_probe", !sst.probed ? "skipped" : ls_verdict_name((ls_verdict)sst.verdict));
-        cJSON_AddBoolToObject(o, "spec_declined", sst.declined);
-        cJSON_AddNumberToObject(o, "draft_n", sst.n_drafted);
-        cJSON_AddNumberToObject(o, "draft_accepted", sst.n_accepted);
-        /* tokens emitted per target decode step: 1 + the drafts accepted in it */
-        cJSON_AddNumberToObject(o, "mean_accepted_len", sst.n_steps ? (double)(res.n_gen - 1 + (res.finish == LS_FINISH_STOP)) / sst.n_steps : 1.0);
+        cJSON_AddBoolToObject(o, "spec_declined", declined);
+        cJSON_AddNumberToObject(o, "draft_n", res.n_drafted);
+        cJSON_AddNumberToObject(o, "draft_accepted", res.n_accepted);
+        cJSON_AddNumberToObject(o, "mean_accepted_len", per_step); /* tokens per target step */
         char *s = cJSON_PrintUnformatted(o);
         if (s) puts(s);
         free(s);
@@ -258,33 +283,25 @@ int cli_run(int argc, char **argv) {
         fflush(stdout);
         fprintf(stderr, "\n[%d prompt + %d generated tokens | prefill %.1f ms (%.1f tok/s) | decode %.1f tok/s | "
                         "%s, %lld threads | finish: %s]\n",
-                (int)n_tok, res.n_gen, res.prefill_ms, res.prefill_ms > 0 ? n_tok / (res.prefill_ms / 1e3) : 0.0,
-                tok_s, ls_isa_name(ls_ctx_isa(ctx)), threads, ls_finish_name(res.finish));
-        if (sst.probed)
-            fprintf(stderr, "[speculation probe: %s%s (%.0f ms)%s%s]\n", ls_verdict_name((ls_verdict)sst.verdict),
-                    sst.probe_memo ? ", memoized" : "", sst.probe_ms, sst.declined ? " - speculation declined: " : "",
-                    sst.declined ? sst.probe_detail : "");
-        if (spp.kind != LS_SPEC_OFF)
+                (int)n_tok, n_predict == 0 ? 0 : res.n_tokens, res.prompt_ms,
+                res.prompt_ms > 0 ? n_tok / (res.prompt_ms / 1e3) : 0.0, tok_s, ls_isa_name(ei.isa), threads,
+                ls_finish_name(res.finish));
+        if (declined)
+            fprintf(stderr, "[spec %s declined: the probe failed, decoding plainly (--allow-inexact overrides)]\n",
+                    ls_spec_kind_name(spp.kind));
+        else if (spp.kind != LS_SPEC_OFF)
             fprintf(stderr, "[spec %s: %d drafted, %d accepted (%.0f %%), %.2f tokens per target step, %.0f ms drafting]\n",
-                    ls_spec_kind_name(spp.kind), sst.n_drafted, sst.n_accepted,
-                    sst.n_drafted ? 100.0 * sst.n_accepted / sst.n_drafted : 0.0,
-                    sst.n_steps ? (double)(res.n_gen - 1 + (res.finish == LS_FINISH_STOP)) / sst.n_steps : 1.0,
-                    sst.draft_ms);
+                    ls_spec_kind_name(spp.kind), res.n_drafted, res.n_accepted,
+                    res.n_drafted ? 100.0 * res.n_accepted / res.n_drafted : 0.0, per_step, d ? ls_drafter_ms(d) : 0.0);
     }
-    if (probe) {
-        if (pr.ok)
-            fprintf(stderr, "parity: verified (%d tokens: chunked prefill, %lld vs 1 threads, %s vs scalar; "
-                            "logits byte-identical, %.0f ms)\n",
-                    pr.n_tokens, threads, ls_isa_name(ls_ctx_isa(ctx)), pr.ms);
-        else
-            fprintf(stderr, "parity: FAILED (%s)\n", pr.detail);
-    }
-    rc = probe && !pr.ok ? 1 : 0;
+    if (probe) cli_print_verdict(&pr, &ei);
+    rc = probe && pr.verdict == LS_VERDICT_FAILED ? 1 : 0;
 out:
-    ls_gen_result_free(&res);
+    ls_result_free(&res);
+    ls_drafter_free(d);
+    ls_engine_free(e);
     free(toks);
     free(text);
-    ls_ctx_free(ctx);
     ls_model_free(m);
     ls_model_free(dm);
     return rc;

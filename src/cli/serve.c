@@ -24,14 +24,14 @@ static const char *help =
     "  -t, --threads N       threads (default: online CPUs)\n"
     "      --spec KIND       speculative decoding for every request: ngram, draft, layerskip, mtp, off\n"
     "      --draft-max K, --draft-min N, --draft-model PATH, --draft-layers L   as for `run`\n"
-    "      --allow-inexact   keep speculating even if the exactness probe declines\n"
-    "      --kernels K       auto, wide, narrow, or a registered family (default auto)\n"
+    "      --allow-inexact   keep speculating even if the parity probe fails\n"
+    "      --kernels K       auto, wide, narrow (default auto)\n"
     "      --api-key KEY     require Authorization: Bearer KEY (also $LOCKSTEP_API_KEY)\n"
     "      --max-queue N     requests waiting beyond --parallel before 503 (default 64)\n"
     "      --timeout S       idle-connection timeout and shutdown grace period (default 30)\n"
     "      --max-body BYTES  request body limit (default 1048576)\n"
     "      --max-tokens N    cap on a request's max_tokens (default 4096)\n"
-    "      --no-probe        skip the startup probes\n"
+    "      --no-probe        skip the startup parity probe\n"
     "\n"
     "Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,\n"
     "GET /metrics, POST /tokenize, POST /detokenize.  SIGINT/SIGTERM drain and exit 0.\n";
@@ -62,7 +62,7 @@ int cli_serve(int argc, char **argv) {
     ls_server_params p = {.model_path = LS_DEFAULT_MODEL, .host = "127.0.0.1", .port = 8080, .n_parallel = 8,
                           .max_queue = 64, .timeout_s = 30, .max_body = 1 << 20, .max_tokens = 4096,
                           .max_messages = 256};
-    p.spec = (ls_spec_params){.draft_max = 8, .draft_min = 1, .ngram_min = 2, .ngram_max = 4};
+    p.spec = (ls_spec_params)LS_SPEC_PARAMS_INIT;
     const char *spec = "off", *kernels = "auto";
     long long port = 8080, par = 8, ctx = 0, threads = 0, maxq = 64, timeout = 30, maxbody = 1 << 20, maxtok = 4096;
     long long dmax = 8, dmin = 1, dlayers = 0;
@@ -124,15 +124,15 @@ int cli_serve(int argc, char **argv) {
     if (p.draft_model_path && access(p.draft_model_path, R_OK) != 0)
         return cli_usage_error(cmd, "cannot read draft model file '%s'", p.draft_model_path);
     if (dmin > dmax) return cli_usage_error(cmd, "--draft-min %lld exceeds --draft-max %lld", dmin, dmax);
-    if (cli_kernels_families(cmd, kernels, &p.kernels_fam, &p.kernels_fam_parity)) return LS_EXIT_USAGE;
+    if (strcmp(kernels, "auto") && strcmp(kernels, "wide") && strcmp(kernels, "narrow"))
+        return cli_usage_error(cmd, "no kernel family '%s' in this build (available: auto, wide, narrow)", kernels);
+    p.kernels = kernels;
+    p.faults = cli_faults_from_env();
     if (p.api_key && !*p.api_key) return cli_usage_error(cmd, "--api-key is empty");
     if (access(p.model_path, R_OK) != 0)
         return cli_usage_error(cmd, "cannot read model file '%s'%s", p.model_path,
                                strcmp(p.model_path, LS_DEFAULT_MODEL) ? "" : " (run `make model` to fetch it)");
-    if (threads == 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = n > 0 ? n : 1;
-    }
+    if (threads == 0) threads = cli_default_threads();
     p.port = (int)port;
     p.n_parallel = (int)par;
     p.n_ctx = (int)ctx;

@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "model/model.h"
 
 static const char *tok_help =
     "usage: lockstep tokenize [-m MODEL] [--json] [--no-special] [--add-special] TEXT\n"
@@ -43,16 +42,17 @@ int cli_tokenize(int argc, char **argv) {
     const char *text = argv[optind];
     if (access(model_path, R_OK) != 0) return cli_usage_error(cmd, "cannot read model file '%s'", model_path);
     ls_err err;
-    ls_model *m = ls_model_load((ls_model_params){.path = model_path}, &err);
+    ls_model_params mp = LS_MODEL_PARAMS_INIT;
+    mp.path = model_path;
+    ls_model *m = ls_model_load(&mp, &err);
     if (!m) {
         fprintf(stderr, "lockstep tokenize: cannot load '%s': %s\n", model_path, err.msg);
         return LS_EXIT_USAGE;
     }
-    const ls_tokenizer *tok = ls_model_tokenizer(m);
     size_t len = strlen(text), n = 0, cap = len + 8;
     int32_t *ids = malloc(cap * sizeof *ids);
     int rc = 1;
-    if (!ids || ls_tokenize(tok, text, len, add_special, parse_special, ids, cap, &n, &err)) {
+    if (!ids || ls_model_tokenize(m, text, len, add_special, parse_special, ids, cap, &n, &err)) {
         fprintf(stderr, "lockstep tokenize: %s\n", ids ? err.msg : "out of memory");
         goto out;
     }
@@ -63,7 +63,7 @@ int cli_tokenize(int argc, char **argv) {
         cJSON *p = cJSON_AddArrayToObject(o2, "pieces");
         for (size_t i = 0; i < n; i++) {
             cJSON_AddItemToArray(a, cJSON_CreateNumber(ids[i]));
-            size_t b = ls_token_bytes(tok, ids[i], true, buf, sizeof buf - 1);
+            size_t b = ls_model_token_bytes(m, ids[i], true, buf, sizeof buf - 1);
             buf[b < sizeof buf - 1 ? b : sizeof buf - 1] = '\0';
             cJSON_AddItemToArray(p, cJSON_CreateString(buf));
         }
@@ -73,7 +73,7 @@ int cli_tokenize(int argc, char **argv) {
         cJSON_Delete(o2);
     } else {
         for (size_t i = 0; i < n; i++) {
-            size_t b = ls_token_bytes(tok, ids[i], true, buf, sizeof buf);
+            size_t b = ls_model_token_bytes(m, ids[i], true, buf, sizeof buf);
             printf("%6d  '%.*s'\n", ids[i], (int)(b < sizeof buf ? b : sizeof buf), buf);
         }
         printf("%zu tokens\n", n);

@@ -9,8 +9,10 @@
  * sample the token at position n_toks, keyed by (seed, n_toks) only. */
 #include "engine/engine.h"
 #include "util/alloc.h"
+#include "util/util.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,7 +33,7 @@ typedef struct seq {
     char **stop;
     int32_t n_stop;
     size_t stop_max;                /* longest stop string */
-    bool ignore_eos, want_logits, cancel, no_parity;
+    bool ignore_eos, want_logits, want_prompt_logits, cancel, no_parity;
     int32_t prefill_chunk;
     int32_t (*draft)(void *, const int32_t *, int32_t, int32_t *, int32_t);
     void *draft_ud;
@@ -42,9 +44,10 @@ typedef struct seq {
     char *text;
     size_t text_len, text_cap, emitted;
     int32_t n_cached, n_drafted, n_accepted;
+    int32_t plog_sent;              /* want_prompt_logits: prompt positions whose logits were delivered */
     double t_submit, t_first;
     /* this step */
-    int32_t row0, n_rows, n_draft, logit0;
+    int32_t row0, n_rows, n_draft;
 } seq;
 
 struct ls_engine {
@@ -55,6 +58,7 @@ struct ls_engine {
     ls_kv_store *store;
     ls_kvcache *kvc;
     pthread_mutex_t mu;             /* guards pending, cancels, next_id, live, snapshot */
+    ls_verdict verdict;             /* the probe's (ls_engine_set_verdict); LS_VERDICT_UNPROBED before */
     seq **pending;
     int32_t n_pending, cap_pending;
     uint64_t *cancels;
@@ -78,6 +82,7 @@ struct ls_engine {
     float *hidden;                  /* step_tokens * n_embd: rows' hidden states for observers */
     void *sscratch;
     ls_engine_stats st;
+    uint64_t kvc_evictions0;        /* the cache's eviction count at the last reset */
 };
 
 /* ---- sequences -------------------------------------------------------------- */
@@ -111,6 +116,7 @@ static ls_status check_request(const ls_engine *e, const ls_request *r, ls_err *
     for (int32_t i = 0; i < r->n_stop; i++)
         if (!r->stop[i] || !r->stop[i][0]) return ls_err_set(err, LS_E_INVALID, "stop string %d is empty", i);
     if (r->prefill_chunk < 0) return ls_err_set(err, LS_E_INVALID, "prefill_chunk is negative");
+
     if (!r->on_event) return ls_err_set(err, LS_E_INVALID, "the request has no event callback");
     /* The most positions this request can hold in the KV cache at once. */
     int64_t need = r->max_tokens < 0 ? e->p.n_ctx : (int64_t)r->n_prompt + r->max_tokens;
@@ -149,7 +155,8 @@ static seq *seq_new(const ls_engine *e, const ls_request *r) {
     s->max_tokens = r->max_tokens;
     s->ignore_eos = r->ignore_eos;
     s->no_parity = r->no_parity;
-    s->want_logits = r->want_logits;
+    s->want_logits = r->want_logits || r->want_prompt_logits;
+    s->want_prompt_logits = r->want_prompt_logits;
     s->prefill_chunk = r->prefill_chunk;
     s->draft = r->draft;
     s->draft_ud = r->draft_ud;
@@ -166,7 +173,13 @@ fail:
 }
 
 /* ---- engine lifetime -------------------------------------------------------- */
-ls_engine *ls_engine_create(const ls_model *m, ls_engine_params p, ls_err *err) {
+ls_engine *ls_engine_create(const ls_model *m, const ls_engine_params *pp, ls_err *err) {
+    ls_engine_params p = LS_ENGINE_PARAMS_INIT;
+    if (!m) {
+        ls_err_set(err, LS_E_INVALID, "no model given");
+        return NULL;
+    }
+    if (ls_params_take(&p, sizeof p, pp, "engine params", err)) return NULL;
     const ls_hparams *hp = ls_model_hparams(m);
     ls_engine *e = ls_calloc(1, sizeof *e);
     if (!e) {
@@ -174,13 +187,14 @@ ls_engine *ls_engine_create(const ls_model *m, ls_engine_params p, ls_err *err) 
         return NULL;
     }
     e->m = m;
+    e->verdict = LS_VERDICT_UNPROBED;
     pthread_mutex_init(&e->mu, NULL);
     if (p.n_ctx < 0 || p.kv_mem < 0 || p.n_seq_max < 0 || p.step_tokens < 0 || p.n_threads < 0 || p.draft_max < 0) {
         ls_err_set(err, LS_E_INVALID, "negative engine parameter (context, KV memory, sequences, step budget, "
                                       "threads or draft length)");
         goto fail;
     }
-    if (!p.n_ctx) p.n_ctx = (int32_t)(hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+    if (!p.n_ctx) p.n_ctx = ls_default_ctx(hp->n_ctx_train);
     if ((uint32_t)p.n_ctx > hp->n_ctx_train) {
         ls_err_set(err, LS_E_INVALID, "context size %d exceeds the model's trained context %u", p.n_ctx,
                    hp->n_ctx_train);
@@ -195,6 +209,17 @@ ls_engine *ls_engine_create(const ls_model *m, ls_engine_params p, ls_err *err) 
     if (p.n_seq_max > 4096 || p.step_tokens > 65536 || p.draft_max > 64) {
         ls_err_set(err, LS_E_INVALID, "engine limits exceeded (sequences %d of 4096, step budget %d of 65536, "
                                       "draft length %d of 64)", p.n_seq_max, p.step_tokens, p.draft_max);
+        goto fail;
+    }
+    if (p.kernels && strcmp(p.kernels, "auto") && !ls_mm_family_builtin(p.kernels)) {
+        ls_err_set(err, LS_E_INVALID, "no kernel family '%s' (available: auto, wide, narrow)", p.kernels);
+        goto fail;
+    }
+    if (!p.fam && p.kernels && strcmp(p.kernels, "auto")) p.fam = ls_mm_family_builtin(p.kernels);
+    if (!p.fam_parity && p.kernels && strcmp(p.kernels, "auto")) p.fam_parity = ls_mm_family_builtin(p.kernels);
+    p.kernels = NULL; /* resolved into the families above; the caller's string is not kept */
+    if (p.isa != LS_ISA_AUTO && !ls_isa_supported(p.isa)) {
+        ls_err_set(err, LS_E_UNSUPPORTED, "this CPU does not support the %s kernels", ls_isa_name(p.isa));
         goto fail;
     }
     if (p.step_tokens < p.n_seq_max) {
@@ -220,11 +245,13 @@ ls_engine *ls_engine_create(const ls_model *m, ls_engine_params p, ls_err *err) 
     e->n_vocab = (int32_t)hp->n_vocab;
     e->n_embd = (int32_t)hp->n_embd;
     e->max_blocks = (p.n_ctx + BS - 1) / BS + 1;
+    /* Logit rows per step: every sequence's decode row and drafts, and room for prompt
+     * logits (want_prompt_logits: the probe, echo) of at least 64 rows. */
     e->max_logit_rows = p.n_seq_max * (1 + p.draft_max);
+    if (e->max_logit_rows < 64) e->max_logit_rows = 64;
     if (e->max_logit_rows > p.step_tokens) e->max_logit_rows = p.step_tokens;
-    ls_fwd_params fp = {.n_rows = p.step_tokens, .n_ctx = p.n_ctx, .n_threads = p.n_threads, .isa = p.isa,
-                        .narrow = p.narrow, .fam = p.fam, .fam_parity = p.fam_parity,
-                        .faults = p.faults};
+    ls_fwd_params fp = {.n_rows = p.step_tokens, .n_ctx = p.n_ctx, .n_threads = p.n_threads, .isa = (int32_t)p.isa,
+                        .fam = p.fam, .fam_parity = p.fam_parity, .faults = p.faults};
     if (!(e->fwd = ls_fwd_create(m, fp, err))) goto fail;
     if (!(e->store = ls_kv_store_create(m, (int32_t)n_blocks, err))) goto fail;
     if (!(e->kvc = ls_kvc_create((int32_t)n_blocks, !p.no_prefix_cache, err))) goto fail;
@@ -292,9 +319,11 @@ static bool grow(void **arr, int32_t *cap, int32_t need, size_t elem) {
     return true;
 }
 
-ls_status ls_engine_submit(ls_engine *e, const ls_request *r, uint64_t *id, ls_err *err) {
-    ls_status st = check_request(e, r, err);
+ls_status ls_engine_submit(ls_engine *e, const ls_request *rq, uint64_t *id, ls_err *err) {
+    ls_request req = LS_REQUEST_INIT, *r = &req;
+    ls_status st = ls_params_take(&req, sizeof req, rq, "request", err);
     if (st) return st;
+    if ((st = check_request(e, r, err))) return st;
     seq *s = seq_new(e, r);
     if (!s) return ls_err_set(err, LS_E_NOMEM, "out of memory admitting the request");
     pthread_mutex_lock(&e->mu);
@@ -393,6 +422,17 @@ static void emit(ls_engine *e, seq *s, int32_t token, int32_t pos, const float *
         .text_len = n, .done = done, .finish = fin, .n_prompt = s->n_prompt, .n_gen = s->n_gen,
         .n_cached = s->n_cached, .n_drafted = s->n_drafted, .n_accepted = s->n_accepted,
         .prompt_ms = (s->t_first ? s->t_first : now) - s->t_submit, .gen_ms = s->t_first ? now - s->t_first : 0.0,
+    };
+    s->on_event(s->ud, &ev);
+}
+
+/* The logits of prompt position pos (want_prompt_logits), for the prompt token at pos + 1. */
+static void emit_prompt(seq *s, int32_t pos, const float *logits) {
+    double now = ls_now_ms();
+    ls_event ev = {
+        .id = s->id, .token = s->toks[pos + 1], .pos = pos + 1, .prompt = true, .logits = logits,
+        .finish = LS_FINISH_STOP, .n_prompt = s->n_prompt, .n_gen = s->n_gen, .n_cached = s->n_cached,
+        .n_drafted = s->n_drafted, .n_accepted = s->n_accepted, .prompt_ms = now - s->t_submit,
     };
     s->on_event(s->ud, &ev);
 }
@@ -573,6 +613,25 @@ static void intake(ls_engine *e) {
     }
 }
 
+/* Whether position p of s needs a logit row: the last token and any drafts (they are
+ * sampled from), and prompt positions whose logits were asked for and not yet delivered. */
+static bool needs_logits(const seq *s, int32_t p) {
+    return p >= s->n_toks - 1 || (s->want_prompt_logits && p >= s->plog_sent && p < s->n_prompt - 1);
+}
+
+/* Logit rows a chunk of s from n_past on would take. */
+static int32_t chunk_logit_rows(const seq *s, int32_t chunk) {
+    int32_t n = 0;
+    for (int32_t p = s->n_past; p < s->n_past + chunk; p++) n += needs_logits(s, p);
+    return n;
+}
+
+/* The largest chunk <= want whose logit rows fit in `room`. */
+static int32_t fit_chunk(const seq *s, int32_t want, int32_t room) {
+    while (want > 0 && chunk_logit_rows(s, want) > room) want--;
+    return want;
+}
+
 static void add_rows(ls_engine *e, int32_t *nrows, seq *s, int32_t n, int32_t n_draft, const int32_t *drafts,
                      int32_t *nlog) {
     int32_t si = e->n_in_batch;
@@ -581,19 +640,20 @@ static void add_rows(ls_engine *e, int32_t *nrows, seq *s, int32_t n, int32_t n_
     s->row0 = *nrows;
     s->n_rows = n;
     s->n_draft = n_draft;
-    s->logit0 = -1;
     for (int32_t j = 0; j < n; j++) {
         int32_t r = (*nrows)++, p = s->n_past + j;
         e->b_tok[r] = p < s->n_toks ? s->toks[p] : drafts[p - s->n_toks];
         e->b_pos[r] = p;
         e->b_seq[r] = si;
-        e->b_lrow[r] = -1;
+        e->b_lrow[r] = needs_logits(s, p) ? (*nlog)++ : -1;
         e->b_need[r] = !s->no_parity;
-        if (p >= s->n_toks - 1) { /* the last token and any drafts need logits */
-            if (s->logit0 < 0) s->logit0 = *nlog;
-            e->b_lrow[r] = (*nlog)++;
-        }
     }
+}
+
+/* Drafts are verified unless the probe failed a canonical family and the operator did
+ * not allow inexact output (fail closed). */
+static bool drafts_allowed(const ls_engine *e) {
+    return e->p.draft_max > 0 && (e->verdict != LS_VERDICT_FAILED || e->p.allow_inexact);
 }
 
 static int32_t min32(int32_t a, int32_t b) { return a < b ? a : b; }
@@ -620,7 +680,7 @@ static int32_t build(ls_engine *e) {
                 continue;
             }
             int32_t k = 0, *d = e->drafts + (size_t)e->n_in_batch * (size_t)e->p.draft_max;
-            if (s->draft && e->p.draft_max > 0) {
+            if (s->draft && drafts_allowed(e)) {
                 int32_t kmax = min32(e->p.draft_max, budget - 1 - n_dec);
                 kmax = min32(kmax, e->p.n_ctx - s->n_toks);
                 if (s->max_tokens > 0) kmax = min32(kmax, s->max_tokens - s->n_gen - 1);
@@ -643,8 +703,8 @@ static int32_t build(ls_engine *e) {
             if (s->n_past >= s->n_toks - 1) continue;
             int32_t chunk = min32(s->n_toks - s->n_past, budget);
             if (s->prefill_chunk) chunk = min32(chunk, s->prefill_chunk);
-            if (s->n_past + chunk == s->n_toks && nlog >= e->max_logit_rows) chunk--;
-            chunk = seq_reserve(e, s, s->n_past + chunk) - s->n_past;
+            chunk = fit_chunk(s, chunk, e->max_logit_rows - nlog);
+            chunk = chunk > 0 ? seq_reserve(e, s, s->n_past + chunk) - s->n_past : 0;
             if (chunk <= 0) continue;
             add_rows(e, &nrows, s, chunk, 0, NULL, &nlog);
             budget -= chunk;
@@ -652,13 +712,14 @@ static int32_t build(ls_engine *e) {
         /* 3. admit waiting sequences, FIFO */
         while (e->n_waiting > 0 && e->n_running < e->p.n_seq_max && budget > 0) {
             seq *s = e->waiting[0];
-            if (s->n_blocks == 0) {
+            /* the prefix cache, unless prompt logits it would skip are still owed */
+            if (s->n_blocks == 0 && !(s->want_prompt_logits && s->plog_sent < s->n_prompt - 1)) {
                 s->n_past = ls_kvc_match(e->kvc, s->toks, s->n_toks - 1, s->table, &s->n_blocks);
                 s->registered = s->n_past / BS;
             }
             int32_t chunk = min32(s->n_toks - s->n_past, budget);
             if (s->prefill_chunk) chunk = min32(chunk, s->prefill_chunk);
-            if (s->n_past + chunk == s->n_toks && nlog >= e->max_logit_rows) chunk--;
+            chunk = fit_chunk(s, chunk, e->max_logit_rows - nlog);
             chunk = chunk > 0 ? seq_reserve(e, s, s->n_past + chunk) - s->n_past : 0;
             if (chunk <= 0) {
                 seq_release_blocks(e, s); /* not now: give the matched blocks back */
@@ -678,6 +739,26 @@ static int32_t build(ls_engine *e) {
     }
 }
 
+/* The gauges, and a snapshot of everything for ls_engine_get_stats (other threads). */
+static void publish_stats(ls_engine *e) {
+    ls_kvc_stats ks;
+    ls_kvc_get_stats(e->kvc, &ks);
+    e->st.n_waiting = e->n_waiting;
+    e->st.n_running = e->n_running;
+    e->st.kv_blocks = ks.total;
+    e->st.kv_free = ks.free;
+    e->st.kv_cached_idle = ks.cached_idle;
+    e->st.kv_used = ks.total - ks.free - ks.cached_idle;
+    e->st.evictions = ks.evictions - e->kvc_evictions0;
+    e->st.n_ctx = e->p.n_ctx;
+    e->st.n_seq_max = e->p.n_seq_max;
+    e->st.step_tokens = e->p.step_tokens;
+    pthread_mutex_lock(&e->mu);
+    e->st.n_waiting += e->n_pending;
+    e->snap = e->st;
+    pthread_mutex_unlock(&e->mu);
+}
+
 ls_status ls_engine_step(ls_engine *e, int32_t *n_rows_out, ls_err *err) {
     intake(e);
     int32_t nrows = build(e);
@@ -694,13 +775,20 @@ ls_status ls_engine_step(ls_engine *e, int32_t *n_rows_out, ls_err *err) {
     /* Sample, verify drafts, emit; sequences finish here. */
     for (int32_t bi = 0; bi < e->n_in_batch; bi++) {
         seq *s = e->in_batch[bi];
-        const int32_t past0 = s->n_past;
+        const int32_t past0 = s->n_past, last = s->n_toks - 1 - past0; /* the row of the last token */
+        for (int32_t j = 0; s->want_prompt_logits && j < s->n_rows; j++) {
+            int32_t p = past0 + j, lr = e->b_lrow[s->row0 + j];
+            if (p < s->n_prompt - 1 && p >= s->plog_sent && lr >= 0) {
+                emit_prompt(s, p, e->logits + (size_t)lr * (size_t)e->n_vocab);
+                s->plog_sent = p + 1;
+            }
+        }
         s->n_past += s->n_rows - s->n_draft;
         bool alive = true;
-        if (s->logit0 >= 0) {
+        if (last >= 0 && last < s->n_rows) {
             int32_t a = 0;
             for (int32_t j = 0; j <= s->n_draft && alive; j++) {
-                const float *lg = e->logits + (size_t)(s->logit0 + j) * (size_t)e->n_vocab;
+                const float *lg = e->logits + (size_t)e->b_lrow[s->row0 + last + j] * (size_t)e->n_vocab;
                 int32_t tok = ls_sample(&s->sp, lg, e->n_vocab, (uint64_t)s->n_toks, e->sscratch);
                 const int32_t *d = e->drafts + (size_t)bi * (size_t)e->p.draft_max;
                 bool match = j < s->n_draft && tok == d[j];
@@ -722,27 +810,173 @@ ls_status ls_engine_step(ls_engine *e, int32_t *n_rows_out, ls_err *err) {
         if (!alive) retire(e, s);
     }
     e->n_in_batch = 0;
-    ls_kvc_stats ks;
-    ls_kvc_get_stats(e->kvc, &ks);
-    e->st.n_waiting = e->n_waiting;
-    e->st.n_running = e->n_running;
-    e->st.kv_blocks = ks.total;
-    e->st.kv_free = ks.free;
-    e->st.kv_cached_idle = ks.cached_idle;
-    e->st.kv_used = ks.total - ks.free - ks.cached_idle;
-    e->st.evictions = ks.evictions;
-    e->st.n_ctx = e->p.n_ctx;
-    e->st.n_seq_max = e->p.n_seq_max;
-    e->st.step_tokens = e->p.step_tokens;
-    pthread_mutex_lock(&e->mu);
-    e->st.n_waiting += e->n_pending;
-    e->snap = e->st;
-    pthread_mutex_unlock(&e->mu);
+    publish_stats(e);
     (void)err;
     return LS_OK;
 }
 
 ls_fwd *ls_engine_fwd(ls_engine *e) { return e->fwd; }
+const ls_model *ls_engine_model(const ls_engine *e) { return e->m; }
+const ls_engine_params *ls_engine_params_of(const ls_engine *e) { return &e->p; }
+void ls_engine_set_verdict(ls_engine *e, ls_verdict v) { e->verdict = v; }
+ls_verdict ls_engine_verdict(const ls_engine *e) { return e->verdict; }
+
+void ls_engine_reset_stats(ls_engine *e) {
+    ls_kvc_drop_idle(e->kvc);
+    ls_kvc_stats ks;
+    ls_kvc_get_stats(e->kvc, &ks);
+    memset(&e->st, 0, sizeof e->st);
+    e->kvc_evictions0 = ks.evictions;
+    publish_stats(e);
+}
+
+void ls_engine_get_info(const ls_engine *e, ls_engine_info *out) {
+    ls_engine_info i = LS_ENGINE_INFO_INIT;
+    i.isa = ls_fwd_isa(e->fwd);
+    i.n_threads = ls_fwd_n_threads(e->fwd);
+    i.n_ctx = e->p.n_ctx;
+    i.n_seq_max = e->p.n_seq_max;
+    i.step_tokens = e->p.step_tokens;
+    i.draft_max = e->p.draft_max;
+    snprintf(i.kernels, sizeof i.kernels, "%s", ls_fwd_parity_family(e->fwd)->name);
+    snprintf(i.kernels_free, sizeof i.kernels_free, "%s", ls_fwd_family(e->fwd)->name);
+    size_t n = out->size < sizeof i ? out->size : sizeof i;
+    LS_ASSERT(n > sizeof(size_t));
+    memcpy(out, &i, n);
+    out->size = n;
+}
+
+ls_status ls_check_prompt_room(int32_t n_prompt, int32_t n_ctx, ls_err *err) {
+    if (n_prompt <= 0) return ls_err_set(err, LS_E_INVALID, "the prompt is empty (0 tokens)");
+    if (n_prompt >= n_ctx)
+        return ls_err_set(err, LS_E_RANGE,
+                          "the prompt is %d tokens but the context holds %d (needs room for one more); "
+                          "shorten it or raise --ctx-size",
+                          n_prompt, n_ctx);
+    return LS_OK;
+}
+
+const char *ls_finish_name(ls_finish f) {
+    switch (f) {
+    case LS_FINISH_STOP: return "stop";
+    case LS_FINISH_LENGTH: return "length";
+    case LS_FINISH_CANCELLED: return "cancelled";
+    case LS_FINISH_ERROR: return "error";
+    }
+    return "?";
+}
+
+/* ---- one request, synchronously (ls_engine_generate, ls_engine_score) -------------- */
+typedef struct {
+    ls_result *res;
+    void (*user)(void *, const ls_event *);
+    void *user_ud;
+    size_t n_vocab;
+    int32_t cap_tokens, cap_logits;
+    ls_buf text;
+    bool done, oom;
+} gen_run;
+
+static bool gen_grow(void **p, int32_t *cap, int32_t need, size_t elem) {
+    if (need <= *cap) return true;
+    int32_t nc = *cap ? *cap : 16;
+    while (nc < need) nc *= 2;
+    void *a = ls_realloc(*p, (size_t)nc * elem);
+    if (!a) return false;
+    *p = a;
+    *cap = nc;
+    return true;
+}
+
+static void gen_event(void *ud, const ls_event *ev) {
+    gen_run *g = ud;
+    ls_result *r = g->res;
+    /* The end-of-generation token comes in the last event but is not one of the tokens. */
+    bool stop_tok = !ev->prompt && ev->done && ev->finish == LS_FINISH_STOP && ev->token >= 0 && ev->n_gen == r->n_tokens;
+    if (ev->logits) {
+        if (!r->n_logits) r->logits_pos0 = ev->pos - 1;
+        if (gen_grow((void **)&r->logits, &g->cap_logits, r->n_logits + 1, g->n_vocab * sizeof(float)))
+            memcpy(r->logits + (size_t)r->n_logits++ * g->n_vocab, ev->logits, g->n_vocab * sizeof(float));
+        else
+            g->oom = true;
+    }
+    if (!ev->prompt && ev->token >= 0 && !stop_tok) {
+        if (gen_grow((void **)&r->tokens, &g->cap_tokens, r->n_tokens + 1, sizeof *r->tokens))
+            r->tokens[r->n_tokens++] = ev->token;
+        else
+            g->oom = true;
+    }
+    if (ev->text_len && !ls_buf_append(&g->text, ev->text, ev->text_len)) g->oom = true;
+    if (g->user) g->user(g->user_ud, ev);
+    r->n_cached = ev->n_cached;
+    r->n_drafted = ev->n_drafted;
+    r->n_accepted = ev->n_accepted;
+    r->prompt_ms = ev->prompt_ms;
+    r->gen_ms = ev->gen_ms;
+    if (ev->done) {
+        g->done = true;
+        r->finish = ev->finish;
+    }
+}
+
+void ls_result_free(ls_result *r) {
+    if (!r) return;
+    size_t size = r->size;
+    free(r->tokens);
+    free(r->text);
+    free(r->logits);
+    memset(r, 0, size < sizeof *r ? size : sizeof *r);
+    r->size = size;
+}
+
+ls_status ls_engine_generate(ls_engine *e, const ls_request *rq, ls_result *out, ls_err *err) {
+    if (!out || out->size < sizeof *out) /* the result is filled whole: it must be this header's */
+        return ls_err_set(err, LS_E_INVALID, "result.size is %zu: initialize it with LS_RESULT_INIT",
+                          out ? out->size : 0);
+    memset(out, 0, sizeof *out);
+    out->size = sizeof *out;
+    ls_request q = LS_REQUEST_INIT;
+    ls_status st = ls_params_take(&q, sizeof q, rq, "request", err);
+    if (st) return st;
+    gen_run g = {.res = out, .user = q.on_event, .user_ud = q.ud, .n_vocab = (size_t)e->n_vocab};
+    q.on_event = gen_event;
+    q.ud = &g;
+    out->n_prompt = q.n_prompt;
+    uint64_t id;
+    if ((st = ls_engine_submit(e, &q, &id, err))) return st;
+    bool first = false;
+    while (!g.done) {
+        int32_t rows;
+        bool had_first = first; /* count the steps that made tokens after the first */
+        if ((st = ls_engine_step(e, &rows, err))) break;
+        first = out->n_tokens > 0 || g.done;
+        if (had_first && rows) out->n_steps++;
+        if (g.oom && !g.done) ls_engine_cancel(e, id); /* the request ends at the next step */
+    }
+    if (!st && !ls_buf_append(&g.text, "", 0)) g.oom = true; /* NUL-terminated even when empty */
+    out->text = g.text.p;
+    out->text_len = g.text.len;
+    if (!st && g.oom) st = ls_err_set(err, LS_E_NOMEM, "out of memory collecting the result");
+    if (st) ls_result_free(out);
+    return st;
+}
+
+ls_status ls_engine_score(ls_engine *e, const int32_t *tokens, int32_t n, float *logits, ls_err *err) {
+    ls_request q = LS_REQUEST_INIT;
+    q.prompt = tokens;
+    q.n_prompt = n;
+    q.max_tokens = 1;
+    q.ignore_eos = true;
+    q.want_prompt_logits = true;
+    q.sampling.top_p = 1.0f;
+    ls_result r = LS_RESULT_INIT;
+    ls_status st = ls_engine_generate(e, &q, &r, err);
+    if (st) return st;
+    LS_ASSERT(r.n_logits == n && r.logits_pos0 == 0); /* every prompt row, then the first sampled token's */
+    memcpy(logits, r.logits, (size_t)n * (size_t)e->n_vocab * sizeof(float));
+    ls_result_free(&r);
+    return LS_OK;
+}
 
 bool ls_engine_check(ls_engine *e, ls_err *err) {
     const int32_t *tables[4096 + 1];

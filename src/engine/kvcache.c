@@ -115,6 +115,20 @@ int32_t ls_kvc_alloc(ls_kvcache *c) {
     return i;
 }
 
+void ls_kvc_drop_idle(ls_kvcache *c) {
+    for (bool found = true; found;) { /* leaves first, until no unreferenced cached block is left */
+        found = false;
+        for (int32_t j = c->lru_head; j >= 0; j = c->b[j].lru_next)
+            if (c->b[j].first_child < 0) {
+                uncache(c, j);
+                c->b[j].ref = 0;
+                c->free_stack[c->n_free++] = j;
+                found = true;
+                break;
+            }
+    }
+}
+
 static void take_ref(ls_kvcache *c, int32_t i) {
     if (c->b[i].ref++ == 0) lru_remove(c, i); /* only cached blocks sit unreferenced outside the free list */
 }

@@ -32,6 +32,8 @@ void ls_kvc_free(ls_kvcache *c);
 int32_t ls_kvc_alloc(ls_kvcache *c);
 void ls_kvc_release(ls_kvcache *c, int32_t b); /* drops one reference */
 bool ls_kvc_shared(const ls_kvcache *c, int32_t b);
+/* Uncaches every unreferenced cached block and frees it (the probe's leftovers). */
+void ls_kvc_drop_idle(ls_kvcache *c);
 
 /* Longest cached prefix of toks[0..limit): fills table[] with referenced blocks
  * (full blocks, then possibly one block used for its first few positions) and

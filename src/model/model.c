@@ -2,6 +2,7 @@
  * metadata, weight views over the mmap, the tokenizer and the chat template. */
 #include "model/model_impl.h"
 #include "util/alloc.h"
+#include "util/util.h"
 
 #include <stdio.h>
 #include <sys/mman.h>
@@ -307,13 +308,15 @@ static ls_status load_weights(ls_model *m, ls_err *err) {
     return LS_OK;
 }
 
-ls_model *ls_model_load(ls_model_params p, ls_err *err) {
+ls_model *ls_model_load(const ls_model_params *pp, ls_err *err) {
+    ls_model_params p = LS_MODEL_PARAMS_INIT;
+    if (ls_params_take(&p, sizeof p, pp, "model params", err)) return NULL;
     if (!p.path) {
         ls_err_set(err, LS_E_INVALID, "no model path given");
         return NULL;
     }
     gguf_file *g = gguf_open(p.path, err);
-    return g ? ls_model_load_gguf(g, p, err) : NULL;
+    return g ? ls_model_load_gguf(g, &p, err) : NULL;
 }
 
 static ls_status check_intact(const ls_model *m, const char *path, ls_err *err) {
@@ -322,7 +325,12 @@ static ls_status check_intact(const ls_model *m, const char *path, ls_err *err) 
     return ls_err_set(err, e.code, "model '%s': %s", path ? path : "(memory)", e.msg);
 }
 
-ls_model *ls_model_load_gguf(gguf_file *g, ls_model_params p, ls_err *err) {
+ls_model *ls_model_load_gguf(gguf_file *g, const ls_model_params *pp, ls_err *err) {
+    ls_model_params p = LS_MODEL_PARAMS_INIT;
+    if (ls_params_take(&p, sizeof p, pp, "model params", err)) {
+        gguf_close(g);
+        return NULL;
+    }
     ls_model *m = ls_calloc(1, sizeof *m);
     if (!m) {
         gguf_close(g);
@@ -331,6 +339,10 @@ ls_model *ls_model_load_gguf(gguf_file *g, ls_model_params p, ls_err *err) {
     }
     m->gguf = g;
     pthread_mutex_init(&m->prep_mu, NULL);
+    if (p.path && !(m->path = ls_strdup(p.path))) {
+        ls_err_set(err, LS_E_NOMEM, "out of memory");
+        goto fail;
+    }
     if (check_intact(m, p.path, err)) goto fail;
     if (read_hparams(m->gguf, &m->hp, err)) goto fail;
     m->tok = ls_tokenizer_from_gguf(m->gguf, err);
@@ -394,6 +406,7 @@ void ls_model_free(ls_model *m) {
     free(m->mats);
     for (int i = 0; i < 3; i++) free(m->prep_arena[i]); /* after every matrix that points into it */
     pthread_mutex_destroy(&m->prep_mu);
+    free(m->path);
     free(m->out_norm);
     free(m->mtp_enorm);
     free(m->mtp_hnorm);
@@ -407,6 +420,7 @@ void ls_model_free(ls_model *m) {
 const ls_hparams *ls_model_hparams(const ls_model *m) { return &m->hp; }
 const ls_tokenizer *ls_model_tokenizer(const ls_model *m) { return m->tok; }
 const gguf_file *ls_model_gguf(const ls_model *m) { return m->gguf; }
+const char *ls_model_path(const ls_model *m) { return m->path; }
 const ls_chat_template *ls_model_chat_template(const ls_model *m) { return m->has_tmpl ? &m->tmpl : NULL; }
 const char *ls_model_template_error(const ls_model *m) { return m->tmpl_err; }
 uint64_t ls_model_weight_bytes(const ls_model *m) { return m->weight_bytes; }

@@ -37,22 +37,16 @@ typedef struct {
     uint32_t n_nextn;       /* {arch}.nextn_predict_layers: MTP modules after the n_layer blocks (0 or 1) */
 } ls_hparams;
 
-typedef struct ls_model ls_model;
+/* ls_model, ls_model_params, ls_model_load and ls_model_free are public (lockstep.h). */
 
-typedef struct {
-    const char *path;
-    const char *chat_template;  /* NULL: detect from the file; else a family name (override) */
-} ls_model_params;
-
-/* Loads and validates a model.  Caller owns the result (ls_model_free). */
-ls_model *ls_model_load(ls_model_params p, ls_err *err);
-/* The same from a file already open; takes g (closed on failure, else owned by the
- * model).  p.path names the file in messages.  The file must still have all its bytes
+/* ls_model_load from a file already open; takes g (closed on failure, else owned by the
+ * model).  p->path names the file in messages.  The file must still have all its bytes
  * (gguf_check_intact) before the weights are read and after: one truncated while
  * mapped is an LS_E_IO error here, not a SIGBUS later. */
 typedef struct gguf_file gguf_file;
-ls_model *ls_model_load_gguf(gguf_file *g, ls_model_params p, ls_err *err);
-void ls_model_free(ls_model *m);
+ls_model *ls_model_load_gguf(gguf_file *g, const ls_model_params *p, ls_err *err);
+/* The file the model was loaded from (for messages and the probe's memo key). */
+const char *ls_model_path(const ls_model *m);
 
 const ls_hparams *ls_model_hparams(const ls_model *m);
 const ls_tokenizer *ls_model_tokenizer(const ls_model *m);

@@ -22,6 +22,8 @@ typedef struct {
 
 struct ls_model {
     gguf_file *gguf;          /* owns the mmap every weight view points into */
+    char *path;               /* the file's path as given (owned), or NULL */
+    char sha256[65];          /* of the file, hex; "" until first asked (guarded by prep_mu) */
     ls_hparams hp;
     ls_layer *layers;         /* (n_layer) */
     const gguf_tensor *tok_embd; /* (n_vocab, n_embd), rows dequantized on lookup */

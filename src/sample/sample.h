@@ -9,12 +9,7 @@
 
 #include "util/err.h"
 
-typedef struct {
-    float temperature; /* 0 = greedy (argmax, lowest id on ties) */
-    int32_t top_k;     /* 0 = off */
-    float top_p;       /* 1 = off; (0, 1] */
-    uint64_t seed;
-} ls_sampler_params;
+/* ls_sampler_params: lockstep.h. */
 
 /* Checks ranges; names the offending field. */
 ls_status ls_sampler_params_check(const ls_sampler_params *p, ls_err *err);

@@ -1,11 +1,24 @@
 /* request.c - OpenAI request JSON -> ls_srv_req (see request.h). */
 #include "server/request.h"
-#include "util/alloc.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+ls_status ls_srv_error(ls_err *err, ls_status code, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+        err->code = code;
+        err->offset = LS_NO_OFFSET;
+    }
+    return code;
+}
 
 void ls_srv_req_free(ls_srv_req *r) {
     if (!r) return;
@@ -16,7 +29,7 @@ void ls_srv_req_free(ls_srv_req *r) {
 
 static char *dup_str(const char *s) {
     size_t n = strlen(s);
-    char *d = ls_malloc(n + 1);
+    char *d = malloc(n + 1);
     if (d) memcpy(d, s, n + 1);
     return d;
 }
@@ -26,11 +39,11 @@ static ls_status num_field(const cJSON *o, const char *name, double lo, double h
                            ls_err *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
     if (!v || cJSON_IsNull(v)) return LS_OK;
-    if (!cJSON_IsNumber(v)) return ls_err_set(err, LS_E_INVALID, "'%s' must be a number", name);
+    if (!cJSON_IsNumber(v)) return ls_srv_error(err, LS_E_INVALID, "'%s' must be a number", name);
     double x = v->valuedouble;
     if (!isfinite(x) || x < lo || x > hi)
-        return ls_err_set(err, LS_E_INVALID, "'%s' is %g; it must be between %g and %g", name, x, lo, hi);
-    if (integer && x != floor(x)) return ls_err_set(err, LS_E_INVALID, "'%s' must be an integer", name);
+        return ls_srv_error(err, LS_E_INVALID, "'%s' is %g; it must be between %g and %g", name, x, lo, hi);
+    if (integer && x != floor(x)) return ls_srv_error(err, LS_E_INVALID, "'%s' must be an integer", name);
     *out = x;
     return LS_OK;
 }
@@ -38,25 +51,25 @@ static ls_status num_field(const cJSON *o, const char *name, double lo, double h
 static ls_status bool_field(const cJSON *o, const char *name, bool *out, ls_err *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
     if (!v || cJSON_IsNull(v)) return LS_OK;
-    if (!cJSON_IsBool(v)) return ls_err_set(err, LS_E_INVALID, "'%s' must be true or false", name);
+    if (!cJSON_IsBool(v)) return ls_srv_error(err, LS_E_INVALID, "'%s' must be true or false", name);
     *out = cJSON_IsTrue(v);
     return LS_OK;
 }
 
 static ls_status add_stop(ls_srv_req *r, const cJSON *s, ls_err *err) {
-    if (!cJSON_IsString(s)) return ls_err_set(err, LS_E_INVALID, "'stop' must be a string or a list of strings");
+    if (!cJSON_IsString(s)) return ls_srv_error(err, LS_E_INVALID, "'stop' must be a string or a list of strings");
     size_t n = strlen(s->valuestring);
-    if (n == 0) return ls_err_set(err, LS_E_INVALID, "'stop' strings must not be empty");
+    if (n == 0) return ls_srv_error(err, LS_E_INVALID, "'stop' strings must not be empty");
     if (n > LS_SRV_MAX_STOP_LEN)
-        return ls_err_set(err, LS_E_INVALID, "a 'stop' string is %zu bytes; the limit is %d", n, LS_SRV_MAX_STOP_LEN);
+        return ls_srv_error(err, LS_E_INVALID, "a 'stop' string is %zu bytes; the limit is %d", n, LS_SRV_MAX_STOP_LEN);
     if (r->n_stop == LS_SRV_MAX_STOP)
-        return ls_err_set(err, LS_E_INVALID, "'stop' has more than %d strings", LS_SRV_MAX_STOP);
-    if (!(r->stop[r->n_stop] = dup_str(s->valuestring))) return ls_err_set(err, LS_E_NOMEM, "out of memory");
+        return ls_srv_error(err, LS_E_INVALID, "'stop' has more than %d strings", LS_SRV_MAX_STOP);
+    if (!(r->stop[r->n_stop] = dup_str(s->valuestring))) return ls_srv_error(err, LS_E_NOMEM, "out of memory");
     r->n_stop++;
     return LS_OK;
 }
 
-ls_status ls_srv_parse(const char *body, size_t len, bool chat, const ls_chat_template *tmpl,
+ls_status ls_srv_parse(const char *body, size_t len, bool chat, ls_srv_render_fn render, void *render_ud,
                        const ls_srv_limits *lim, ls_srv_req *r, ls_err *err) {
     memset(r, 0, sizeof *r);
     r->chat = chat;
@@ -65,9 +78,9 @@ ls_status ls_srv_parse(const char *body, size_t len, bool chat, const ls_chat_te
     r->top_p = 1.0f;
     ls_status st = LS_OK;
     cJSON *j = cJSON_ParseWithLength(body, len);
-    if (!j) return ls_err_set(err, LS_E_INVALID, "the body is not valid JSON");
+    if (!j) return ls_srv_error(err, LS_E_INVALID, "the body is not valid JSON");
     if (!cJSON_IsObject(j)) {
-        st = ls_err_set(err, LS_E_INVALID, "the body must be a JSON object");
+        st = ls_srv_error(err, LS_E_INVALID, "the body must be a JSON object");
         goto done;
     }
     double v;
@@ -77,7 +90,7 @@ ls_status ls_srv_parse(const char *body, size_t len, bool chat, const ls_chat_te
     v = r->top_p;
     if ((st = num_field(j, "top_p", 0, 1, false, &v, err))) goto done;
     if (v <= 0) {
-        st = ls_err_set(err, LS_E_INVALID, "'top_p' must be greater than 0");
+        st = ls_srv_error(err, LS_E_INVALID, "'top_p' must be greater than 0");
         goto done;
     }
     r->top_p = (float)v;
@@ -94,7 +107,7 @@ ls_status ls_srv_parse(const char *body, size_t len, bool chat, const ls_chat_te
     double n = 1;
     if ((st = num_field(j, "n", 1, 1e9, true, &n, err))) goto done;
     if (n != 1) {
-        st = ls_err_set(err, LS_E_INVALID, "'n' must be 1 (one choice per request)");
+        st = ls_srv_error(err, LS_E_INVALID, "'n' must be 1 (one choice per request)");
         goto done;
     }
     if ((st = bool_field(j, "stream", &r->stream, err))) goto done;
@@ -102,7 +115,7 @@ ls_status ls_srv_parse(const char *body, size_t len, bool chat, const ls_chat_te
     const cJSON *so = cJSON_GetObjectItemCaseSensitive(j, "stream_options");
     if (so && !cJSON_IsNull(so)) {
         if (!cJSON_IsObject(so)) {
-            st = ls_err_set(err, LS_E_INVALID, "'stream_options' must be an object");
+            st = ls_srv_error(err, LS_E_INVALID, "'stream_options' must be an object");
             goto done;
         }
         if ((st = bool_field(so, "include_usage", &r->include_usage, err))) goto done;
@@ -123,7 +136,7 @@ ls_status ls_srv_parse(const char *body, size_t len, bool chat, const ls_chat_te
         }
     } else if (chat && cJSON_GetObjectItemCaseSensitive(j, "top_logprobs") &&
                !cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(j, "top_logprobs"))) {
-        st = ls_err_set(err, LS_E_INVALID, "'top_logprobs' needs 'logprobs': true");
+        st = ls_srv_error(err, LS_E_INVALID, "'top_logprobs' needs 'logprobs': true");
         goto done;
     }
     const cJSON *stop = cJSON_GetObjectItemCaseSensitive(j, "stop");
@@ -138,7 +151,7 @@ ls_status ls_srv_parse(const char *body, size_t len, bool chat, const ls_chat_te
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(j, "model");
     if (model && !cJSON_IsNull(model)) {
         if (!cJSON_IsString(model)) {
-            st = ls_err_set(err, LS_E_INVALID, "'model' must be a string");
+            st = ls_srv_error(err, LS_E_INVALID, "'model' must be a string");
             goto done;
         }
         snprintf(r->model, sizeof r->model, "%s", model->valuestring);
@@ -146,28 +159,28 @@ ls_status ls_srv_parse(const char *body, size_t len, bool chat, const ls_chat_te
     if (chat) {
         const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(j, "messages");
         if (!msgs) {
-            st = ls_err_set(err, LS_E_INVALID, "'messages' is required");
+            st = ls_srv_error(err, LS_E_INVALID, "'messages' is required");
             goto done;
         }
         if (!cJSON_IsArray(msgs) || cJSON_GetArraySize(msgs) == 0) {
-            st = ls_err_set(err, LS_E_INVALID, "'messages' must be a non-empty list");
+            st = ls_srv_error(err, LS_E_INVALID, "'messages' must be a non-empty list");
             goto done;
         }
         int nm = cJSON_GetArraySize(msgs);
         if (nm > lim->max_messages) {
-            st = ls_err_set(err, LS_E_INVALID, "'messages' has %d entries; the limit is %d", nm, lim->max_messages);
+            st = ls_srv_error(err, LS_E_INVALID, "'messages' has %d entries; the limit is %d", nm, lim->max_messages);
             goto done;
         }
-        if (!tmpl) {
-            st = ls_err_set(err, LS_E_UNSUPPORTED, "this model has no usable chat template; use /v1/completions");
+        if (!render) {
+            st = ls_srv_error(err, LS_E_UNSUPPORTED, "this model has no usable chat template; use /v1/completions");
             goto done;
         }
-        ls_chat_msg *cm = ls_calloc((size_t)nm, sizeof *cm);
-        char **texts = ls_calloc((size_t)nm, sizeof *texts); /* content given as a list of text parts */
+        ls_chat_msg *cm = calloc((size_t)nm, sizeof *cm);
+        char **texts = calloc((size_t)nm, sizeof *texts); /* content given as a list of text parts */
         if (!cm || !texts) {
             free(cm);
             free(texts);
-            st = ls_err_set(err, LS_E_NOMEM, "out of memory");
+            st = ls_srv_error(err, LS_E_NOMEM, "out of memory");
             goto done;
         }
         int i = 0;
@@ -176,12 +189,12 @@ ls_status ls_srv_parse(const char *body, size_t len, bool chat, const ls_chat_te
             const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role"),
                         *content = cJSON_GetObjectItemCaseSensitive(m, "content");
             if (!cJSON_IsObject(m) || !cJSON_IsString(role)) {
-                st = ls_err_set(err, LS_E_INVALID, "'messages[%d].role' must be a string", i);
+                st = ls_srv_error(err, LS_E_INVALID, "'messages[%d].role' must be a string", i);
                 break;
             }
             const char *rl = role->valuestring;
             if (strcmp(rl, "system") && strcmp(rl, "user") && strcmp(rl, "assistant") && strcmp(rl, "developer")) {
-                st = ls_err_set(err, LS_E_INVALID, "'messages[%d].role' is '%.40s'; use system, user or assistant", i, rl);
+                st = ls_srv_error(err, LS_E_INVALID, "'messages[%d].role' is '%.40s'; use system, user or assistant", i, rl);
                 break;
             }
             if (cJSON_IsString(content)) {
@@ -197,27 +210,25 @@ ls_status ls_srv_parse(const char *body, size_t len, bool chat, const ls_chat_te
                     if (ok) total += strlen(tx->valuestring);
                 }
                 if (!ok) {
-                    st = ls_err_set(err, LS_E_INVALID, "'messages[%d].content' parts must be {\"type\": \"text\", "
+                    st = ls_srv_error(err, LS_E_INVALID, "'messages[%d].content' parts must be {\"type\": \"text\", "
                                                        "\"text\": ...}", i);
                     break;
                 }
-                if (!(texts[i] = ls_malloc(total))) {
-                    st = ls_err_set(err, LS_E_NOMEM, "out of memory");
+                if (!(texts[i] = malloc(total))) {
+                    st = ls_srv_error(err, LS_E_NOMEM, "out of memory");
                     break;
                 }
                 texts[i][0] = 0;
                 cJSON_ArrayForEach(p, content) strcat(texts[i], cJSON_GetObjectItemCaseSensitive(p, "text")->valuestring);
                 cm[i].content = texts[i];
             } else {
-                st = ls_err_set(err, LS_E_INVALID, "'messages[%d].content' must be a string", i);
+                st = ls_srv_error(err, LS_E_INVALID, "'messages[%d].content' must be a string", i);
                 break;
             }
             cm[i].role = !strcmp(rl, "developer") ? "system" : rl;
             i++;
         }
-        if (!st && (st = ls_chat_apply(tmpl, cm, (size_t)nm, true, &r->prompt, err)) == LS_OK) {
-            /* rendered */
-        }
+        if (!st) st = render(render_ud, cm, (size_t)nm, &r->prompt, err);
         for (int k = 0; k < nm; k++) free(texts[k]);
         free(texts);
         free(cm);
@@ -225,16 +236,16 @@ ls_status ls_srv_parse(const char *body, size_t len, bool chat, const ls_chat_te
     } else {
         const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "prompt");
         if (!p) {
-            st = ls_err_set(err, LS_E_INVALID, "'prompt' is required");
+            st = ls_srv_error(err, LS_E_INVALID, "'prompt' is required");
             goto done;
         }
         if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && cJSON_IsString(cJSON_GetArrayItem(p, 0)))
             p = cJSON_GetArrayItem(p, 0);
         if (!cJSON_IsString(p)) {
-            st = ls_err_set(err, LS_E_INVALID, "'prompt' must be a string (one prompt per request)");
+            st = ls_srv_error(err, LS_E_INVALID, "'prompt' must be a string (one prompt per request)");
             goto done;
         }
-        if (!(r->prompt = dup_str(p->valuestring))) st = ls_err_set(err, LS_E_NOMEM, "out of memory");
+        if (!(r->prompt = dup_str(p->valuestring))) st = ls_srv_error(err, LS_E_NOMEM, "out of memory");
     }
 done:
     cJSON_Delete(j);

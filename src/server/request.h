@@ -9,8 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tokenizer/chat.h"
-#include "util/err.h"
+#include "lockstep.h"
 
 #define LS_SRV_MAX_STOP 4
 #define LS_SRV_MAX_STOP_LEN 256
@@ -36,11 +35,17 @@ typedef struct {
     char model[128];
 } ls_srv_req;
 
+/* Renders chat messages into a prompt with the assistant turn opened (the server: the
+ * model's template through ls_model_apply_chat); *out is freed with free(). */
+typedef ls_status (*ls_srv_render_fn)(void *ud, const ls_chat_msg *msgs, size_t n, char **out, ls_err *err);
+
 /* Parses and validates a /v1/chat/completions (chat) or /v1/completions body.
  * Defaults: temperature 1, top_p 1, top_k 0 (off), seed 0, max_tokens -1.
- * tmpl renders chat messages; NULL with chat gives LS_E_UNSUPPORTED. */
-ls_status ls_srv_parse(const char *body, size_t len, bool chat, const ls_chat_template *tmpl,
+ * render NULL with chat gives LS_E_UNSUPPORTED. */
+ls_status ls_srv_parse(const char *body, size_t len, bool chat, ls_srv_render_fn render, void *render_ud,
                        const ls_srv_limits *lim, ls_srv_req *out, ls_err *err);
+/* Fills err (when non-NULL) and returns code. */
+ls_status ls_srv_error(ls_err *err, ls_status code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void ls_srv_req_free(ls_srv_req *r);
 
 #endif

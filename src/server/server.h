@@ -1,5 +1,5 @@
 /* server.h - `lockstep serve`: the batched engine behind OpenAI's HTTP API
- * (libmicrohttpd + cJSON).  See docs/server.md. */
+ * (libmicrohttpd + cJSON).  A client of lockstep.h like the CLI.  See docs/server.md. */
 #ifndef LS_SERVER_SERVER_H
 #define LS_SERVER_SERVER_H
 
@@ -7,8 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "spec/spec.h"
-#include "util/err.h"
+#include "lockstep.h"
 
 typedef struct {
     const char *model_path;
@@ -29,7 +28,8 @@ typedef struct {
     const char *draft_model_path;
     bool allow_inexact;
     bool no_probe;
-    const ls_mm_family *kernels_fam, *kernels_fam_parity; /* NULL = ls_mm_wide */
+    const char *kernels;       /* "auto", "wide", "narrow" */
+    unsigned faults;           /* LS_FAULT_* (tests only) */
 } ls_server_params;
 
 /* Binds, loads the model (GET /health answers 503 meanwhile), probes, serves until

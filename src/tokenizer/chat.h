@@ -19,10 +19,7 @@ typedef enum {
     LS_CHAT_ZEPHYR,   /* <|user|>\n...</s>\n */
 } ls_chat_family;
 
-typedef struct {
-    const char *role;    /* "system", "user" or "assistant" */
-    const char *content;
-} ls_chat_msg;
+/* ls_chat_msg: lockstep.h. */
 
 typedef struct {
     ls_chat_family family;

@@ -67,23 +67,15 @@ ls_status ls_tokenize(const ls_tokenizer *t, const char *text, size_t len, bool 
  * their text when `special` is true, else as nothing).  Returns the byte count,
  * which may exceed cap (then only cap bytes were written). Invalid id: returns 0. */
 size_t ls_token_bytes(const ls_tokenizer *t, int32_t id, bool special, char *buf, size_t cap);
-/* Length of the well-formed UTF-8 sequence at p[0..n) (RFC 3629: no overlongs, no
- * surrogates, at most U+10FFFF), or 0 if p does not start with one. */
-size_t ls_utf8_valid_len(const unsigned char *p, size_t n);
+/* ls_utf8_valid_len: lockstep.h. */
 
 /* Streaming detokenizer: holds back an incomplete UTF-8 sequence at a token
  * boundary until the bytes that complete it arrive. */
-typedef struct {
-    char pending[8];
-    int n_pending;
-} ls_detok_stream;
+typedef ls_detok ls_detok_stream; /* lockstep.h: ls_detok, ls_detok_init, ls_detok_flush */
 
-void ls_detok_init(ls_detok_stream *s);
 /* Appends the printable text for token id to out (cap bytes); returns bytes written.
  * Only complete UTF-8 sequences are emitted; a byte that can never become valid
  * UTF-8 is emitted as U+FFFD. */
 size_t ls_detok_push(ls_detok_stream *s, const ls_tokenizer *t, int32_t id, char *out, size_t cap);
-/* Flushes whatever is still pending (incomplete sequences become U+FFFD). */
-size_t ls_detok_flush(ls_detok_stream *s, char *out, size_t cap);
 
 #endif

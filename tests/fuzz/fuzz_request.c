@@ -6,6 +6,11 @@
 #include <string.h>
 
 #include "server/request.h"
+#include "tokenizer/chat.h"
+
+static ls_status render(void *ud, const ls_chat_msg *msgs, size_t n, char **out, ls_err *err) {
+    return ls_chat_apply(ud, msgs, n, true, out, err);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
@@ -16,7 +21,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ls_srv_limits lim = {.max_messages = 64, .max_tokens = 4096};
     ls_srv_req r;
     for (int chat = 0; chat < 2; chat++) {
-        ls_status st = ls_srv_parse((const char *)data + 1, size - 1, chat, &t, &lim, &r, &err);
+        ls_status st = ls_srv_parse((const char *)data + 1, size - 1, chat, render, &t, &lim, &r, &err);
         if (st) {
             if (!err.msg[0]) __builtin_trap();
             continue;

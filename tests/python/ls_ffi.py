@@ -1,4 +1,7 @@
-"""ctypes bindings to build/liblockstep.so for the Python reference tests."""
+"""ctypes bindings to build/liblockstep.so (the public API, include/lockstep.h) for the
+Python reference tests.  Each mirrored struct starts with its `size`, which the library
+reads, so a struct mirrored shorter than the C one gets the library's defaults for the
+fields it lacks."""
 import ctypes as C
 import os
 from pathlib import Path
@@ -21,20 +24,48 @@ class Err(C.Structure):
 
 
 class ModelParams(C.Structure):
-    _fields_ = [("path", C.c_char_p), ("chat_template", C.c_char_p)]
+    _fields_ = [("size", C.c_size_t), ("path", C.c_char_p), ("chat_template", C.c_char_p)]
 
 
-class CtxParams(C.Structure):
-    """ls_ctx_params (src/model/model.h): keep in step with the C struct."""
-    _fields_ = [("n_ctx", C.c_int32), ("n_batch", C.c_int32), ("n_threads", C.c_int32), ("isa", C.c_int32),
-                ("layers", C.c_void_p), ("n_layers", C.c_int32), ("pool", C.c_void_p)]
+class ModelInfo(C.Structure):
+    _fields_ = [("size", C.c_size_t), ("arch", C.c_char * 32), ("name", C.c_char * 128)] + [
+        (n, C.c_uint32) for n in ("n_vocab", "n_ctx_train", "n_embd", "n_layer", "n_head", "n_head_kv", "n_ff", "head_dim")
+    ] + [("weight_bytes", C.c_uint64), ("has_mtp", C.c_bool), ("chat_template", C.c_char * 32), ("sha256", C.c_char * 65)]
 
 
-class HParams(C.Structure):
-    _fields_ = [("arch", C.c_char * 32), ("name", C.c_char * 128)] + [
-        (n, C.c_uint32)
-        for n in ("n_vocab", "n_ctx_train", "n_embd", "n_layer", "n_head", "n_head_kv", "n_ff", "head_dim", "rope_dim")
-    ] + [("rope_base", C.c_float), ("rope_freq_scale", C.c_float), ("norm_eps", C.c_float), ("tied_output", C.c_bool)]
+class EngineParams(C.Structure):
+    _fields_ = [("size", C.c_size_t), ("n_ctx", C.c_int32), ("kv_mem", C.c_int64), ("n_seq_max", C.c_int32),
+                ("step_tokens", C.c_int32), ("n_threads", C.c_int32), ("isa", C.c_int), ("kernels", C.c_char_p),
+                ("no_prefix_cache", C.c_bool), ("draft_max", C.c_int32), ("allow_inexact", C.c_bool),
+                ("fam", C.c_void_p), ("fam_parity", C.c_void_p), ("faults", C.c_uint)]
+
+
+class Sampler(C.Structure):
+    _fields_ = [("temperature", C.c_float), ("top_k", C.c_int32), ("top_p", C.c_float), ("seed", C.c_uint64)]
+
+
+class Request(C.Structure):
+    _fields_ = [("size", C.c_size_t), ("prompt", C.POINTER(C.c_int32)), ("n_prompt", C.c_int32),
+                ("sampling", Sampler), ("max_tokens", C.c_int32), ("stop_tokens", C.c_void_p),
+                ("n_stop_tokens", C.c_int32), ("stop", C.c_void_p), ("n_stop", C.c_int32), ("ignore_eos", C.c_bool),
+                ("no_parity", C.c_bool), ("prefill_chunk", C.c_int32), ("want_logits", C.c_bool),
+                ("want_prompt_logits", C.c_bool), ("draft", C.c_void_p), ("draft_ud", C.c_void_p),
+                ("draft_observe", C.c_void_p), ("on_event", C.c_void_p), ("ud", C.c_void_p)]
+
+
+class Result(C.Structure):
+    _fields_ = [("size", C.c_size_t), ("tokens", C.POINTER(C.c_int32)), ("n_tokens", C.c_int32),
+                ("text", C.c_char_p), ("text_len", C.c_size_t), ("logits", C.POINTER(C.c_float)),
+                ("n_logits", C.c_int32), ("logits_pos0", C.c_int32), ("finish", C.c_int), ("n_prompt", C.c_int32),
+                ("n_cached", C.c_int32), ("n_drafted", C.c_int32), ("n_accepted", C.c_int32), ("n_steps", C.c_int32),
+                ("prompt_ms", C.c_double), ("gen_ms", C.c_double)]
+
+
+def _struct(cls, **kw):
+    s = cls(size=C.sizeof(cls))
+    for k, v in kw.items():
+        setattr(s, k, v)
+    return s
 
 
 _lib = None
@@ -44,25 +75,23 @@ def lib():
     global _lib
     if _lib is None:
         L = C.CDLL(str(lib_path()))
-        L.ls_model_load.argtypes = [ModelParams, C.POINTER(Err)]
+        P = C.POINTER
+        L.ls_model_load.argtypes = [P(ModelParams), P(Err)]
         L.ls_model_load.restype = C.c_void_p
         L.ls_model_free.argtypes = [C.c_void_p]
-        L.ls_model_hparams.argtypes = [C.c_void_p]
-        L.ls_model_hparams.restype = C.POINTER(HParams)
-        L.ls_model_tokenizer.argtypes = [C.c_void_p]
-        L.ls_model_tokenizer.restype = C.c_void_p
-        L.ls_ctx_create.argtypes = [C.c_void_p, CtxParams, C.POINTER(Err)]
-        L.ls_ctx_create.restype = C.c_void_p
-        L.ls_ctx_free.argtypes = [C.c_void_p]
-        L.ls_ctx_eval.argtypes = [C.c_void_p, C.POINTER(C.c_int32), C.c_int32, C.c_int32,
-                                  C.POINTER(C.c_float), C.c_bool, C.POINTER(Err)]
-        L.ls_ctx_eval.restype = C.c_int
-        L.ls_tokenize.argtypes = [C.c_void_p, C.c_char_p, C.c_size_t, C.c_bool, C.c_bool,
-                                  C.POINTER(C.c_int32), C.c_size_t, C.POINTER(C.c_size_t), C.POINTER(Err)]
-        L.ls_tokenize.restype = C.c_int
-        L.ls_ctx_params_sizeof.restype = C.c_size_t
-        if L.ls_ctx_params_sizeof() != C.sizeof(CtxParams):
-            raise RuntimeError("tests/python/ls_ffi.py: CtxParams does not match ls_ctx_params in src/model/model.h")
+        L.ls_model_get_info.argtypes = [C.c_void_p, P(ModelInfo), P(Err)]
+        L.ls_model_get_info.restype = C.c_int
+        L.ls_model_tokenize.argtypes = [C.c_void_p, C.c_char_p, C.c_size_t, C.c_bool, C.c_bool, P(C.c_int32),
+                                        C.c_size_t, P(C.c_size_t), P(Err)]
+        L.ls_model_tokenize.restype = C.c_int
+        L.ls_engine_create.argtypes = [C.c_void_p, P(EngineParams), P(Err)]
+        L.ls_engine_create.restype = C.c_void_p
+        L.ls_engine_free.argtypes = [C.c_void_p]
+        L.ls_engine_generate.argtypes = [C.c_void_p, P(Request), P(Result), P(Err)]
+        L.ls_engine_generate.restype = C.c_int
+        L.ls_result_free.argtypes = [P(Result)]
+        L.ls_engine_score.argtypes = [C.c_void_p, P(C.c_int32), C.c_int32, P(C.c_float), P(Err)]
+        L.ls_engine_score.restype = C.c_int
         _lib = L
     return _lib
 
@@ -71,11 +100,14 @@ class Model:
     def __init__(self, path=None):
         self.L = lib()
         err = Err()
-        self.h = self.L.ls_model_load(ModelParams(str(path or model_path()).encode(), None), C.byref(err))
+        mp = _struct(ModelParams, path=str(path or model_path()).encode())
+        self.h = self.L.ls_model_load(C.byref(mp), C.byref(err))
         if not self.h:
             raise RuntimeError(err.msg.decode())
-        self.hp = self.L.ls_model_hparams(self.h).contents
-        self.n_vocab = self.hp.n_vocab
+        self.info = _struct(ModelInfo)
+        if self.L.ls_model_get_info(self.h, C.byref(self.info), C.byref(err)):
+            raise RuntimeError(err.msg.decode())
+        self.n_vocab = self.info.n_vocab
 
     def tokenize(self, text, add_special=True, parse_special=True):
         b = text.encode()
@@ -83,14 +115,13 @@ class Model:
         out = (C.c_int32 * cap)()
         n = C.c_size_t()
         err = Err()
-        rc = self.L.ls_tokenize(self.L.ls_model_tokenizer(self.h), b, len(b), add_special, parse_special, out,
-                                cap, C.byref(n), C.byref(err))
+        rc = self.L.ls_model_tokenize(self.h, b, len(b), add_special, parse_special, out, cap, C.byref(n), C.byref(err))
         if rc:
             raise RuntimeError(err.msg.decode())
         return list(out[: n.value])
 
-    def context(self, n_ctx=512, n_batch=0, threads=1, isa=-1):
-        return Ctx(self, n_ctx, n_batch, threads, isa)
+    def engine(self, n_ctx=512, threads=1, isa=-1):
+        return Engine(self, n_ctx, threads, isa)
 
     def close(self):
         if self.h:
@@ -98,30 +129,44 @@ class Model:
             self.h = None
 
 
-class Ctx:
-    def __init__(self, model, n_ctx, n_batch, threads, isa):
+class Engine:
+    def __init__(self, model, n_ctx, threads, isa):
         self.m = model
         err = Err()
-        self.h = model.L.ls_ctx_create(model.h, CtxParams(n_ctx, n_batch, threads, isa), C.byref(err))
+        ep = _struct(EngineParams, n_ctx=n_ctx, n_threads=threads, isa=isa, n_seq_max=1)
+        self.h = model.L.ls_engine_create(model.h, C.byref(ep), C.byref(err))
         if not self.h:
             raise RuntimeError(err.msg.decode())
-        self.pos = 0
 
-    def eval(self, tokens, all_logits=False):
-        """Appends tokens at the current position; returns logits (last row, or all rows)."""
+    def score(self, tokens):
+        """The logits at every position of tokens (row i predicts token i + 1)."""
         n = len(tokens)
         arr = (C.c_int32 * n)(*tokens)
-        rows = n if all_logits else 1
-        out = np.empty((rows, self.m.n_vocab), dtype=np.float32)
+        out = np.empty((n, self.m.n_vocab), dtype=np.float32)
         err = Err()
-        rc = self.m.L.ls_ctx_eval(self.h, arr, n, self.pos, out.ctypes.data_as(C.POINTER(C.c_float)), all_logits,
-                                  C.byref(err))
-        if rc:
+        if self.m.L.ls_engine_score(self.h, arr, n, out.ctypes.data_as(C.POINTER(C.c_float)), C.byref(err)):
             raise RuntimeError(err.msg.decode())
-        self.pos += n
-        return out if all_logits else out[0]
+        return out
+
+    def greedy(self, tokens, n_gen):
+        """Greedy decoding: (the last prompt position's logits, the n_gen tokens)."""
+        n = len(tokens)
+        arr = (C.c_int32 * n)(*tokens)
+        q = _struct(Request, prompt=C.cast(arr, C.POINTER(C.c_int32)), n_prompt=n, max_tokens=n_gen, ignore_eos=True,
+                    want_logits=True)
+        q.sampling.top_p = 1.0
+        r = _struct(Result)
+        err = Err()
+        if self.m.L.ls_engine_generate(self.h, C.byref(q), C.byref(r), C.byref(err)):
+            raise RuntimeError(err.msg.decode())
+        try:
+            assert r.logits_pos0 == n - 1 and r.n_tokens == n_gen
+            last = np.ctypeslib.as_array(r.logits, shape=(r.n_logits, self.m.n_vocab))[0].copy()
+            return last, list(r.tokens[: r.n_tokens])
+        finally:
+            self.m.L.ls_result_free(C.byref(r))
 
     def close(self):
         if self.h:
-            self.m.L.ls_ctx_free(self.h)
+            self.m.L.ls_engine_free(self.h)
             self.h = None

@@ -9,6 +9,7 @@ import pytest
 from ls_ffi import ROOT, model_path
 
 BIN = ROOT / os.environ.get("LOCKSTEP_BUILD", "build") / "lockstep"
+BENCH = ROOT / os.environ.get("LOCKSTEP_BUILD", "build") / "lockstep-bench"
 
 
 def run(*args, timeout=300):
@@ -169,8 +170,12 @@ def test_info_json_matches_gguf_package(model):
             assert md[k] == v, k
 
 
+def bench(*args, timeout=300):
+    return subprocess.run([str(BENCH), *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
 def test_bench_kernels_json(model):
-    r = run("bench", "kernels", "-m", model, "--reps", "1", "--json")
+    r = bench("kernels", "-m", model, "--reps", "1", "--json")
     assert r.returncode == 0, r.stderr
     o = json.loads(r.stdout)
     assert o["dram_read_gbs"] > 0
@@ -186,5 +191,53 @@ def test_bench_kernels_json(model):
 
 
 def test_bench_unknown_suite():
-    r = run("bench", "nosuch")
+    r = bench("nosuch")
     assert r.returncode == 2 and "unknown suite 'nosuch'" in r.stderr
+    r = run("bench", "kernels")  # the benchmarks moved out of the product binary
+    assert r.returncode == 2 and "lockstep-bench" in r.stderr
+
+
+def test_probe_json_certifies_every_axis(model):
+    r = run("probe", "-m", model, "--json", "--no-memo", "-t", "2")
+    assert r.returncode == 0, r.stderr
+    o = json.loads(r.stdout)
+    assert o["verdict"] == "verified" and o["threads"] == 2 and o["spec"] == "ngram"
+    for axis, st in o["axes"].items():
+        if axis == "isa" and o["isa"] == "scalar":
+            continue
+        assert st["state"] == "passed", (axis, st)
+    assert o["logits_rows"] > 100 and o["drafted"] > 0 and 0 < o["accepted"] < o["drafted"]
+    again = json.loads(run("probe", "-m", model, "--json", "-t", "2").stdout)  # memoized now
+    assert again["memoized"] and again["verdict"] == "verified"
+
+
+@pytest.mark.parametrize("fault,axis", [("kv-skip", "batch_mix"), ("threads", "threads")])
+def test_probe_catches_a_planted_fault(model, fault, axis):
+    env = {**os.environ, "LOCKSTEP_FAULT": fault}
+    r = subprocess.run([str(BIN), "probe", "-m", model, "--json", "-t", "2"], capture_output=True, text=True,
+                       timeout=300, cwd=ROOT, env=env)
+    assert r.returncode == 1, r.stderr
+    o = json.loads(r.stdout)
+    assert o["verdict"] == "failed" and o["axes"][axis]["state"] == "failed", o
+    assert o["detail"].startswith(axis), o["detail"]
+    assert "speculation stays off" in r.stderr
+
+
+def test_run_declines_speculation_when_the_probe_fails(model):
+    """A planted parity bug (a skipped K/V write): run still answers, plainly, names the
+    failing axis and exits 1; with --allow-inexact it speculates anyway."""
+    env = {**os.environ, "LOCKSTEP_FAULT": "kv-skip"}
+    args = [str(BIN), "run", "-m", model, "-p", "one two three one two three one two three one two", "-n", "16",
+            "--temp", "0", "--spec", "ngram", "-t", "2"]
+    r = subprocess.run(args + ["--json"], capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    assert r.returncode == 1, r.stderr
+    o = json.loads(r.stdout)
+    assert o["parity"] == "failed" and o["parity_axes"]["batch_mix"] == "failed"
+    assert o["spec_declined"] and o["draft_n"] == 0 and o["n_gen"] == 16
+    assert "parity: FAILED (batch_mix" in r.stderr
+    t = subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    assert "spec ngram declined" in t.stderr and "parity: FAILED (batch_mix" in t.stderr
+    a = subprocess.run(args + ["--json", "--allow-inexact"], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                       env=env)
+    oa = json.loads(a.stdout)
+    assert not oa["spec_declined"] and oa["draft_n"] > 0

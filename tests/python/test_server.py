@@ -35,11 +35,11 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, model_path: Path, *args: str):
+    def __init__(self, model_path: Path, *args: str, env=None):
         self.port = free_port()
         self.cmd = [str(EXE), "serve", "-m", str(model_path), "--port", str(self.port), "-t", "2", *args]
         self.log = open(f"/tmp/lockstep-serve-{self.port}.log", "w+")
-        self.proc = subprocess.Popen(self.cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(self.cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         deadline = time.time() + 120
         while True:
             try:
@@ -162,6 +162,16 @@ def test_tokenize_detokenize(server):
 
 PARITY_REQ = {"model": "x", "messages": [{"role": "user", "content": "Write two sentences about rivers."}],
               "max_tokens": 24, "temperature": 0.8, "seed": 1234, "top_p": 0.95}
+# The same request under other seeds and sampling parameters (a server that ignored
+# `seed`, or any of them, would answer two of these alike), and one that ngram drafts
+# well (it repeats its prompt), so the spec server verifies accepted drafts.
+PARITY_REQS = [
+    PARITY_REQ,
+    {**PARITY_REQ, "seed": 99},
+    {**PARITY_REQ, "temperature": 1.3, "top_p": 1.0, "top_k": 5, "seed": 7},
+    {"model": "x", "max_tokens": 40, "temperature": 0,
+     "messages": [{"role": "user", "content": "Repeat exactly, three times: red green blue yellow, red green blue yellow."}]},
+]
 
 
 def _others(i):
@@ -169,28 +179,61 @@ def _others(i):
             "max_tokens": 8 + i % 7, "temperature": 0.7, "seed": i}
 
 
-def _one(srv, req):
+def _full(srv, req):
     st, out, _ = srv.post("/v1/chat/completions", req)
     assert st == 200, out
+    return out
+
+
+def _one(srv, req):
+    out = _full(srv, req)
     return out["choices"][0]["message"]["content"], out["choices"][0]["token_ids"]
 
 
 def test_parity_alone_amid_16_with_and_without_spec(server, spec_server, report):
-    answers = {}
+    """Each request alone and amid 16 others, on a plain and a speculating server: the
+    same tokens every time; requests that differ only in seed or sampling differ."""
+    answers, drafted, accepted = {}, 0, 0
     for name, srv in (("plain", server), ("spec ngram", spec_server)):
-        answers[f"{name}, alone"] = _one(srv, PARITY_REQ)
-        with cf.ThreadPoolExecutor(17) as ex:
+        for i, req in enumerate(PARITY_REQS):
+            out = _full(srv, req)
+            answers[(name, "alone", i)] = (out["choices"][0]["message"]["content"], out["choices"][0]["token_ids"])
+            if name != "plain":
+                drafted += out["timings"]["draft_n"]
+                accepted += out["timings"]["draft_accepted"]
+        with cf.ThreadPoolExecutor(20) as ex:
             futs = [ex.submit(_one, srv, _others(i)) for i in range(16)]
-            mine = ex.submit(_one, srv, PARITY_REQ)
+            mine = [ex.submit(_one, srv, r) for r in PARITY_REQS]
             for f in futs:
                 f.result()
-            answers[f"{name}, amid 16"] = mine.result()
-    ref = answers["plain, alone"]
-    for k, v in answers.items():
-        assert v == ref, f"{k}: {v!r} != {ref!r}"
-    m = spec_server.metrics()
-    report(f"server parity: 4 cases byte-identical ({len(ref[1])} tokens); spec server drafted "
-           f"{m['lockstep_draft_tokens_total']:.0f}, accepted {m['lockstep_draft_accepted_total']:.0f}")
+            for i, f in enumerate(mine):
+                answers[(name, "amid 16", i)] = f.result()
+    for (name, how, i), v in answers.items():
+        ref = answers[("plain", "alone", i)]
+        assert v == ref, f"request {i}, {name}, {how}: {v!r} != {ref!r}"
+    toks = [answers[("plain", "alone", i)][1] for i in range(len(PARITY_REQS))]
+    assert len({tuple(t) for t in toks}) == len(toks), "requests that differ in seed or sampling answered alike"
+    assert drafted > 0 and 0 < accepted < drafted, (drafted, accepted)
+    report(f"server parity: {len(PARITY_REQS)} requests x alone/amid 16 x plain/spec byte-identical; the spec server "
+           f"drafted {drafted} tokens for them, {accepted} accepted")
+
+
+def test_failed_probe_declines_speculation(model_path):
+    """A planted parity bug (LOCKSTEP_FAULT=kv-skip): /health and /metrics name the failed
+    axis, and the server serves without drafts (fail closed)."""
+    s = Server(model_path, "--parallel", "4", "--ctx-size", "256", "--spec", "ngram",
+               env={**os.environ, "LOCKSTEP_FAULT": "kv-skip"})
+    try:
+        h = s.health
+        assert h["parity"] == "failed" and h["axes"]["batch_mix"] == "failed", h
+        assert h["spec"] == "off" and h["spec_state"] == "ngram (declined)", h
+        assert "batch_mix" in h["parity_detail"]
+        out = _full(s, PARITY_REQS[3])
+        assert out["timings"]["draft_n"] == 0 and out["parity"] == "failed"
+        m = s.metrics()
+        assert m['lockstep_parity_axis{axis="batch_mix"}'] == 0
+    finally:
+        assert s.stop() == 0, s.logtext()
 
 
 def test_kv_exhaustion_preempts_without_corruption(server, model_path, report):
@@ -241,6 +284,11 @@ def test_load_32_clients(server, report):
     n = 32 * per
     assert failures == 0
     assert after['lockstep_requests_total{status="2xx"}'] - before['lockstep_requests_total{status="2xx"}'] >= n
+    # the gauges are published at the end of the engine step that answered the last request
+    deadline = time.time() + 10
+    while after["lockstep_kv_blocks_used"] != 0 and time.time() < deadline:
+        time.sleep(0.05)
+        after = server.metrics()
     assert after["lockstep_kv_blocks_used"] == 0
     report(f"server load: {n} requests from 32 clients, 0 failures, {dt:.1f} s ({n / dt:.0f} req/s)")
 

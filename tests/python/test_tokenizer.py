@@ -48,7 +48,8 @@ class ChatMsg(ctypes.Structure):
 
 
 def _load_lib() -> ctypes.CDLL:
-    so = _resolve(os.environ.get("LOCKSTEP_BUILD", "build")) / "liblockstep.so"
+    # the tokenizer's and chat templates' own functions are internal: the test build exports them
+    so = _resolve(os.environ.get("LOCKSTEP_BUILD", "build")) / "liblockstep_test.so"
     if not so.exists():
         pytest.fail(f"{so} not found: run `make lib` first")
     L = ctypes.CDLL(str(so))

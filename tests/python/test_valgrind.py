@@ -1,4 +1,5 @@
-"""valgrind memcheck of a short `lockstep run` and a short `lockstep serve` session
+"""valgrind memcheck of a short `lockstep run` and a short `lockstep serve` session, both
+without the parity probe (which test_probe runs under ASan+UBSan)
 (issue 8): 0 errors and 0 leaks of any kind (definite, indirect, possible, still
 reachable).
 
@@ -48,11 +49,12 @@ def check_report(log: str):
 def test_run_memcheck(tmp_path):
     log = tmp_path / "vg.log"
     r = subprocess.run([*VALGRIND, f"--log-file={log}", str(EXE), "run", "-m", str(MODEL),
-                        "-p", "The capital of France is", "-n", "3", "--temp", "0"],
+                        "-p", "The capital of France is", "-n", "3", "--temp", "0", "--no-probe"],
                        capture_output=True, text=True, timeout=900)
     report = log.read_text()
     assert r.returncode == 0, f"rc={r.returncode}\n{r.stderr[-3000:]}\n{report[-3000:]}"
-    assert "parity: verified" in r.stderr  # the startup probe ran too (avx2 vs scalar)
+    # (the parity probe is memory-checked under ASan+UBSan instead: tests/unit/test_probe.c,
+    # make test-asan; under valgrind its three draws on two engines take many minutes)
     check_report(report)
 
 

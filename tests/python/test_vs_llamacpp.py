@@ -84,17 +84,11 @@ def llama_run(ref, toks):
 
 
 def ours_run(ours, toks):
-    ctx = ours.context(n_ctx=512, threads=2)
+    eng = ours.engine(n_ctx=512, threads=2)
     try:
-        last = ctx.eval(toks)
-        lg, out = last, []
-        for _ in range(N_GREEDY):
-            t = int(np.argmax(lg))
-            out.append(t)
-            lg = ctx.eval([t])
-        return last, out
+        return eng.greedy(toks, N_GREEDY)  # temperature 0: argmax, lowest id on ties (as np.argmax)
     finally:
-        ctx.close()
+        eng.close()
 
 
 @pytest.fixture(scope="module")

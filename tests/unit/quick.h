@@ -4,6 +4,7 @@
  * sanitizer runs in CI (.ci/run): every path is still reached, each about once. */
 #ifndef LOCKSTEP_TEST_QUICK_H
 #define LOCKSTEP_TEST_QUICK_H
+#include <stdio.h>
 #include <stdlib.h>
 
 static inline int test_quick(void) {
@@ -18,7 +19,7 @@ static inline int test_quick(void) {
 #define SKIP_AT_SMOKE()                                                       \
     do {                                                                      \
         if (test_quick() == 2) {                                              \
-            print_message("skipped at smoke size (LOCKSTEP_TEST_QUICK=2)\n"); \
+            printf("SKIPPED: %s at smoke size (LOCKSTEP_TEST_QUICK=2)\n", __func__); \
             skip();                                                           \
         }                                                                     \
     } while (0)

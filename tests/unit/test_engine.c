@@ -14,6 +14,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "fixture.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,16 +24,11 @@
 #include "engine/engine.h"
 #include "engine/kvcache.h"
 #include "model/model.h"
-#include "spec/spec.h"
+#include "speculative/spec.h"
 
 #define BS LS_KV_BLOCK
 
-static uint64_t rng_next(uint64_t *s) { /* splitmix64 */
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+static uint64_t rng_next(uint64_t *s) { return ls_splitmix64(s); }
 static int32_t rng_int(uint64_t *s, int32_t lo, int32_t hi) { /* [lo, hi] */
     return lo + (int32_t)(rng_next(s) % (uint64_t)(hi - lo + 1));
 }
@@ -210,19 +207,15 @@ static void test_kvc_lru_evicts_leaves_first(void **state) {
 
 /* ============================ the real model ============================== */
 
-static const char *model_path(void) {
-    const char *p = getenv("MODEL");
-    return p ? p : "models/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
 
 static ls_model *g_model;
 static int32_t g_V;
 
 static int group_setup(void **state) {
     (void)state;
-    if (access(model_path(), R_OK) != 0) return 0;
+    if (access(fx_model_path(), R_OK) != 0) return 0;
     ls_err err;
-    g_model = ls_model_load((ls_model_params){.path = model_path()}, &err);
+    g_model = ls_model_load(&(ls_model_params){.size = sizeof(ls_model_params), .path = fx_model_path()}, &err);
     if (!g_model) {
         fprintf(stderr, "load: %s\n", err.msg);
         return -1;
@@ -235,13 +228,6 @@ static int group_teardown(void **state) {
     ls_model_free(g_model);
     return 0;
 }
-#define NEED_MODEL()                                                   \
-    do {                                                               \
-        if (!g_model) {                                                \
-            print_message("skipped: no model at %s\n", model_path()); \
-            skip();                                                    \
-        }                                                              \
-    } while (0)
 
 /* What one request produced. */
 #define MAXGEN 16
@@ -305,7 +291,7 @@ typedef struct {
 } req_spec;
 
 static ls_request make_request(const req_spec *r, outcome *o) {
-    ls_request q = {0};
+    ls_request q = LS_REQUEST_INIT;
     q.prompt = r->prompt;
     q.n_prompt = r->n_prompt;
     q.sampling = r->sp;
@@ -328,9 +314,9 @@ static void run_to_idle(ls_engine *e) {
 /* The solo run: one request alone, one chunk, no prefix cache, 1 thread. */
 static void run_solo(const req_spec *r, outcome *o) {
     ls_err err;
-    ls_engine_params p = {.n_ctx = 512, .n_seq_max = 1, .step_tokens = 512, .n_threads = 1, .isa = -1,
+    ls_engine_params p = {.size = sizeof(ls_engine_params), .n_ctx = 512, .n_seq_max = 1, .step_tokens = 512, .n_threads = 1, .isa = -1,
                           .no_prefix_cache = true};
-    ls_engine *e = ls_engine_create(g_model, p, &err);
+    ls_engine *e = ls_engine_create(g_model, &p, &err);
     assert_non_null(e);
     ls_request q = make_request(r, o);
     assert_int_equal(ls_engine_submit(e, &q, NULL, &err), LS_OK);
@@ -349,11 +335,11 @@ static void tokenize(const char *text, int32_t *out, int32_t cap, int32_t *n) {
 
 static void test_engine_rejects_bad_requests(void **state) {
     (void)state;
-    NEED_MODEL();
+    FX_NEED(g_model);
     ls_err err;
-    ls_engine_params p = {.n_ctx = 64, .n_seq_max = 2, .step_tokens = 32, .n_threads = 1, .isa = -1,
+    ls_engine_params p = {.size = sizeof(ls_engine_params), .n_ctx = 64, .n_seq_max = 2, .step_tokens = 32, .n_threads = 1, .isa = -1,
                           .kv_mem = (int64_t)ls_kv_block_bytes(g_model) * 3};
-    ls_engine *e = ls_engine_create(g_model, p, &err);
+    ls_engine *e = ls_engine_create(g_model, &p, &err);
     assert_non_null(e);
     int32_t prompt[80];
     for (int i = 0; i < 80; i++) prompt[i] = 100 + i;
@@ -384,16 +370,19 @@ static void test_engine_rejects_bad_requests(void **state) {
     assert_true(ls_engine_idle(e));
     ls_engine_free(e);
     /* bad engine parameters */
+    const size_t z = sizeof(ls_engine_params);
     ls_engine_params bad[] = {
-        {.n_ctx = 999999, .isa = -1},
-        {.n_seq_max = 8, .step_tokens = 4, .isa = -1},
-        {.kv_mem = 1000, .isa = -1},
-        {.n_threads = -1, .isa = -1},
+        {.size = z, .n_ctx = 999999, .isa = -1},
+        {.size = z, .n_seq_max = 8, .step_tokens = 4, .isa = -1},
+        {.size = z, .kv_mem = 1000, .isa = -1},
+        {.size = z, .n_threads = -1, .isa = -1},
+        {.size = z, .kernels = "fastest", .isa = -1},
+        {.size = 0, .isa = -1},
     };
     const char *msgs[] = {"exceeds the model's trained context", "at least the number of parallel", "less than one KV block",
-                          "negative"};
+                          "negative", "no kernel family 'fastest'", "engine params.size is 0"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        assert_null(ls_engine_create(g_model, bad[i], &err));
+        assert_null(ls_engine_create(g_model, &bad[i], &err));
         if (!strstr(err.msg, msgs[i])) fail_msg("engine case %zu: '%s' lacks '%s'", i, err.msg, msgs[i]);
     }
 }
@@ -401,7 +390,7 @@ static void test_engine_rejects_bad_requests(void **state) {
 /* The engine's solo run equals the single-sequence ls_ctx path, logits and tokens. */
 static void test_engine_solo_matches_ctx(void **state) {
     (void)state;
-    NEED_MODEL();
+    FX_NEED(g_model);
     const char *texts[] = {"<|im_start|>user\nName three colours.<|im_end|>\n<|im_start|>assistant\n",
                            "The quick brown fox", "1, 2, 3, 4,"};
     for (int t = 0; t < 3; t++) {
@@ -432,10 +421,10 @@ static void test_engine_solo_matches_ctx(void **state) {
 
 static void test_engine_stops_and_cancel(void **state) {
     (void)state;
-    NEED_MODEL();
+    FX_NEED(g_model);
     ls_err err;
-    ls_engine_params p = {.n_ctx = 256, .n_seq_max = 4, .step_tokens = 64, .n_threads = 1, .isa = -1};
-    ls_engine *e = ls_engine_create(g_model, p, &err);
+    ls_engine_params p = {.size = sizeof(ls_engine_params), .n_ctx = 256, .n_seq_max = 4, .step_tokens = 64, .n_threads = 1, .isa = -1};
+    ls_engine *e = ls_engine_create(g_model, &p, &err);
     req_spec r = {.max_tokens = 16, .sp = {.top_p = 1.0f}};
     tokenize("<|im_start|>user\nCount from 1 to 20, separated by commas.<|im_end|>\n<|im_start|>assistant\n",
              r.prompt, 300, &r.n_prompt);
@@ -495,10 +484,10 @@ static void test_engine_stops_and_cancel(void **state) {
  * positions past the cached blocks and gets the same logits. */
 static void test_engine_prefix_hit_after_one_step(void **state) {
     (void)state;
-    NEED_MODEL();
+    FX_NEED(g_model);
     ls_err err;
-    ls_engine_params p = {.n_ctx = 256, .n_seq_max = 2, .step_tokens = 256, .n_threads = 1, .isa = -1};
-    ls_engine *e = ls_engine_create(g_model, p, &err);
+    ls_engine_params p = {.size = sizeof(ls_engine_params), .n_ctx = 256, .n_seq_max = 2, .step_tokens = 256, .n_threads = 1, .isa = -1};
+    ls_engine *e = ls_engine_create(g_model, &p, &err);
     req_spec r = {.max_tokens = 1, .sp = {.top_p = 1.0f}};
     tokenize("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nWhat is two plus "
              "two? Think step by step and explain.<|im_end|>\n<|im_start|>assistant\n", r.prompt, 300, &r.n_prompt);
@@ -598,7 +587,7 @@ static void run_case(uint64_t seed, suite_totals *tot) {
         cancel_it[i] = i > 0 && rng_int(&rs, 0, 9) == 0;
         spec[i] = rng_int(&rs, 0, 3) == 0 ? rng_int(&rs, 1, 4) : 0;
     }
-    ls_engine_params p = {.n_ctx = 256, .isa = -1};
+    ls_engine_params p = {.size = sizeof(ls_engine_params), .n_ctx = 256, .isa = -1};
     p.n_threads = rng_int(&rs, 1, 2);
     p.n_seq_max = rng_int(&rs, 1, n < 33 ? n : 33);
     p.step_tokens = rng_int(&rs, p.n_seq_max > 8 ? p.n_seq_max : 8, 160);
@@ -607,7 +596,7 @@ static void run_case(uint64_t seed, suite_totals *tot) {
     if (rng_int(&rs, 0, 2) == 0) /* a small cache: forces preemption and eviction */
         p.kv_mem = (int64_t)ls_kv_block_bytes(g_model) * rng_int(&rs, 11, 24);
     ls_err err;
-    ls_engine *e = ls_engine_create(g_model, p, &err);
+    ls_engine *e = ls_engine_create(g_model, &p, &err);
     if (!e) fail_msg("case seed %llu: engine: %s", (unsigned long long)seed, err.msg);
     outcome *o = calloc((size_t)n, sizeof *o);
     uint64_t *ids = calloc((size_t)n, sizeof *ids);
@@ -630,11 +619,11 @@ static void run_case(uint64_t seed, suite_totals *tot) {
                     q.draft = oracle_draft;
                     q.draft_ud = &o[i];
                 } else if (spec[i] > 1) {
-                    ls_spec_params sp = {.kind = spec[i] == 2 ? LS_SPEC_NGRAM : spec[i] == 3 ? LS_SPEC_LAYERSKIP : LS_SPEC_DRAFT,
+                    ls_spec_params sp = {.size = sizeof(ls_spec_params), .kind = spec[i] == 2 ? LS_SPEC_NGRAM : spec[i] == 3 ? LS_SPEC_LAYERSKIP : LS_SPEC_DRAFT,
                                          .draft_max = p.draft_max ? p.draft_max : 1, .draft_min = 1, .ngram_min = 1,
-                                         .ngram_max = 3, .draft_model = g_model, .skip_first = 10, .n_ctx = p.n_ctx,
-                                         .n_threads = 1, .fixed_length = true /* always draft: exercise them */};
-                    dr[i] = ls_drafter_create(g_model, &sp, &q.sampling, &err);
+                                         .ngram_max = 3, .draft_model = g_model, .skip_first = 10,
+                                         .fixed_length = true /* always draft: exercise them */};
+                    dr[i] = ls_drafter_create(e, &sp, &q.sampling, &err);
                     if (!dr[i]) fail_msg("case seed %llu: drafter: %s", (unsigned long long)seed, err.msg);
                     q.draft = ls_drafter_draft;
                     q.draft_ud = dr[i];
@@ -688,7 +677,7 @@ static void run_case(uint64_t seed, suite_totals *tot) {
 
 static void test_engine_random_parity(void **state) {
     (void)state;
-    NEED_MODEL();
+    FX_NEED(g_model);
     build_pool();
     const char *one = getenv("LOCKSTEP_CASE_SEED"), *nc = getenv("LOCKSTEP_ENGINE_CASES");
     int n_cases = nc ? atoi(nc) : 200;

@@ -20,6 +20,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "fixture.h"
+
 #include <fcntl.h>
 #include <malloc.h>
 #include <stdio.h>
@@ -31,14 +33,10 @@
 #include "engine/engine.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
-#include "spec/spec.h"
+#include "speculative/spec.h"
 #include "util/alloc.h"
 #include "quick.h"
 
-static const char *model_path(void) {
-    const char *p = getenv("MODEL");
-    return p ? p : "models/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
 
 /* Bytes the process has allocated from glibc's heap (small and mmap'd chunks).  Exact
  * only without the per-thread cache, whose free chunks count as in use: main() runs
@@ -53,9 +51,9 @@ static int32_t g_V;
 
 static int group_setup(void **state) {
     (void)state;
-    if (access(model_path(), R_OK) != 0) return 0;
+    if (access(fx_model_path(), R_OK) != 0) return 0;
     ls_err err;
-    g_model = ls_model_load((ls_model_params){.path = model_path()}, &err);
+    g_model = ls_model_load(&(ls_model_params){.size = sizeof(ls_model_params), .path = fx_model_path()}, &err);
     if (!g_model) {
         fprintf(stderr, "load: %s\n", err.msg);
         return -1;
@@ -68,13 +66,6 @@ static int group_teardown(void **state) {
     ls_model_free(g_model);
     return 0;
 }
-#define NEED_MODEL()                                                   \
-    do {                                                               \
-        if (!g_model) {                                                \
-            print_message("skipped: no model at %s\n", model_path()); \
-            skip();                                                    \
-        }                                                              \
-    } while (0)
 
 /* ---- the hook itself ------------------------------------------------------ */
 
@@ -122,13 +113,13 @@ static int32_t fault_points(uint64_t total, uint64_t *pts) {
 
 static void test_model_load_sweep(void **state) {
     (void)state;
-    NEED_MODEL();
+    FX_NEED(g_model);
     ls_err err;
-    ls_model_params mp = {.path = model_path()};
-    ls_model_free(ls_model_load(mp, &err)); /* warm: one-time allocations of the C library */
+    ls_model_params mp = {.size = sizeof(ls_model_params), .path = fx_model_path()};
+    ls_model_free(ls_model_load(&mp, &err)); /* warm: one-time allocations of the C library */
     size_t base = heap_in_use();
     ls_alloc_count_start();
-    ls_model *m = ls_model_load(mp, &err);
+    ls_model *m = ls_model_load(&mp, &err);
     ls_alloc_count_stop();
     uint64_t total = ls_alloc_count();
     assert_non_null(m);
@@ -142,7 +133,7 @@ static void test_model_load_sweep(void **state) {
     for (int32_t i = 0; i < np; i++) {
         ls_err_clear(&err);
         ls_alloc_fail_nth(pts[i]);
-        m = ls_model_load(mp, &err);
+        m = ls_model_load(&mp, &err);
         int fired = ls_alloc_failed();
         ls_alloc_fail_nth(0);
         assert_true(fired);
@@ -155,7 +146,7 @@ static void test_model_load_sweep(void **state) {
             fail_msg("allocation %llu of %llu: %zd bytes leaked", (unsigned long long)pts[i],
                      (unsigned long long)total, (ssize_t)(heap_in_use() - base));
     }
-    m = ls_model_load(mp, &err); /* and the next load works */
+    m = ls_model_load(&mp, &err); /* and the next load works */
     assert_non_null(m);
     ls_model_free(m);
     print_message("model load: %d of %llu allocations failed in turn, each an out-of-memory error, no leak\n", np,
@@ -211,7 +202,7 @@ static const char *const k_prompts[NREQ] = {
 static int32_t g_prompt[NREQ][64], g_n_prompt[NREQ];
 
 static ls_request request_for(int i, outcome *o, ls_drafter *dr) {
-    ls_request q = {0};
+    ls_request q = LS_REQUEST_INIT;
     q.prompt = g_prompt[i];
     q.n_prompt = g_n_prompt[i];
     q.sampling = (ls_sampler_params){.temperature = i == 2 ? 0.8f : 0.0f, .top_k = 40, .top_p = 0.95f, .seed = 7};
@@ -229,17 +220,17 @@ static ls_request request_for(int i, outcome *o, ls_drafter *dr) {
 
 static ls_engine *new_engine(void) {
     ls_err err;
-    ls_engine_params p = {.n_ctx = 256, .n_seq_max = 4, .step_tokens = 64, .n_threads = 1, .isa = -1, .draft_max = 4};
-    ls_engine *e = ls_engine_create(g_model, p, &err);
+    ls_engine_params p = {.size = sizeof(ls_engine_params), .n_ctx = 256, .n_seq_max = 4, .step_tokens = 64, .n_threads = 1, .isa = -1, .draft_max = 4};
+    ls_engine *e = ls_engine_create(g_model, &p, &err);
     if (!e) fail_msg("engine: %s", err.msg);
     return e;
 }
 
-static ls_drafter *new_drafter(const ls_request *q) {
+static ls_drafter *new_drafter(ls_engine *e, const ls_request *q) {
     ls_err err;
-    ls_spec_params sp = {.kind = LS_SPEC_NGRAM, .draft_max = 4, .draft_min = 1, .ngram_min = 1, .ngram_max = 3,
-                         .n_ctx = 256, .n_threads = 1, .fixed_length = true};
-    ls_drafter *d = ls_drafter_create(g_model, &sp, &q->sampling, &err);
+    ls_spec_params sp = {.size = sizeof(ls_spec_params), .kind = LS_SPEC_NGRAM, .draft_max = 4, .draft_min = 1,
+                         .ngram_min = 1, .ngram_max = 3, .fixed_length = true};
+    ls_drafter *d = ls_drafter_create(e, &sp, &q->sampling, &err);
     if (!d) fail_msg("drafter: %s", err.msg);
     return d;
 }
@@ -279,7 +270,7 @@ static void run_reference(void) {
     for (int i = 0; i < NREQ; i++) {
         outcome_reset(&g_ref[i]);
         ls_request q = request_for(i, &g_ref[i], NULL);
-        if (i == 1) q = request_for(i, &g_ref[i], dr = new_drafter(&q));
+        if (i == 1) q = request_for(i, &g_ref[i], dr = new_drafter(e, &q));
         assert_int_equal(ls_engine_submit(e, &q, NULL, &err), LS_OK);
     }
     run_to_idle(e, true);
@@ -313,7 +304,7 @@ static bool prefix_of(const outcome *a, const outcome *ref) {
  * submitted for real, and everything equals the reference. */
 static void test_admission_sweep(void **state) {
     (void)state;
-    NEED_MODEL();
+    FX_NEED(g_model);
     SKIP_AT_SMOKE();
     setup_outcomes();
     run_reference();
@@ -327,7 +318,7 @@ static void test_admission_sweep(void **state) {
         assert_int_equal(ls_engine_submit(e, &q0, NULL, &err), LS_OK);
         for (int s = 0; s < 3; s++) assert_int_equal(ls_engine_step(e, NULL, &err), LS_OK);
         ls_request q1 = request_for(1, &g_got[1], NULL);
-        ls_drafter *dr = new_drafter(&q1);
+        ls_drafter *dr = new_drafter(e, &q1);
         q1 = request_for(1, &g_got[1], dr);
         if (nth == 0) {
             ls_alloc_count_start();
@@ -370,7 +361,7 @@ static void test_admission_sweep(void **state) {
  * delivered a prefix of its reference; every other request equals its reference. */
 static void test_step_sweep(void **state) {
     (void)state;
-    NEED_MODEL();
+    FX_NEED(g_model);
     SKIP_AT_SMOKE();
     setup_outcomes();
     run_reference();
@@ -384,7 +375,7 @@ static void test_step_sweep(void **state) {
         for (int i = 0; i < NREQ; i++) {
             outcome_reset(&g_got[i]);
             ls_request q = request_for(i, &g_got[i], NULL);
-            if (i == 1) q = request_for(i, &g_got[i], dr = new_drafter(&q));
+            if (i == 1) q = request_for(i, &g_got[i], dr = new_drafter(e, &q));
             assert_int_equal(ls_engine_submit(e, &q, NULL, &err), LS_OK);
         }
         if (nth == 0) ls_alloc_count_start();
@@ -444,18 +435,18 @@ static int copy_file(const char *from, const char *to) {
 
 static void test_truncated_while_mapped(void **state) {
     (void)state;
-    NEED_MODEL();
+    FX_NEED(g_model);
     char path[] = "/tmp/lockstep-trunc-XXXXXX";
     int fd = mkstemp(path);
     assert_true(fd >= 0);
     close(fd);
-    assert_int_equal(copy_file(model_path(), path), 0);
+    assert_int_equal(copy_file(fx_model_path(), path), 0);
     ls_err err;
     gguf_file *g = gguf_open(path, &err); /* mapped, header parsed */
     assert_non_null(g);
     uint64_t size = gguf_file_size(g);
     assert_int_equal(truncate(path, (off_t)(size / 2)), 0); /* another process truncates it */
-    ls_model *m = ls_model_load_gguf(g, (ls_model_params){.path = path}, &err); /* takes g */
+    ls_model *m = ls_model_load_gguf(g, &(ls_model_params){.size = sizeof(ls_model_params), .path = path}, &err); /* takes g */
     assert_null(m);
     assert_int_equal(err.code, LS_E_IO);
     if (!strstr(err.msg, "truncated") || !strstr(err.msg, path)) fail_msg("unexpected message: %s", err.msg);

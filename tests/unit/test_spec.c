@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "fixture.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,28 +20,19 @@
 #include "engine/engine.h"
 #include "gguf/gguf.h"
 #include "gguf/gguf_write.h"
-#include "spec/spec.h"
+#include "speculative/spec.h"
 #include "quick.h"
 
-static uint64_t rng_next(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+static uint64_t rng_next(uint64_t *s) { return ls_splitmix64(s); }
 
-static const char *model_path(void) {
-    const char *p = getenv("MODEL");
-    return p ? p : "models/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
 static ls_model *g_model;
 static int32_t g_V;
 
 static int group_setup(void **state) {
     (void)state;
-    if (access(model_path(), R_OK) != 0) return 0;
+    if (access(fx_model_path(), R_OK) != 0) return 0;
     ls_err err;
-    g_model = ls_model_load((ls_model_params){.path = model_path()}, &err);
+    g_model = ls_model_load(&(ls_model_params){.size = sizeof(ls_model_params), .path = fx_model_path()}, &err);
     if (!g_model) return -1;
     g_V = (int32_t)ls_model_hparams(g_model)->n_vocab;
     return 0;
@@ -54,14 +47,14 @@ static int group_teardown(void **state) {
  * matching suffix (n from max down to min), as a brute-force search finds it. */
 static void test_ngram_matches_brute_force(void **state) {
     (void)state;
-    if (!g_model) skip();
+    FX_NEED(g_model);
     uint64_t rs = 7;
     for (int trial = 0; trial < 300; trial++) {
-        ls_spec_params p = {.kind = LS_SPEC_NGRAM, .draft_max = 8, .draft_min = 1, .ngram_min = 1 + trial % 2,
+        ls_spec_params p = {.size = sizeof(ls_spec_params), .kind = LS_SPEC_NGRAM, .draft_max = 8, .draft_min = 1, .ngram_min = 1 + trial % 2,
                             .ngram_max = 3 + trial % 3, .fixed_length = true};
         ls_sampler_params sp = {.top_p = 1.0f};
         ls_err err;
-        ls_drafter *d = ls_drafter_create(g_model, &p, &sp, &err);
+        ls_drafter *d = ls_drafter_create_for(g_model, 512, NULL, LS_ISA_AUTO, &p, &sp, &err);
         assert_non_null(d);
         int32_t h[400];
         int32_t n = 0, alpha = 2 + (int32_t)(rng_next(&rs) % 6);
@@ -111,16 +104,16 @@ static void on_event(void *ud, const ls_event *ev) {
 static void run(const int32_t *prompt, int32_t n_prompt, ls_sampler_params sp, int32_t max_tokens,
                 const ls_spec_params *spec, outcome *o) {
     ls_err err;
-    ls_engine_params ep = {.n_ctx = 256, .n_seq_max = 1, .step_tokens = 256, .n_threads = 1, .isa = -1,
+    ls_engine_params ep = {.size = sizeof(ls_engine_params), .n_ctx = 256, .n_seq_max = 1, .step_tokens = 256, .n_threads = 1, .isa = -1,
                            .draft_max = spec ? spec->draft_max : 0};
-    ls_engine *e = ls_engine_create(g_model, ep, &err);
+    ls_engine *e = ls_engine_create(g_model, &ep, &err);
     assert_non_null(e);
     ls_drafter *d = NULL;
     if (spec) {
-        d = ls_drafter_create(g_model, spec, &sp, &err);
+        d = ls_drafter_create(e, spec, &sp, &err);
         if (!d) fail_msg("drafter: %s", err.msg);
     }
-    ls_request q = {.prompt = prompt, .n_prompt = n_prompt, .sampling = sp, .max_tokens = max_tokens,
+    ls_request q = {.size = sizeof(ls_request), .prompt = prompt, .n_prompt = n_prompt, .sampling = sp, .max_tokens = max_tokens,
                     .want_logits = true, .on_event = on_event, .ud = o};
     if (d) {
         q.draft = ls_drafter_draft;
@@ -136,7 +129,7 @@ static void run(const int32_t *prompt, int32_t n_prompt, ls_sampler_params sp, i
 
 static void test_spec_equals_plain(void **state) {
     (void)state;
-    if (!g_model) skip();
+    FX_NEED(g_model);
     const char *text = "<|im_start|>user\nHere is a list: red apple, green pear, yellow banana, purple plum, orange "
                        "orange. Repeat the list exactly, then say done.<|im_end|>\n<|im_start|>assistant\n";
     int32_t prompt[128];
@@ -160,8 +153,8 @@ static void test_spec_equals_plain(void **state) {
                 if ((quick && k != 1 && k != 3 && k != 8) || (quick == 2 && k != 3)) continue;
                 /* fixed_length: draft exactly k every step (the adaptive length would rightly
                  * never draft with the target as its own draft: nothing would be tested) */
-                ls_spec_params p = {.kind = kinds[ki], .draft_max = k, .draft_min = 1, .ngram_min = 2, .ngram_max = 4,
-                                    .draft_model = g_model, .skip_first = 12, .n_ctx = 256, .n_threads = 1,
+                ls_spec_params p = {.size = sizeof(ls_spec_params), .kind = kinds[ki], .draft_max = k, .draft_min = 1, .ngram_min = 2, .ngram_max = 4,
+                                    .draft_model = g_model, .skip_first = 12,
                                     .fixed_length = kinds[ki] != LS_SPEC_NGRAM};
                 outcome o = {0};
                 o.logits = malloc(sizeof(float) * (size_t)g_V * 64);
@@ -190,12 +183,11 @@ static void test_spec_equals_plain(void **state) {
  * own draft costs a full forward per draft token), while ngram drafts stay on. */
 static void test_adaptive_declines_costly_drafter(void **state) {
     (void)state;
-    if (!g_model) skip();
+    FX_NEED(g_model);
     ls_err err;
     ls_sampler_params sp = {.top_p = 1.0f};
-    ls_spec_params p = {.kind = LS_SPEC_DRAFT, .draft_max = 8, .draft_min = 1, .draft_model = g_model, .n_ctx = 64,
-                        .n_threads = 1};
-    ls_drafter *d = ls_drafter_create(g_model, &p, &sp, &err);
+    ls_spec_params p = {.size = sizeof(ls_spec_params), .kind = LS_SPEC_DRAFT, .draft_max = 8, .draft_min = 1, .draft_model = g_model};
+    ls_drafter *d = ls_drafter_create_for(g_model, 64, NULL, LS_ISA_AUTO, &p, &sp, &err);
     int32_t h[40], out[8];
     for (int i = 0; i < 40; i++) h[i] = 100 + i % 5;
     for (int step = 0; step < 30; step++) assert_int_equal(ls_drafter_draft(d, h, 10 + step, out, 8), 0);
@@ -203,28 +195,28 @@ static void test_adaptive_declines_costly_drafter(void **state) {
     p.kind = LS_SPEC_NGRAM;
     p.ngram_min = 1;
     p.ngram_max = 3;
-    d = ls_drafter_create(g_model, &p, &sp, &err);
+    d = ls_drafter_create_for(g_model, 64, NULL, LS_ISA_AUTO, &p, &sp, &err);
     assert_true(ls_drafter_draft(d, h, 20, out, 8) > 0); /* a repeating history: proposals */
     ls_drafter_free(d);
 }
 
 static void test_spec_bad_params(void **state) {
     (void)state;
-    if (!g_model) skip();
+    FX_NEED(g_model);
     ls_err err;
     ls_spec_kind k;
     assert_int_equal(ls_spec_kind_from_name("bogus", &k, &err), LS_E_INVALID);
     assert_non_null(strstr(err.msg, "unknown drafter 'bogus'"));
     assert_int_equal(ls_spec_kind_from_name("mtp", &k, &err), LS_OK);
-    ls_spec_params p = {.kind = LS_SPEC_DRAFT, .draft_max = 4, .n_ctx = 64};
-    assert_int_equal(ls_spec_check(g_model, &p, &err), LS_E_INVALID);
+    ls_spec_params p = {.size = sizeof(ls_spec_params), .kind = LS_SPEC_DRAFT, .draft_max = 4};
+    assert_int_equal(ls_spec_check_model(g_model, 64, &p, &err), LS_E_INVALID);
     assert_non_null(strstr(err.msg, "--draft-model"));
     int32_t layers[2] = {0, 99};
-    p = (ls_spec_params){.kind = LS_SPEC_LAYERSKIP, .draft_max = 4, .layers = layers, .n_layers = 2, .n_ctx = 64};
-    assert_int_equal(ls_spec_check(g_model, &p, &err), LS_E_INVALID);
+    p = (ls_spec_params){.size = sizeof(ls_spec_params), .kind = LS_SPEC_LAYERSKIP, .draft_max = 4, .layers = layers, .n_layers = 2};
+    assert_int_equal(ls_spec_check_model(g_model, 64, &p, &err), LS_E_INVALID);
     assert_non_null(strstr(err.msg, "layer 99 does not exist"));
-    p = (ls_spec_params){.kind = LS_SPEC_NGRAM, .draft_max = 0, .n_ctx = 64};
-    assert_int_equal(ls_spec_check(g_model, &p, &err), LS_E_INVALID);
+    p = (ls_spec_params){.size = sizeof(ls_spec_params), .kind = LS_SPEC_NGRAM, .draft_max = 0};
+    assert_int_equal(ls_spec_check_model(g_model, 64, &p, &err), LS_E_INVALID);
     assert_non_null(strstr(err.msg, "--draft-max"));
 }
 
@@ -279,7 +271,7 @@ static void copy_kv(gguf_writer *w, const gguf_kv *kv) {
 
 static void build_mtp_model(void) {
     ls_err err;
-    gguf_file *f = gguf_open(model_path(), &err);
+    gguf_file *f = gguf_open(fx_model_path(), &err);
     assert_non_null(f);
     gguf_writer *w = gguf_writer_create();
     for (uint64_t i = 0; i < gguf_n_kv(f); i++) copy_kv(w, gguf_kv_at(f, i));
@@ -320,13 +312,13 @@ static void build_mtp_model(void) {
 
 static void test_mtp_equals_plain(void **state) {
     (void)state;
-    if (!g_model) skip();
+    FX_NEED(g_model);
     ls_err err;
-    assert_int_equal(ls_spec_check(g_model, &(ls_spec_params){.kind = LS_SPEC_MTP, .draft_max = 4, .n_ctx = 64}, &err),
+    assert_int_equal(ls_spec_check_model(g_model, 64, &(ls_spec_params){.size = sizeof(ls_spec_params), .kind = LS_SPEC_MTP, .draft_max = 4}, &err),
                      LS_E_UNSUPPORTED); /* the default model has no MTP module */
     assert_non_null(strstr(err.msg, "no"));
     build_mtp_model();
-    ls_model *mm = ls_model_load((ls_model_params){.path = g_mtp_path}, &err);
+    ls_model *mm = ls_model_load(&(ls_model_params){.size = sizeof(ls_model_params), .path = g_mtp_path}, &err);
     remove(g_mtp_path);
     if (!mm) fail_msg("synthetic MTP model: %s", err.msg);
     assert_true(ls_model_has_mtp(mm));
@@ -354,7 +346,7 @@ static void test_mtp_equals_plain(void **state) {
         assert_memory_equal(base.logits, ref.logits, sizeof(float) * (size_t)g_V * (size_t)ref.n);
         for (int32_t k = 1; k <= 8; k++) {
             if ((test_quick() && k != 1 && k != 3 && k != 8) || (test_quick() == 2 && k != 3)) continue;
-            ls_spec_params p = {.kind = LS_SPEC_MTP, .draft_max = k, .draft_min = 1, .n_ctx = 256, .n_threads = 1,
+            ls_spec_params p = {.size = sizeof(ls_spec_params), .kind = LS_SPEC_MTP, .draft_max = k, .draft_min = 1,
                                 .fixed_length = true};
             outcome o = {0};
             o.logits = malloc(sizeof(float) * (size_t)g_V * 64);

@@ -26,6 +26,7 @@ const ls_kvtab *ls_kvtab_for(ls_isa isa) {
     case LS_ISA_SCALAR: return &ls_vt_scalar;
     case LS_ISA_AVX2: return &ls_vt_avx2;
     case LS_ISA_AVX512: return &ls_vt_avx512;
+    default: break;
     }
     LS_ASSERT(!"ls_kvtab_for: unknown isa");
     return NULL;

@@ -72,6 +72,7 @@ const char *ls_isa_name(ls_isa isa) {
     case LS_ISA_SCALAR: return "scalar";
     case LS_ISA_AVX2: return "avx2";
     case LS_ISA_AVX512: return "avx512";
+    case LS_ISA_AUTO: return "auto";
     }
     return "unknown";
 }

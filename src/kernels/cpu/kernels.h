@@ -13,18 +13,14 @@
 
 #include "util/err.h"
 
-/* ---- instruction sets --------------------------------------------------- */
-typedef enum { LS_ISA_SCALAR = 0, LS_ISA_AVX2 = 1, LS_ISA_AVX512 = 2 } ls_isa;
-
-bool ls_isa_supported(ls_isa isa);  /* CPUID (+ OS xsave support), minus LOCKSTEP_CPU_HIDE (tests) */
-ls_isa ls_isa_best(void);
-const char *ls_isa_name(ls_isa isa);
-/* LOCKSTEP_ISA=scalar|avx2|avx512 forces one; unset means the best the CPU has.
+/* ---- instruction sets ---------------------------------------------------
+ * ls_isa, ls_isa_supported (CPUID + OS xsave support, minus LOCKSTEP_CPU_HIDE),
+ * ls_isa_best, ls_isa_name and ls_isa_from_name are public (lockstep.h).
+ * LOCKSTEP_ISA=scalar|avx2|avx512 forces one; unset means the best the CPU has.
  * Forcing one the CPU lacks, or an unknown name, is LS_E_UNSUPPORTED/LS_E_INVALID.
  * LOCKSTEP_CPU_HIDE=avx512|avx2 (tests) makes the process see a CPU without that
  * instruction set and those above it; another value is LS_E_INVALID. */
 ls_status ls_isa_from_env(ls_isa *out, ls_err *err);
-ls_status ls_isa_from_name(const char *name, ls_isa *out, ls_err *err);
 
 /* ---- thread pool: persistent workers; nothing allocates per call --------- */
 typedef struct ls_pool ls_pool;
@@ -58,14 +54,8 @@ extern const ls_mm_family ls_mm_wide, ls_mm_narrow;
 /* The built-in family of that name ("wide", "narrow"), or NULL. */
 const ls_mm_family *ls_mm_family_builtin(const char *name);
 
-/* Test-only fault injection (ls_kctx.faults, model.h's ls_fwd_params.faults): each bit
- * plants one deliberate parity bug in the live code path, so tests can show that the
- * probe catches it.  Always 0 outside tests. */
-enum {
-    LS_FAULT_KV_SKIP = 1u << 0,  /* forward: the K/V write of the first row of a later sequence in a batch is skipped */
-    LS_FAULT_THREADS = 1u << 1,  /* RMSNorm: output 0 of each row is one ulp off when the pool has more than one thread */
-    LS_FAULT_ISA = 1u << 2,      /* SwiGLU: output 0 of each row is one ulp off on every ISA but scalar */
-};
+/* Test-only fault injection: the LS_FAULT_* bits (lockstep.h) in ls_kctx.faults plant
+ * deliberate parity bugs in the live code path; always 0 outside tests. */
 
 /* ---- execution context: what one call runs with ------------------------- */
 typedef struct {

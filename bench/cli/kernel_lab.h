@@ -1,6 +1,6 @@
-/* bench.h - kernel benchmark: single-thread matmul speed per ISA, path and model shape. */
-#ifndef LS_KERNELS_CPU_BENCH_H
-#define LS_KERNELS_CPU_BENCH_H
+/* kernel_lab.h - the kernel lab: single-thread matmul speed per ISA, path and model shape. */
+#ifndef LS_BENCH_CLI_KERNEL_LAB_H
+#define LS_BENCH_CLI_KERNEL_LAB_H
 
 #include <stdbool.h>
 #include <stdio.h>

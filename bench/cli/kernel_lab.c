@@ -1,7 +1,8 @@
 /* bench.c - see bench.h.  Prediction for M = 1: the weights (~0.56 bytes/element for Q4_1)
  * are streamed once, so GB/s is the figure of merit; for large M, GFLOP/s. */
-#include "kernels/cpu/bench.h"
+#include "bench/cli/kernel_lab.h"
 #include "util/alloc.h"
+#include "util/util.h"
 
 #include <stdlib.h>
 #include <time.h>
@@ -14,12 +15,7 @@ static double ls_bench_now(void) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-static uint64_t ls_bench_rng(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+static uint64_t ls_bench_rng(uint64_t *s) { return ls_splitmix64(s); }
 
 static const char *ls_bench_path(int64_t M) { return M == 1 ? "narrow" : M < 16 ? "wide" : "gemm"; }
 

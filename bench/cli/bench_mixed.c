@@ -20,10 +20,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli/bench_common.h"
+#include "bench/cli/bench_common.h"
+#include "bench/cli/bench.h"
 #include "cli/cli.h"
+#include "util/util.h"
 #include "engine/engine.h"
-#include "spec/spec.h"
+#include "speculative/spec.h"
 
 static const char *help =
     "usage: lockstep bench mixed [-m MODEL] [-t THREADS] [--classic LIST] [--gen N] [--spec-gen N]\n"
@@ -92,18 +94,17 @@ typedef struct {
  * with_drafter gives it its drafter) and measures the full-mix window. */
 static ls_status run_mix(const mix_env *env, stream *s, int n, int n_classic, bool with_drafter, mix_result *res,
                          ls_err *err) {
-    ls_engine_params p = {.n_ctx = env->n_ctx, .n_seq_max = n, .step_tokens = 2048, .n_threads = env->threads,
+    ls_engine_params p = {.size = sizeof(ls_engine_params), .n_ctx = env->n_ctx, .n_seq_max = n, .step_tokens = 2048, .n_threads = env->threads,
                           .isa = -1, .draft_max = env->draft_max};
-    ls_engine *e = ls_engine_create(env->m, p, err);
+    ls_engine *e = ls_engine_create(env->m, &p, err);
     if (!e) return err->code;
     ls_drafter *d = NULL;
     ls_status st = LS_OK;
     if (with_drafter) {
         ls_sampler_params greedy = {.temperature = 0.0f, .top_p = 1.0f};
-        ls_spec_params sp = {.kind = env->kind, .draft_max = env->draft_max, .draft_min = 1, .ngram_min = 2,
-                             .ngram_max = 4, .draft_model = env->m, .n_ctx = env->n_ctx, .n_threads = env->threads,
-                             .pool = ls_fwd_pool(ls_engine_fwd(e))};
-        if (!(d = ls_drafter_create(env->m, &sp, &greedy, err))) {
+        ls_spec_params sp = {.size = sizeof(ls_spec_params), .kind = env->kind, .draft_max = env->draft_max, .draft_min = 1, .ngram_min = 2,
+                             .ngram_max = 4, .draft_model = env->m};
+        if (!(d = ls_drafter_create(e, &sp, &greedy, err))) {
             ls_engine_free(e);
             return err->code;
         }
@@ -111,7 +112,7 @@ static ls_status run_mix(const mix_env *env, stream *s, int n, int n_classic, bo
     for (int i = 0; i < n && !st; i++) {
         s[i].n = s[i].n_drafted = s[i].n_accepted = 0;
         s[i].done = false;
-        ls_request q = {.prompt = s[i].prompt, .n_prompt = s[i].n_prompt, .max_tokens = s[i].max_tokens,
+        ls_request q = {.size = sizeof(ls_request), .prompt = s[i].prompt, .n_prompt = s[i].n_prompt, .max_tokens = s[i].max_tokens,
                         .ignore_eos = true, .sampling = {.temperature = 0.0f, .top_p = 1.0f}, .on_event = on_event,
                         .ud = &s[i]};
         if (i == n_classic && d) {
@@ -209,7 +210,7 @@ int cli_bench_mixed(int argc, char **argv) {
     if (!spec_gen) spec_gen = 2 * gen;
     if (access(model_path, R_OK) != 0) return cli_usage_error(cmd, "cannot read model file '%s'", model_path);
     if (threads == 0) threads = bench_default_threads();
-    ls_model *m = ls_model_load((ls_model_params){.path = model_path}, &err);
+    ls_model *m = ls_model_load(&(ls_model_params){.size = sizeof(ls_model_params), .path = model_path}, &err);
     if (!m) {
         fprintf(stderr, "lockstep %s: cannot load '%s': %s\n", cmd, model_path, err.msg);
         return LS_EXIT_USAGE;

@@ -11,7 +11,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench/cli/bench.h"
 #include "cli/cli.h"
+#include "util/util.h"
 #include "engine/engine.h"
 
 static const char *help =
@@ -61,9 +63,9 @@ static void make_prompt(const int32_t *text, int32_t n_text, int32_t len, int32_
 
 static ls_status run_batch(const ls_model *m, int threads, int32_t B, bool shared, bool narrow, int32_t plen,
                            int32_t gen, const int32_t *text, int32_t n_text, batch_result *res, ls_err *err) {
-    ls_engine_params p = {.n_ctx = plen + gen + 16, .n_seq_max = B, .step_tokens = B > 256 ? B : 256,
-                          .n_threads = threads, .isa = -1, .narrow = narrow};
-    ls_engine *e = ls_engine_create(m, p, err);
+    ls_engine_params p = {.size = sizeof(ls_engine_params), .n_ctx = plen + gen + 16, .n_seq_max = B, .step_tokens = B > 256 ? B : 256,
+                          .n_threads = threads, .isa = -1, .kernels = narrow ? "narrow" : "auto"};
+    ls_engine *e = ls_engine_create(m, &p, err);
     if (!e) return err->code;
     counter c = {0};
     int32_t *prompt = malloc((size_t)plen * sizeof *prompt);
@@ -76,7 +78,7 @@ static ls_status run_batch(const ls_model *m, int threads, int32_t B, bool share
     double t0 = ls_now_ms();
     for (int32_t i = 0; i < B && !st; i++) {
         make_prompt(text, n_text, plen, i, shared, prompt);
-        ls_request q = {.prompt = prompt, .n_prompt = plen, .max_tokens = gen + 1, .ignore_eos = true,
+        ls_request q = {.size = sizeof(ls_request), .prompt = prompt, .n_prompt = plen, .max_tokens = gen + 1, .ignore_eos = true,
                         .sampling = {.temperature = 0.0f, .top_p = 1.0f}, .on_event = count_event, .ud = &c};
         st = ls_engine_submit(e, &q, NULL, err);
     }
@@ -111,15 +113,15 @@ typedef struct {
  * left in the cache (hit), versus an engine with an empty cache (miss). */
 static ls_status ttft(const ls_model *m, int threads, const int32_t *text, int32_t n_text, int32_t prefix,
                       int32_t suffix, bool hit, double *ms, ls_err *err) {
-    ls_engine_params p = {.n_ctx = prefix + suffix + 16, .n_seq_max = 2, .step_tokens = 512, .n_threads = threads,
+    ls_engine_params p = {.size = sizeof(ls_engine_params), .n_ctx = prefix + suffix + 16, .n_seq_max = 2, .step_tokens = 512, .n_threads = threads,
                           .isa = -1};
-    ls_engine *e = ls_engine_create(m, p, err);
+    ls_engine *e = ls_engine_create(m, &p, err);
     if (!e) return err->code;
     int32_t *prompt = malloc((size_t)(prefix + suffix) * sizeof *prompt);
     counter c = {0};
     ls_status st = prompt ? LS_OK : ls_err_set(err, LS_E_NOMEM, "out of memory");
     for (int32_t k = 0; prompt && k < prefix + suffix; k++) prompt[k] = text[k % n_text];
-    ls_request q = {.prompt = prompt, .n_prompt = prefix + suffix, .max_tokens = 1, .ignore_eos = true,
+    ls_request q = {.size = sizeof(ls_request), .prompt = prompt, .n_prompt = prefix + suffix, .max_tokens = 1, .ignore_eos = true,
                     .sampling = {.top_p = 1.0f}, .on_event = count_event, .ud = &c};
     if (!st && hit) { /* warm the cache with the prefix and a different continuation */
         q.n_prompt = prefix + 1;
@@ -198,7 +200,7 @@ int cli_bench_batch(int argc, char **argv) {
         threads = n > 0 ? n : 1;
     }
     ls_err err;
-    ls_model *m = ls_model_load((ls_model_params){.path = model_path}, &err);
+    ls_model *m = ls_model_load(&(ls_model_params){.size = sizeof(ls_model_params), .path = model_path}, &err);
     if (!m) {
         fprintf(stderr, "lockstep %s: cannot load '%s': %s\n", cmd, model_path, err.msg);
         return LS_EXIT_USAGE;

@@ -1,9 +1,10 @@
 /* spec.c - the ngram, draft-model and layer-skip drafters, and the adaptive draft
  * length they share (see spec.h). */
-#include "spec/spec.h"
+#include "speculative/spec.h"
 #include "util/alloc.h"
+#include "util/util.h"
 
-#include "engine/generate.h"
+#include "engine/engine.h"
 
 #include <stdio.h>
 #include <math.h>
@@ -30,7 +31,14 @@ const char *ls_spec_kind_name(ls_spec_kind k) {
                                     : "off";
 }
 
-ls_status ls_spec_check(const ls_model *target, const ls_spec_params *p, ls_err *err) {
+ls_status ls_spec_check(const ls_engine *e, const ls_spec_params *pp, ls_err *err) {
+    ls_spec_params p = LS_SPEC_PARAMS_INIT;
+    ls_status st = ls_params_take(&p, sizeof p, pp, "spec params", err);
+    if (st) return st;
+    return ls_spec_check_model(ls_engine_model(e), ls_engine_params_of(e)->n_ctx, &p, err);
+}
+
+ls_status ls_spec_check_model(const ls_model *target, int32_t n_ctx, const ls_spec_params *p, ls_err *err) {
     const ls_hparams *hp = ls_model_hparams(target);
     if (p->draft_max < 1 || p->draft_max > 64)
         return ls_err_set(err, LS_E_INVALID, "--draft-max %d is out of range (1..64)", p->draft_max);
@@ -54,9 +62,9 @@ ls_status ls_spec_check(const ls_model *target, const ls_spec_params *p, ls_err 
                 return ls_err_set(err, LS_E_INVALID, "the draft model's vocabulary differs from the target's at "
                                                      "token %u", i);
         }
-        if (ls_model_hparams(p->draft_model)->n_ctx_train < (uint32_t)p->n_ctx)
+        if (ls_model_hparams(p->draft_model)->n_ctx_train < (uint32_t)n_ctx)
             return ls_err_set(err, LS_E_INVALID, "the draft model's context (%u) is shorter than the target's (%d)",
-                              ls_model_hparams(p->draft_model)->n_ctx_train, p->n_ctx);
+                              ls_model_hparams(p->draft_model)->n_ctx_train, n_ctx);
     }
     if (p->kind == LS_SPEC_MTP && !ls_model_has_mtp(target))
         return ls_err_set(err, LS_E_UNSUPPORTED, "--spec mtp needs a model with an MTP module (nextn tensors); "
@@ -199,15 +207,30 @@ void ls_drafter_free(ls_drafter *d) {
     free(d);
 }
 
-ls_drafter *ls_drafter_create(const ls_model *target, const ls_spec_params *p, const ls_sampler_params *sp,
-                              ls_err *err) {
-    if (ls_spec_check(target, p, err)) return NULL;
+ls_drafter *ls_drafter_create(ls_engine *e, const ls_spec_params *pp, const ls_sampler_params *sp, ls_err *err) {
+    ls_spec_params p = LS_SPEC_PARAMS_INIT;
+    if (ls_params_take(&p, sizeof p, pp, "spec params", err)) return NULL;
+    ls_fwd *f = ls_engine_fwd(e);
+    return ls_drafter_create_for(ls_engine_model(e), ls_engine_params_of(e)->n_ctx, ls_fwd_pool(f), ls_fwd_isa(f), &p,
+                                 sp, err);
+}
+
+void ls_drafter_attach(ls_drafter *d, ls_request *r) {
+    r->draft = ls_drafter_draft;
+    r->draft_ud = d;
+    r->draft_observe = ls_drafter_wants_hidden(d) ? ls_drafter_observe : NULL;
+}
+
+ls_drafter *ls_drafter_create_for(const ls_model *target, int32_t n_ctx, ls_pool *pool, ls_isa isa,
+                                  const ls_spec_params *p, const ls_sampler_params *sp, ls_err *err) {
+    if (ls_spec_check_model(target, n_ctx, p, err)) return NULL;
     ls_drafter *d = ls_calloc(1, sizeof *d);
     if (!d) {
         ls_err_set(err, LS_E_NOMEM, "out of memory");
         return NULL;
     }
     d->p = *p;
+
     d->p.layers = NULL; /* copied into the context below */
     d->sp = *sp;
     d->acc_s = 2.0; /* prior: 2 of 3 drafted tokens accepted */
@@ -217,16 +240,16 @@ ls_drafter *ls_drafter_create(const ls_model *target, const ls_spec_params *p, c
     if (!d->prop) goto nomem;
     if (p->kind == LS_SPEC_MTP) {
         const ls_hparams *hp = ls_model_hparams(target);
-        d->n_ctx = p->n_ctx;
+        d->n_ctx = n_ctx;
         d->n_embd = (int32_t)hp->n_embd;
         d->n_vocab = (int32_t)hp->n_vocab;
-        ls_fwd_params fp = {.n_rows = LS_MTP_ROWS, .n_ctx = p->n_ctx, .n_threads = p->n_threads, .isa = -1,
-                            .pool = p->pool, .mtp = true};
+        ls_fwd_params fp = {.n_rows = LS_MTP_ROWS, .n_ctx = n_ctx, .n_threads = 1, .isa = (int32_t)isa,
+                            .pool = pool, .mtp = true};
         if (!(d->mf = ls_fwd_create(target, fp, err))) goto fail;
-        int32_t nb = (p->n_ctx + LS_KV_BLOCK - 1) / LS_KV_BLOCK;
+        int32_t nb = (n_ctx + LS_KV_BLOCK - 1) / LS_KV_BLOCK;
         if (!(d->mkv = ls_kv_store_create(target, nb, err))) goto fail;
         d->mtable = ls_malloc((size_t)nb * sizeof *d->mtable);
-        d->H = ls_malloc((size_t)p->n_ctx * hp->n_embd * sizeof(float));
+        d->H = ls_malloc((size_t)n_ctx * hp->n_embd * sizeof(float));
         d->hbuf = ls_malloc((size_t)LS_MTP_ROWS * hp->n_embd * sizeof(float));
         d->hchain = ls_malloc((size_t)hp->n_embd * sizeof(float));
         d->logits = ls_malloc((size_t)d->n_vocab * sizeof *d->logits);
@@ -239,7 +262,7 @@ ls_drafter *ls_drafter_create(const ls_model *target, const ls_spec_params *p, c
     if (p->kind == LS_SPEC_DRAFT || p->kind == LS_SPEC_LAYERSKIP) {
         const ls_model *m = p->kind == LS_SPEC_DRAFT ? p->draft_model : target;
         int32_t first[1024];
-        ls_ctx_params cp = {.n_ctx = p->n_ctx, .n_batch = 512, .n_threads = p->n_threads, .isa = -1, .pool = p->pool};
+        ls_ctx_params cp = {.n_ctx = n_ctx, .n_batch = 512, .n_threads = 1, .isa = (int32_t)isa, .pool = pool};
         if (p->kind == LS_SPEC_LAYERSKIP) {
             int32_t L = p->skip_first ? p->skip_first : (int32_t)ls_model_hparams(target)->n_layer / 2;
             if (p->layers) {
@@ -258,7 +281,7 @@ ls_drafter *ls_drafter_create(const ls_model *target, const ls_spec_params *p, c
         else /* the layers it runs, plus the head (about a third of this model's bytes per token) */
             d->draft_cost = 0.3 + 0.7 * (double)cp.n_layers / (double)ls_model_hparams(target)->n_layer;
         d->n_vocab = (int32_t)ls_model_hparams(m)->n_vocab;
-        d->done = ls_malloc((size_t)p->n_ctx * sizeof *d->done);
+        d->done = ls_malloc((size_t)n_ctx * sizeof *d->done);
         d->logits = ls_malloc((size_t)d->n_vocab * sizeof *d->logits);
         d->sscratch = ls_malloc(ls_sampler_scratch_bytes(d->n_vocab));
         if (!d->done || !d->logits || !d->sscratch) goto nomem;
@@ -446,140 +469,3 @@ static int32_t drafter_draft(ls_drafter *d, const int32_t *hist, int32_t n_hist,
     return n;
 }
 
-/* ---- single-stream speculative generation ------------------------------------ */
-#include "engine/engine.h"
-#include "engine/spec_probe.h"
-
-typedef struct {
-    const ls_gen_params *gp;
-    ls_gen_result *res;
-    size_t text_cap;
-    int32_t cap_tokens;
-    bool done, oom;
-    ls_finish finish;
-    int32_t n_drafted, n_accepted;
-    double t_first;
-} spec_run;
-
-static void spec_event(void *ud, const ls_event *ev) {
-    spec_run *r = ud;
-    ls_gen_result *res = r->res;
-    bool stop_tok = ev->done && ev->finish == LS_FINISH_STOP && ev->token >= 0 && ev->n_gen == res->n_gen;
-    if (ev->token >= 0 && !stop_tok && res->n_gen < r->cap_tokens) res->tokens[res->n_gen++] = ev->token;
-    if (ev->token >= 0 && !r->t_first) r->t_first = ls_now_ms();
-    if (ev->text_len) {
-        if (res->text_len + ev->text_len + 1 > r->text_cap) {
-            size_t nc = r->text_cap ? r->text_cap : 256;
-            while (nc < res->text_len + ev->text_len + 1) nc *= 2;
-            char *t = ls_realloc(res->text, nc);
-            if (!t) {
-                r->oom = true;
-                return;
-            }
-            res->text = t;
-            r->text_cap = nc;
-        }
-        memcpy(res->text + res->text_len, ev->text, ev->text_len);
-        res->text_len += ev->text_len;
-        res->text[res->text_len] = '\0';
-    }
-    if (r->gp->on_text && (ev->text_len || ev->token >= 0) && !stop_tok)
-        r->gp->on_text(r->gp->ud, ev->token, ev->text, ev->text_len);
-    r->n_drafted = ev->n_drafted;
-    r->n_accepted = ev->n_accepted;
-    if (ev->done) {
-        r->done = true;
-        r->finish = ev->finish;
-    }
-}
-
-ls_status ls_generate_spec(const ls_model *m, const ls_spec_params *sp, const ls_spec_gate *gate, int n_threads,
-                           int32_t n_ctx, const int32_t *prompt, int32_t n_prompt, const ls_gen_params *gp,
-                           ls_gen_result *res, ls_spec_stats *st, ls_err *err) {
-    memset(res, 0, sizeof *res);
-    memset(st, 0, sizeof *st);
-    ls_status s = ls_sampler_params_check(&gp->sampler, err);
-    if (s) return s;
-    const ls_hparams *hp = ls_model_hparams(m);
-    if (!n_ctx) n_ctx = (int32_t)(hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
-    if ((s = ls_check_prompt_room(n_prompt, n_ctx, err))) return s;
-    ls_spec_params p = *sp;
-    p.n_ctx = n_ctx;
-    p.n_threads = n_threads;
-    ls_engine_params ep = {.n_ctx = n_ctx, .n_seq_max = 1, .step_tokens = 512, .n_threads = n_threads, .isa = -1,
-                           .draft_max = p.kind == LS_SPEC_OFF ? 0 : p.draft_max, .no_prefix_cache = true};
-    ls_engine *e = ls_engine_create(m, ep, err);
-    if (!e) return err->code;
-    if (p.kind != LS_SPEC_OFF && gate && gate->probe) { /* the exactness gate, on the engine's own forward */
-        ls_spec_probe_result pr;
-        char cfg[64];
-        snprintf(cfg, sizeof cfg, "spec=%s", ls_spec_kind_name(p.kind));
-        if ((s = ls_spec_probe_cached(m, gate->model_path, gate->memo_dir, cfg, ls_engine_fwd(e), p.draft_max, 3, &pr,
-                                      &st->probe_memo, err))) {
-            ls_engine_free(e);
-            return s;
-        }
-        st->probed = true;
-        st->verdict = (int)pr.verdict;
-        st->probe_ms = pr.ms;
-        snprintf(st->probe_detail, sizeof st->probe_detail, "%s", pr.detail);
-        if (pr.verdict == LS_VERDICT_DECLINED && !gate->allow_inexact) {
-            st->declined = true;
-            p.kind = LS_SPEC_OFF; /* fail closed: plain decoding */
-        }
-    }
-    ls_drafter *d = NULL;
-    p.pool = ls_fwd_pool(ls_engine_fwd(e)); /* drafting runs between the engine's forwards */
-    if (p.kind != LS_SPEC_OFF && !(d = ls_drafter_create(m, &p, &gp->sampler, err))) {
-        ls_engine_free(e);
-        return err->code;
-    }
-    spec_run r = {.gp = gp, .res = res};
-    int32_t max_new = n_ctx - n_prompt;
-    if (gp->n_predict >= 0 && gp->n_predict < max_new) max_new = gp->n_predict;
-    r.cap_tokens = max_new + 1;
-    res->tokens = ls_malloc((size_t)r.cap_tokens * sizeof *res->tokens);
-    res->text = ls_malloc(1);
-    r.text_cap = 1;
-    if (!res->tokens || !res->text) {
-        s = ls_err_set(err, LS_E_NOMEM, "out of memory");
-        goto done;
-    }
-    res->text[0] = '\0';
-    if (max_new <= 0) {
-        res->finish = LS_FINISH_LENGTH;
-        goto done;
-    }
-    ls_request q = {.prompt = prompt, .n_prompt = n_prompt, .sampling = gp->sampler, .max_tokens = max_new,
-                    .on_event = spec_event, .ud = &r};
-    if (d) {
-        q.draft = ls_drafter_draft;
-        q.draft_ud = d;
-        if (ls_drafter_wants_hidden(d)) q.draft_observe = ls_drafter_observe;
-    }
-    double t0 = ls_now_ms();
-    if ((s = ls_engine_submit(e, &q, NULL, err))) goto done;
-    while (!r.done && !r.oom) {
-        int32_t rows;
-        bool had_first = r.t_first != 0; /* count decode steps: not the one that made the first token */
-        if ((s = ls_engine_step(e, &rows, err))) goto done;
-        if (had_first && rows) st->n_steps++;
-    }
-    if (r.oom) {
-        s = ls_err_set(err, LS_E_NOMEM, "out of memory");
-        goto done;
-    }
-    double t1 = ls_now_ms();
-    res->prefill_ms = (r.t_first ? r.t_first : t1) - t0;
-    res->decode_ms = r.t_first ? t1 - r.t_first : 0.0;
-    res->n_decode = res->n_gen > 1 ? res->n_gen - 1 : 0;
-    res->finish = r.finish;
-    st->n_drafted = r.n_drafted;
-    st->n_accepted = r.n_accepted;
-    st->draft_ms = d ? ls_drafter_ms(d) : 0.0;
-done:
-    ls_drafter_free(d);
-    ls_engine_free(e);
-    if (s) ls_gen_result_free(res);
-    return s;
-}

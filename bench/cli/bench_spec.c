@@ -12,9 +12,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench/cli/bench.h"
 #include "cli/cli.h"
+#include "util/util.h"
 #include "engine/engine.h"
-#include "spec/spec.h"
+#include "speculative/spec.h"
 
 static const char *help =
     "usage: lockstep bench spec [-m MODEL] [-t THREADS] [-n TOKENS] [--draft-max K] [--reps N] [--json]\n"
@@ -92,9 +94,9 @@ static void reject_event(void *ud, const ls_event *ev) {
 static bool verify_costs(const ls_model *m, int threads, const int32_t *prompt, int32_t n_prompt, const int32_t *ref,
                          int32_t n_ref, const int32_t *ks, int nv, int reps, double *ms_out, int32_t *steps_out,
                          ls_err *err) {
-    ls_engine_params ep = {.n_ctx = n_prompt + n_ref + 16, .n_seq_max = 1, .step_tokens = 512, .n_threads = threads,
+    ls_engine_params ep = {.size = sizeof(ls_engine_params), .n_ctx = n_prompt + n_ref + 16, .n_seq_max = 1, .step_tokens = 512, .n_threads = threads,
                            .isa = -1, .draft_max = 64, .no_prefix_cache = true};
-    ls_engine *e = ls_engine_create(m, ep, err);
+    ls_engine *e = ls_engine_create(m, &ep, err);
     if (!e) return false;
     double t[NV][64];
     int32_t toks[4096];
@@ -103,7 +105,7 @@ static bool verify_costs(const ls_model *m, int threads, const int32_t *prompt, 
         for (int v = 0; v < nv && ok; v++) {
             reject_drafter d = {ref, n_ref, n_prompt, (int32_t)ls_model_hparams(m)->n_vocab, ks[v]};
             reject_run run = {toks, 0, 4096, 0, false};
-            ls_request q = {.prompt = prompt, .n_prompt = n_prompt,
+            ls_request q = {.size = sizeof(ls_request), .prompt = prompt, .n_prompt = n_prompt,
                             .sampling = {.temperature = 0.0f, .top_p = 1.0f}, .max_tokens = n_ref,
                             .ignore_eos = true, .on_event = reject_event, .ud = &run,
                             .draft = ks[v] ? reject_draft : NULL, .draft_ud = &d};
@@ -134,6 +136,32 @@ static bool verify_costs(const ls_model *m, int threads, const int32_t *prompt, 
     for (int v = 0; ok && v < nv; v++) ms_out[v] = cli_median(t[v], reps);
     ls_engine_free(e);
     return ok;
+}
+
+/* One greedy request through a fresh one-sequence engine with the drafter sp describes
+ * (kind off: plain decoding); the result as ls_engine_generate gives it. */
+static ls_status spec_generate(ls_model *m, const ls_spec_params *sp, int threads, int32_t n_ctx, const int32_t *toks,
+                               int32_t n, int32_t n_gen, ls_result *res, ls_err *err) {
+    ls_engine_params ep = LS_ENGINE_PARAMS_INIT;
+    ep.n_ctx = n_ctx;
+    ep.n_seq_max = 1;
+    ep.n_threads = threads;
+    ep.draft_max = sp->kind != LS_SPEC_OFF ? sp->draft_max : 0;
+    ep.no_prefix_cache = true;
+    ls_engine *e = ls_engine_create(m, &ep, err);
+    if (!e) return err->code;
+    ls_request q = LS_REQUEST_INIT;
+    q.prompt = toks;
+    q.n_prompt = n;
+    q.max_tokens = n_gen;
+    ls_drafter *d = NULL;
+    ls_status st = LS_OK;
+    if (sp->kind != LS_SPEC_OFF && !(d = ls_drafter_create(e, sp, &q.sampling, err))) st = err->code;
+    if (d) ls_drafter_attach(d, &q);
+    if (!st) st = ls_engine_generate(e, &q, res, err);
+    ls_drafter_free(d);
+    ls_engine_free(e);
+    return st;
 }
 
 int cli_bench_spec(int argc, char **argv) {
@@ -168,7 +196,7 @@ int cli_bench_spec(int argc, char **argv) {
         threads = n > 0 ? n : 1;
     }
     ls_err err;
-    ls_model *m = ls_model_load((ls_model_params){.path = model_path}, &err);
+    ls_model *m = ls_model_load(&(ls_model_params){.size = sizeof(ls_model_params), .path = model_path}, &err);
     if (!m) {
         fprintf(stderr, "lockstep %s: cannot load '%s': %s\n", cmd, model_path, err.msg);
         return LS_EXIT_USAGE;
@@ -185,16 +213,14 @@ int cli_bench_spec(int argc, char **argv) {
         const char *w = "The history of the printing press begins";
         int32_t wt[64];
         size_t nw;
-        ls_spec_params sp = {.kind = LS_SPEC_OFF, .draft_max = (int32_t)draft_max};
-        ls_gen_params gp = {.sampler = {.temperature = 0.0f, .top_p = 1.0f}, .n_predict = 16};
-        ls_gen_result res;
-        ls_spec_stats st;
+        ls_spec_params sp = {.size = sizeof(ls_spec_params), .kind = LS_SPEC_OFF, .draft_max = (int32_t)draft_max};
+        ls_result res = LS_RESULT_INIT;
         if (ls_tokenize(ls_model_tokenizer(m), w, strlen(w), true, false, wt, 64, &nw, &err) ||
-            ls_generate_spec(m, &sp, NULL, (int)threads, (int32_t)nw + 32, wt, (int32_t)nw, &gp, &res, &st, &err)) {
+            spec_generate(m, &sp, (int)threads, (int32_t)nw + 32, wt, (int32_t)nw, 16, &res, &err)) {
             fprintf(stderr, "lockstep %s: %s\n", cmd, err.msg);
             goto out;
         }
-        ls_gen_result_free(&res);
+        ls_result_free(&res);
     }
     for (int r = 0; r < reps; r++)
         for (int cls = 0; cls < 2; cls++)
@@ -216,41 +242,40 @@ int cli_bench_spec(int argc, char **argv) {
                 free(text);
                 int32_t ref[4096], n_ref = 0;
                 for (int k = 0; k < NK; k++) {
-                    ls_spec_params sp = {.kind = kinds[k], .draft_max = (int32_t)draft_max, .draft_min = 1,
+                    ls_spec_params sp = {.size = sizeof(ls_spec_params), .kind = kinds[k], .draft_max = (int32_t)draft_max, .draft_min = 1,
                                          .ngram_min = 2, .ngram_max = 4, .draft_model = m,
                                          .fixed_length = k == NK - 1 /* shows self-draft acceptance */};
-                    ls_gen_params gp = {.sampler = {.temperature = 0.0f, .top_p = 1.0f}, .n_predict = (int32_t)n_gen};
-                    ls_gen_result res;
-                    ls_spec_stats st;
-                    if (ls_generate_spec(m, &sp, NULL, (int)threads, (int32_t)(nt + n_gen + 16), toks, (int32_t)nt, &gp,
-                                         &res, &st, &err)) {
+                    ls_result res = LS_RESULT_INIT;
+                    if (spec_generate(m, &sp, (int)threads, (int32_t)(nt + n_gen + 16), toks, (int32_t)nt,
+                                      (int32_t)n_gen, &res, &err)) {
                         fprintf(stderr, "lockstep %s: %s\n", cmd, err.msg);
                         goto out;
                     }
                     if (k == 0) {
-                        n_ref = res.n_gen;
-                        memcpy(ref, res.tokens, sizeof(int32_t) * (size_t)res.n_gen);
+                        n_ref = res.n_tokens;
+                        memcpy(ref, res.tokens, sizeof(int32_t) * (size_t)res.n_tokens);
                         if (cls == 0 && pi == 0 && r == 0) {
                             n_g0 = (int32_t)nt;
                             memcpy(g0, toks, sizeof(int32_t) * nt);
-                            n_g0_ref = res.n_gen;
-                            memcpy(g0_ref, res.tokens, sizeof(int32_t) * (size_t)res.n_gen);
+                            n_g0_ref = res.n_tokens;
+                            memcpy(g0_ref, res.tokens, sizeof(int32_t) * (size_t)res.n_tokens);
                         }
-                    } else if (res.n_gen != n_ref || memcmp(ref, res.tokens, sizeof(int32_t) * (size_t)n_ref)) {
+                    } else if (res.n_tokens != n_ref || memcmp(ref, res.tokens, sizeof(int32_t) * (size_t)n_ref)) {
                         fprintf(stderr, "lockstep %s: PARITY FAILURE: %s changed the tokens\n", cmd,
                                 labels[k]);
-                        ls_gen_result_free(&res);
+                        ls_result_free(&res);
                         goto out;
                     }
                     int c = cnt[cls][k]++;
-                    tps[cls][k][c] = res.decode_ms > 0 ? res.n_decode / (res.decode_ms / 1e3) : 0.0;
-                    acc_len[cls][k][c] = /* tokens sampled in decode steps (a final stop token too) per step */
-                        st.n_steps ? (double)(res.n_gen - 1 + (res.finish == LS_FINISH_STOP)) / st.n_steps : 1.0;
-                    acc_rate[cls][k][c] = st.n_drafted ? (double)st.n_accepted / st.n_drafted : 0.0;
+                    /* tokens sampled in decode steps (a final stop token too), per second and per step */
+                    const int32_t n_after = res.n_tokens - 1 + (res.finish == LS_FINISH_STOP);
+                    tps[cls][k][c] = res.gen_ms > 0 ? n_after / (res.gen_ms / 1e3) : 0.0;
+                    acc_len[cls][k][c] = res.n_steps ? (double)n_after / res.n_steps : 1.0;
+                    acc_rate[cls][k][c] = res.n_drafted ? (double)res.n_accepted / res.n_drafted : 0.0;
                     if (!json)
                         fprintf(stderr, "\r  rep %d  %-8s prompt %d  %-13s %7.1f tok/s   ", r + 1,
                                 cls ? "prose" : "grounded", pi, labels[k], tps[cls][k][c]);
-                    ls_gen_result_free(&res);
+                    ls_result_free(&res);
                 }
             }
     if (!json) fprintf(stderr, "\r%78s\r", "");

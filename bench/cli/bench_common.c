@@ -1,12 +1,14 @@
 /* bench_common.c - helpers the `lockstep bench` subcommands share. */
-#include "cli/bench_common.h"
+#include "bench/cli/bench_common.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "bench/cli/bench.h"
 #include "cli/cli.h"
+#include "util/util.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"
 

@@ -18,8 +18,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli/bench_common.h"
+#include "bench/cli/bench_common.h"
+#include "bench/cli/bench.h"
 #include "cli/cli.h"
+#include "util/util.h"
 #include "engine/engine.h"
 #include "tokenizer/tokenizer.h"
 
@@ -73,7 +75,7 @@ static void on_event(void *ud, const ls_event *ev) {
 static ls_status first_token(ls_engine *e, const int32_t *prompt, int32_t n, double *ms, int32_t *n_cached,
                              ls_err *err) {
     probe p = {0};
-    ls_request q = {.prompt = prompt, .n_prompt = n, .max_tokens = 1, .ignore_eos = true,
+    ls_request q = {.size = sizeof(ls_request), .prompt = prompt, .n_prompt = n, .max_tokens = 1, .ignore_eos = true,
                     .sampling = {.temperature = 0.0f, .top_p = 1.0f}, .on_event = on_event, .ud = &p};
     double t0 = ls_now_ms();
     ls_status st = ls_engine_submit(e, &q, NULL, err);
@@ -118,7 +120,7 @@ int cli_bench_cache(int argc, char **argv) {
     if (access(model_path, R_OK) != 0) return cli_usage_error(cmd, "cannot read model file '%s'", model_path);
     if (threads == 0) threads = bench_default_threads();
     ls_err err;
-    ls_model *m = ls_model_load((ls_model_params){.path = model_path}, &err);
+    ls_model *m = ls_model_load(&(ls_model_params){.size = sizeof(ls_model_params), .path = model_path}, &err);
     if (!m) {
         fprintf(stderr, "lockstep %s: cannot load '%s': %s\n", cmd, model_path, err.msg);
         return LS_EXIT_USAGE;
@@ -146,10 +148,10 @@ int cli_bench_cache(int argc, char **argv) {
     /* The block-aligned part of the prefix is what a hit must reuse. */
     const int32_t expect_cached = (int32_t)prefix / LS_KV_BLOCK * LS_KV_BLOCK;
     for (int r = 0; r < reps; r++) {
-        ls_engine_params p = {.n_ctx = n_ctx, .n_seq_max = 2, .n_threads = (int)threads, .isa = -1};
-        hit_e = ls_engine_create(m, p, &err);
+        ls_engine_params p = {.size = sizeof(ls_engine_params), .n_ctx = n_ctx, .n_seq_max = 2, .n_threads = (int)threads, .isa = -1};
+        hit_e = ls_engine_create(m, &p, &err);
         p.no_prefix_cache = true;
-        miss_e = hit_e ? ls_engine_create(m, p, &err) : NULL;
+        miss_e = hit_e ? ls_engine_create(m, &p, &err) : NULL;
         if (!miss_e) {
             fprintf(stderr, "lockstep %s: %s\n", cmd, err.msg);
             goto out;

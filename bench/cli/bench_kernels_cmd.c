@@ -1,4 +1,4 @@
-/* bench.c - `lockstep bench kernels`: matmul speed on every weight shape of a model.
+/* bench_kernels_cmd.c - `lockstep-bench kernels`: matmul speed on every weight shape of a model.
  *
  * For each distinct (type, K, N) matrix of the model and M = 1, 2, 4, 8, 16, 64, 512
  * it times ls_matmul on the live ISA and thread count and reports GB/s (weight bytes
@@ -13,17 +13,15 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench/cli/bench.h"
+#include "bench/cli/kernel_lab.h"
 #include "cli/cli.h"
-#include "engine/generate.h"
+#include "util/util.h"
 #include "model/model.h"
 #include "quant/quant.h"
 
 static const char *bench_help =
-    "usage: lockstep bench kernels [-m MODEL] [-t THREADS] [--reps N] [--json]\n"
-    "       lockstep bench batch --help   (batched decode, narrow-pin tax, prefix-cache TTFT)\n"
-    "       lockstep bench spec --help    (speculative decoding per drafter)\n"
-    "       lockstep bench mixed --help   (one speculative stream amid classic streams)\n"
-    "       lockstep bench cache --help   (time to first token, prefix-cache hit vs miss)\n"
+    "usage: lockstep-bench kernels [-m MODEL] [-t THREADS] [--reps N] [--json]\n"
     "\n"
     "  -m, --model PATH   model whose matrix shapes are measured (default " LS_DEFAULT_MODEL ")\n"
     "  -t, --threads N    threads (default: online CPUs)\n"
@@ -81,20 +79,13 @@ typedef struct {
     char name[64];
 } shape;
 
-int cli_bench(int argc, char **argv) {
-    const char *cmd = "bench";
-    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
-        fputs(bench_help, argc < 2 ? stderr : stdout);
-        return argc < 2 ? LS_EXIT_USAGE : 0;
-    }
-    if (!strcmp(argv[1], "batch")) return cli_bench_batch(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "spec")) return cli_bench_spec(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "mixed")) return cli_bench_mixed(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "cache")) return cli_bench_cache(argc - 1, argv + 1);
-    if (strcmp(argv[1], "kernels") != 0)
-        return cli_usage_error(cmd, "unknown suite '%s' (available: kernels, batch, spec, mixed, cache)", argv[1]);
-    argc--;
-    argv++;
+int cli_bench_lab(int argc, char **argv) {
+    bool json = argc > 1 && !strcmp(argv[1], "--json");
+    return ls_bench_kernels(json, stdout) == 0 ? 0 : 1;
+}
+
+int cli_bench_kernels(int argc, char **argv) {
+    const char *cmd = "bench kernels";
     const char *model_path = LS_DEFAULT_MODEL;
     long long threads = 0, reps = 7;
     bool json = false;
@@ -122,7 +113,7 @@ int cli_bench(int argc, char **argv) {
         threads = n > 0 ? n : 1;
     }
     ls_err err;
-    ls_model *m = ls_model_load((ls_model_params){.path = model_path}, &err);
+    ls_model *m = ls_model_load(&(ls_model_params){.size = sizeof(ls_model_params), .path = model_path}, &err);
     if (!m) {
         fprintf(stderr, "lockstep bench: cannot load '%s': %s\n", model_path, err.msg);
         return LS_EXIT_USAGE;

@@ -1,0 +1,92 @@
+/* args.c - strict flag parsing and the usage-error convention shared by the
+ * subcommands (and the benchmark tool). */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+
+int cli_usage_error(const char *cmd, const char *fmt, ...) {
+    fprintf(stderr, "lockstep %s: ", cmd);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n(see `lockstep %s --help`)\n", cmd);
+    return LS_EXIT_USAGE;
+}
+
+int cli_cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double cli_median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cli_cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+bool cli_parse_int(const char *cmd, const char *flag, const char *s, long long lo, long long hi, long long *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        cli_usage_error(cmd, "invalid value '%s' for %s (an integer in [%lld, %lld])", s, flag, lo, hi);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool cli_parse_u64(const char *cmd, const char *flag, const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    if (*s == '-') {
+        cli_usage_error(cmd, "invalid value '%s' for %s (a non-negative integer)", s, flag);
+        return false;
+    }
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end) {
+        cli_usage_error(cmd, "invalid value '%s' for %s (a non-negative integer)", s, flag);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool cli_parse_float(const char *cmd, const char *flag, const char *s, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi) {
+        cli_usage_error(cmd, "invalid value '%s' for %s (a number in [%g, %g])", s, flag, lo, hi);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+int cli_default_threads(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+unsigned cli_faults_from_env(void) {
+    const char *v = getenv("LOCKSTEP_FAULT");
+    unsigned f = 0;
+    if (!v || !*v) return 0;
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", v);
+    for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
+        if (!strcmp(t, "kv-skip")) f |= LS_FAULT_KV_SKIP;
+        else if (!strcmp(t, "threads")) f |= LS_FAULT_THREADS;
+        else if (!strcmp(t, "isa")) f |= LS_FAULT_ISA;
+        else fprintf(stderr, "lockstep: LOCKSTEP_FAULT: unknown fault '%s' (kv-skip, threads, isa) ignored\n", t);
+    }
+    if (f) fprintf(stderr, "lockstep: LOCKSTEP_FAULT=%s: deliberate parity faults planted (tests only)\n", v);
+    return f;
+}

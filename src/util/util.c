@@ -1,0 +1,66 @@
+/* util.c - see util.h. */
+#include "util/util.h"
+
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "util/alloc.h"
+
+double ls_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+bool ls_buf_append(ls_buf *b, const void *s, size_t n) {
+    if (b->len + n + 1 > b->cap) {
+        size_t nc = b->cap ? b->cap : 256;
+        while (nc < b->len + n + 1) {
+            if (nc > SIZE_MAX / 2) return false;
+            nc *= 2;
+        }
+        char *t = ls_realloc(b->p, nc);
+        if (!t) return false;
+        b->p = t;
+        b->cap = nc;
+    }
+    if (n) memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+    return true;
+}
+
+static void ls_hex(const unsigned char *md, char hex[65]) {
+    static const char digits[] = "0123456789abcdef";
+    for (int i = 0; i < 32; i++) {
+        hex[2 * i] = digits[md[i] >> 4];
+        hex[2 * i + 1] = digits[md[i] & 15];
+    }
+    hex[64] = '\0';
+}
+
+bool ls_sha256_file(const char *path, char hex[65]) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return false;
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    unsigned char buf[1 << 16], md[32];
+    unsigned int n = 0;
+    bool ok = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+    size_t r;
+    while (ok && (r = fread(buf, 1, sizeof buf, fp)) > 0) ok = EVP_DigestUpdate(ctx, buf, r);
+    ok = ok && !ferror(fp) && EVP_DigestFinal_ex(ctx, md, &n) && n == 32;
+    EVP_MD_CTX_free(ctx);
+    fclose(fp);
+    if (ok) ls_hex(md, hex);
+    return ok;
+}
+
+void ls_sha256_str(const char *s, char hex[65]) {
+    unsigned char md[32];
+    unsigned int n = 0;
+    EVP_Digest(s, strlen(s), md, &n, EVP_sha256(), NULL);
+    ls_hex(md, hex);
+}
