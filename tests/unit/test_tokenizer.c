@@ -472,12 +472,13 @@ static void test_from_gguf_errors(void **state) {
     (void)state;
     void *mem;
     ls_err e;
-    gguf_writer *w = tiny_gguf("llama", "default", false);
+    gguf_writer *w = tiny_gguf("bert", "default", false);
     gguf_file *f = gguf_from_writer(w, &mem);
     ls_err_clear(&e);
     assert_null(ls_tokenizer_from_gguf(f, &e));
     assert_int_equal(e.code, LS_E_UNSUPPORTED);
-    assert_non_null(strstr(e.msg, "'llama'"));
+    assert_non_null(strstr(e.msg, "'bert'"));
+    assert_non_null(strstr(e.msg, "tokenizer.ggml.model"));
     gguf_close(f);
     free(mem);
     gguf_writer_free(w);
