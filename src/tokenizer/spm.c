@@ -185,7 +185,10 @@ ls_status ls_spm_init(ls_tokenizer *t, const ls_tokenizer_params *p, ls_err *err
         if (!is_special(t->types[i]) || len == 0) continue;
         const unsigned char *u = (const unsigned char *)t->text + t->text_off[i];
         fl[k++] = (first_len){u[0], (uint32_t)len}; /* token lengths fit: tokenizer.c checks */
-        if (len >= 2) s->pair[((unsigned)u[0] << 8 | u[1]) >> 6] |= 1ull << (((unsigned)u[0] << 8 | u[1]) & 63);
+        if (len >= 2) {
+            unsigned pr = (unsigned)u[0] << 8 | u[1];
+            s->pair[pr >> 6] |= 1ull << (pr & 63);
+        }
     }
     qsort(fl, ns, sizeof *fl, cmp_first_len);
     uint32_t j = 0, m = 0;
