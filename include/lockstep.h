@@ -129,6 +129,11 @@ LS_API ls_status ls_model_tokenize(const ls_model *m, const char *text, size_t l
 /* The raw bytes a token stands for (control tokens as their text when special, else
  * nothing); returns the count, which may exceed cap.  An invalid id gives 0. */
 LS_API size_t ls_model_token_bytes(const ls_model *m, int32_t id, bool special, char *buf, size_t cap);
+/* The text of a whole token sequence, as llama.cpp's llama_detokenize writes it
+ * (remove_special: drop a leading BOS / trailing EOS the file adds; unparse_special:
+ * control tokens as their text); returns the byte count, which may exceed cap. */
+LS_API size_t ls_model_detokenize(const ls_model *m, const int32_t *ids, size_t n, bool remove_special,
+                                  bool unparse_special, char *out, size_t cap);
 /* Length of the well-formed UTF-8 sequence at p[0..n) (RFC 3629: no overlongs, no
  * surrogates, at most U+10FFFF), or 0 if p does not start with one. */
 LS_API size_t ls_utf8_valid_len(const unsigned char *p, size_t n);

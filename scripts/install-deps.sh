@@ -32,10 +32,10 @@ avx512_flags() {
 }
 if [ $want_test = 1 ]; then
     # Pinned so the independent references do not move under the tests.
-    pyreq=(gguf==0.19.0 tokenizers==0.23.3 numpy pytest jinja2 llama-cpp-python==0.3.36)
+    pyreq=(gguf==0.19.0 tokenizers==0.23.3 sentencepiece==0.2.3 numpy pytest jinja2 llama-cpp-python==0.3.36)
     if ! "$PYTHON" - <<'PY' 2>/dev/null
 import importlib.metadata as m, sys
-need = {"gguf": "0.19.0", "tokenizers": "0.23.3", "llama_cpp_python": "0.3.36"}
+need = {"gguf": "0.19.0", "tokenizers": "0.23.3", "sentencepiece": "0.2.3", "llama_cpp_python": "0.3.36"}
 for k, v in need.items():
     if m.version(k) != v: sys.exit(1)
 import numpy, pytest, jinja2

@@ -140,6 +140,11 @@ size_t ls_model_token_bytes(const ls_model *m, int32_t id, bool special, char *b
 
 bool ls_model_is_eog(const ls_model *m, int32_t id) { return ls_tokenizer_is_eog(m->tok, id); }
 
+size_t ls_model_detokenize(const ls_model *m, const int32_t *ids, size_t n, bool remove_special, bool unparse_special,
+                           char *out, size_t cap) {
+    return ls_detokenize(m->tok, ids, n, remove_special, unparse_special, out, cap);
+}
+
 size_t ls_model_detok_push(const ls_model *m, ls_detok *s, int32_t id, char *out, size_t cap) {
     return ls_detok_push(s, m->tok, id, out, cap);
 }

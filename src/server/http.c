@@ -119,38 +119,33 @@ static enum MHD_Result tokenize_ep(server *s, struct MHD_Connection *c, conn *cn
         free(ids);
     } else {
         const cJSON *toks = cJSON_GetObjectItemCaseSensitive(j, "tokens"), *t;
-        if (!cJSON_IsArray(toks)) {
-            bad = "'tokens' must be a list of token ids";
-        } else {
-            size_t cap = 256, len = 0;
-            char *text = malloc(cap), piece[512];
-            int i = 0;
-            cJSON_ArrayForEach(t, toks) {
-                if (!cJSON_IsNumber(t) || t->valuedouble != floor(t->valuedouble) || t->valuedouble < 0 ||
-                    t->valuedouble >= s->n_vocab) {
-                    snprintf(msg, sizeof msg, "'tokens[%d]' is not a token id of this model (0..%d)", i, s->n_vocab - 1);
-                    bad = msg;
-                    break;
-                }
-                size_t n = ls_model_token_bytes(s->m, (int32_t)t->valuedouble, false, piece, sizeof piece);
-                if (n > sizeof piece) n = sizeof piece;
-                if (text && len + n + 1 > cap) {
-                    while (len + n + 1 > cap) cap *= 2;
-                    char *nt = realloc(text, cap);
-                    if (!nt) free(text);
-                    text = nt;
-                }
-                if (text) memcpy(text + len, piece, n);
-                len += n;
-                i++;
+        int32_t *ids = NULL;
+        int n = cJSON_IsArray(toks) ? cJSON_GetArraySize(toks) : 0, i = 0;
+        if (!cJSON_IsArray(toks)) bad = "'tokens' must be a list of token ids";
+        else if (!(ids = malloc(((size_t)n + 1) * sizeof *ids))) bad = "out of memory";
+        const cJSON *list = bad ? NULL : toks;
+        cJSON_ArrayForEach(t, list) {
+            if (!cJSON_IsNumber(t) || t->valuedouble != floor(t->valuedouble) || t->valuedouble < 0 ||
+                t->valuedouble >= s->n_vocab) {
+                snprintf(msg, sizeof msg, "'tokens[%d]' is not a token id of this model (0..%d)", i, s->n_vocab - 1);
+                bad = msg;
+                break;
             }
-            if (!bad && !text) bad = "out of memory";
-            if (!bad) {
+            ids[i++] = (int32_t)t->valuedouble;
+        }
+        if (!bad) { /* the sequence's text as llama.cpp writes it (no special tokens dropped or shown) */
+            size_t len = ls_model_detokenize(s->m, ids, (size_t)n, false, false, NULL, 0);
+            char *text = malloc(len + 1);
+            if (!text) {
+                bad = "out of memory";
+            } else {
+                ls_model_detokenize(s->m, ids, (size_t)n, false, false, text, len);
                 text[len] = 0;
                 cJSON_AddStringToObject(o, "content", text);
+                free(text);
             }
-            free(text);
         }
+        free(ids);
     }
     cJSON_Delete(j);
     if (bad) {

@@ -1,6 +1,9 @@
-/* tokenizer.c - GPT-2 byte-level BPE (see tokenizer.h).
+/* tokenizer.c - the vocabulary (token strings, types, the string table), GPT-2
+ * byte-level BPE, and the calls of tokenizer.h.  SentencePiece-style `llama`
+ * vocabularies share the vocabulary and the detokenizer; their ls_tokenize is
+ * spm.c's (see there).
  *
- * Pipeline for ls_tokenize:
+ * Pipeline for ls_tokenize on a GPT-2 vocabulary:
  *   1. special-token partition (parse_special): control / user-defined token
  *      strings are matched literally, leftmost-longest (as HF's added-vocabulary
  *      matcher does), and the text between them is tokenized as plain text;
@@ -22,8 +25,9 @@
  *      tokenizer.json does: a piece that is itself a token is emitted whole.
  *
  * parse_special=false treats control AND user-defined tokens as plain text
- * (llama.cpp would still match user-defined ones).  Tested for exact equality
- * with HF tokenizers in tests/python/test_tokenizer.py.
+ * (llama.cpp would still match user-defined ones; the SPM path does, see
+ * spm.c).  Tested for exact equality with HF tokenizers in
+ * tests/python/test_tokenizer.py.
  *
  * Nothing here is global and mutable: ls_tokenize only reads the tokenizer
  * and allocates its scratch (including the PCRE2 match data) per call, so one
@@ -61,41 +65,6 @@ static uint32_t pow2_at_least(uint64_t n) {
     while (c < n) c <<= 1;
     return c;
 }
-
-typedef struct {
-    uint64_t key; /* (left << 32) | right; UINT64_MAX = empty */
-    int32_t rank;
-    int32_t id;   /* the merged token */
-} merge_slot;
-
-struct ls_tokenizer {
-    uint32_t n_vocab;
-    char *text;          /* token strings as in the file, concatenated */
-    uint64_t *text_off;  /* n_vocab + 1 */
-    char *dec;           /* byte-level decoded bytes of each token */
-    uint64_t *dec_off;   /* n_vocab + 1 */
-    int32_t *types;      /* n_vocab */
-
-    int32_t *str_slots;  /* string -> id, open addressing; -1 empty */
-    uint32_t str_mask;
-    merge_slot *merges;
-    uint32_t merge_mask;
-    uint32_t n_merges;   /* usable merges */
-
-    int32_t byte_tok[256]; /* token of each byte's byte-level char, or -1 */
-    uint32_t byte_cp[256]; /* bytes_to_unicode */
-
-    int32_t *special;    /* control/user-defined ids, by first byte, longest first */
-    uint32_t special_start[257];
-
-    ls_pretok pretok;
-    bool ignore_merges;
-
-    int32_t bos, eos, eot, unk;
-    bool add_bos, add_eos;
-    int32_t eog[8];
-    int n_eog;
-};
 
 /* ------------------------------------------------------------------------ */
 /* GPT-2 bytes_to_unicode: the printable Latin-1 bytes map to themselves, the
@@ -172,43 +141,66 @@ static uint32_t utf8_cp(const unsigned char *p, size_t len) {
 /* ------------------------------------------------------------------------ */
 /* lookup tables                                                            */
 
-static int32_t str_lookup(const ls_tokenizer *t, const char *p, size_t n) {
-    uint32_t i = (uint32_t)hash_bytes(p, n) & t->str_mask;
+int32_t ls_tok_lookup(const ls_tokenizer *t, const char *p, size_t n) {
+    uint64_t h = hash_bytes(p, n);
+    uint32_t i = (uint32_t)h & t->str_mask, tag = (uint32_t)(h >> 32);
     for (;;) {
-        int32_t id = t->str_slots[i];
-        if (id < 0) return -1;
-        uint64_t off = t->text_off[id], len = t->text_off[id + 1] - off;
-        if (len == n && memcmp(t->text + off, p, n) == 0) return id;
+        ls_str_slot sl = t->str_slots[i];
+        if (sl.id < 0) return -1;
+        if (sl.tag == tag) {
+            uint64_t off = t->text_off[sl.id], len = t->text_off[sl.id + 1] - off;
+            if (len == n && memcmp(t->text + off, p, n) == 0) return sl.id;
+        }
         i = (i + 1) & t->str_mask;
     }
 }
 
-/* Later duplicates replace earlier ones (as llama.cpp and a Python dict do). */
-static void str_insert(ls_tokenizer *t, int32_t id) {
+/* Later duplicates replace earlier ones (as llama.cpp and a Python dict do); h is
+ * the hash of the token's text. */
+static void str_insert(ls_tokenizer *t, int32_t id, uint64_t h) {
     const char *p = t->text + t->text_off[id];
     size_t n = t->text_off[id + 1] - t->text_off[id];
-    uint32_t i = (uint32_t)hash_bytes(p, n) & t->str_mask;
+    uint32_t i = (uint32_t)h & t->str_mask, tag = (uint32_t)(h >> 32);
     for (;;) {
-        int32_t cur = t->str_slots[i];
-        if (cur < 0) {
-            t->str_slots[i] = id;
+        ls_str_slot *sl = &t->str_slots[i];
+        if (sl->id < 0) {
+            *sl = (ls_str_slot){id, tag};
             return;
         }
-        uint64_t off = t->text_off[cur], len = t->text_off[cur + 1] - off;
-        if (len == n && memcmp(t->text + off, p, n) == 0) {
-            t->str_slots[i] = id;
-            return;
+        if (sl->tag == tag) {
+            uint64_t off = t->text_off[sl->id], len = t->text_off[sl->id + 1] - off;
+            if (len == n && memcmp(t->text + off, p, n) == 0) {
+                sl->id = id;
+                return;
+            }
         }
         i = (i + 1) & t->str_mask;
     }
 }
 
-static const merge_slot *merge_lookup(const ls_tokenizer *t, int32_t left, int32_t right) {
+/* Inserts every token, hashing (and prefetching the slot of) each one 16 tokens
+ * ahead: the table of a 262,144-token vocabulary is 4 MiB, and without the
+ * prefetch every insert waits for a cache miss. */
+static void str_build(ls_tokenizer *t) {
+    enum { AHEAD = 16 };
+    uint64_t hs[AHEAD];
+    uint32_t n = t->n_vocab;
+    for (uint64_t i = 0; i < (uint64_t)n + AHEAD; i++) {
+        if (i >= AHEAD) str_insert(t, (int32_t)(i - AHEAD), hs[i % AHEAD]);
+        if (i < n) {
+            uint64_t h = hash_bytes(t->text + t->text_off[i], t->text_off[i + 1] - t->text_off[i]);
+            hs[i % AHEAD] = h;
+            __builtin_prefetch(&t->str_slots[(uint32_t)h & t->str_mask], 1);
+        }
+    }
+}
+
+static const ls_merge_slot *merge_lookup(const ls_tokenizer *t, int32_t left, int32_t right) {
     if (left < 0 || right < 0) return NULL;
     uint64_t key = ((uint64_t)(uint32_t)left << 32) | (uint32_t)right;
     uint32_t i = (uint32_t)hash_u64(key) & t->merge_mask;
     for (;;) {
-        const merge_slot *s = &t->merges[i];
+        const ls_merge_slot *s = &t->merges[i];
         if (s->key == UINT64_MAX) return NULL;
         if (s->key == key) return s;
         i = (i + 1) & t->merge_mask;
@@ -220,7 +212,7 @@ static void merge_insert(ls_tokenizer *t, int32_t left, int32_t right, int32_t r
     uint64_t key = ((uint64_t)(uint32_t)left << 32) | (uint32_t)right;
     uint32_t i = (uint32_t)hash_u64(key) & t->merge_mask;
     for (;;) {
-        merge_slot *s = &t->merges[i];
+        ls_merge_slot *s = &t->merges[i];
         if (s->key == UINT64_MAX) {
             s->key = key;
             s->rank = rank;
@@ -256,6 +248,7 @@ static int special_cmp(const void *a, const void *b) {
 void ls_tokenizer_free(ls_tokenizer *t) {
     if (!t) return;
     ls_pretok_free(&t->pretok);
+    ls_spm_free(t);
     free(t->text);
     free(t->text_off);
     free(t->dec);
@@ -279,6 +272,132 @@ static void add_eog(ls_tokenizer *t, int32_t id) {
 /* End-of-turn token strings recognised by name (also the eot_id fallback order). */
 static const char *const k_eot_names[] = {"<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>"};
 
+/* The byte-level half of ls_tokenizer_create: the pre-tokenizer, the byte tables,
+ * the decoded bytes, the merges and the special-token list. */
+static ls_status gpt2_init(ls_tokenizer *t, const ls_tokenizer_params *p, ls_err *err) {
+    uint32_t n = t->n_vocab;
+    ls_pretok_kind kind;
+    if (ls_pretok_lookup(p->pre ? p->pre : "gpt2", &kind, &t->ignore_merges) != 0) {
+        ls_err_set(err, LS_E_UNSUPPORTED,
+                   "tokenizer: pre-tokenizer '%s' (tokenizer.ggml.pre) is not supported; "
+                   "supported: %s",
+                   p->pre, ls_pretok_supported_names());
+        return LS_E_UNSUPPORTED;
+    }
+    ls_status st = ls_pretok_init(&t->pretok, kind, err);
+    if (st != LS_OK) return st;
+
+    /* byte-level tables */
+    uint32_t *cp = t->byte_cp;
+    byte_to_cp_table(cp);
+    int16_t cp_to_byte[512];
+    for (int i = 0; i < 512; i++) cp_to_byte[i] = -1;
+    for (int b = 0; b < 256; b++) {
+        char buf[4];
+        int k = utf8_put(buf, cp[b]);
+        t->byte_tok[b] = ls_tok_lookup(t, buf, (size_t)k);
+        cp_to_byte[cp[b]] = (int16_t)b;
+    }
+
+    /* decoded bytes: each char of the byte-level alphabet gives its byte; any
+     * other char (or invalid UTF-8) is kept as it is. */
+    uint64_t off = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        t->dec_off[i] = off;
+        const unsigned char *s = (const unsigned char *)t->text + t->text_off[i];
+        size_t len = t->text_off[i + 1] - t->text_off[i];
+        for (size_t j = 0; j < len;) {
+            size_t k = ls_utf8_valid_len(s + j, len - j);
+            if (k == 0) {
+                t->dec[off++] = (char)s[j++];
+                continue;
+            }
+            uint32_t c = utf8_cp(s + j, k);
+            if (c < 512 && cp_to_byte[c] >= 0) {
+                t->dec[off++] = (char)cp_to_byte[c];
+            } else {
+                memcpy(t->dec + off, s + j, k);
+                off += k;
+            }
+            j += k;
+        }
+    }
+    t->dec_off[n] = off;
+
+    /* merges */
+    if (p->n_merges && !p->merges) {
+        return ls_err_set(err, LS_E_INVALID, "tokenizer: n_merges without merges");
+    }
+    if (p->n_merges > (uint32_t)INT32_MAX) {
+        return ls_err_set(err, LS_E_RANGE, "tokenizer: too many merges (%u)", p->n_merges);
+    }
+    t->merge_mask = pow2_at_least((uint64_t)p->n_merges * 2) - 1;
+    t->merges = ls_malloc(((size_t)t->merge_mask + 1) * sizeof *t->merges);
+    if (!t->merges) return ls_err_set(err, LS_E_NOMEM, "tokenizer: out of memory");
+    for (uint32_t i = 0; i <= t->merge_mask; i++) t->merges[i].key = UINT64_MAX;
+    {
+        char *cat = NULL;
+        size_t cat_cap = 0;
+        for (uint32_t r = 0; r < p->n_merges; r++) {
+            gguf_str m = p->merges[r];
+            if (m.len < 3 || !m.ptr) continue;
+            const char *sp = memchr(m.ptr + 1, ' ', m.len - 1);
+            if (!sp) continue;
+            size_t ll = (size_t)(sp - m.ptr), rl = m.len - ll - 1;
+            if (rl == 0) continue;
+            int32_t a = ls_tok_lookup(t, m.ptr, ll), b = ls_tok_lookup(t, sp + 1, rl);
+            if (a < 0 || b < 0) continue;
+            if (ll + rl > cat_cap) {
+                cat_cap = (ll + rl) * 2;
+                char *nc = ls_realloc(cat, cat_cap);
+                if (!nc) {
+                    free(cat);
+                    return ls_err_set(err, LS_E_NOMEM, "tokenizer: out of memory");
+                }
+                cat = nc;
+            }
+            memcpy(cat, m.ptr, ll);
+            memcpy(cat + ll, sp + 1, rl);
+            int32_t c = ls_tok_lookup(t, cat, ll + rl);
+            if (c < 0) continue; /* a merge whose result is not a token can never apply */
+            merge_insert(t, a, b, (int32_t)r, c);
+        }
+        free(cat);
+    }
+
+    /* special tokens, grouped by first byte, longest first */
+    {
+        uint32_t ns = 0;
+        for (uint32_t i = 0; i < n; i++)
+            if (is_special_type(t->types[i]) && t->text_off[i + 1] > t->text_off[i]) ns++;
+        special_ent *ents = ls_malloc((ns ? ns : 1) * sizeof *ents);
+        t->special = ls_malloc((ns ? ns : 1) * sizeof *t->special);
+        if (!ents || !t->special) {
+            free(ents);
+            return ls_err_set(err, LS_E_NOMEM, "tokenizer: out of memory");
+        }
+        uint32_t k = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            uint64_t len = t->text_off[i + 1] - t->text_off[i];
+            if (is_special_type(t->types[i]) && len > 0)
+                ents[k++] = (special_ent){(int32_t)i, (unsigned char)t->text[t->text_off[i]], len};
+        }
+        qsort(ents, ns, sizeof *ents, special_cmp);
+        uint32_t j = 0;
+        for (int b = 0; b < 256; b++) {
+            t->special_start[b] = j;
+            while (j < ns && ents[j].first == b) {
+                t->special[j] = ents[j].id;
+                j++;
+            }
+        }
+        t->special_start[256] = ns;
+        free(ents);
+    }
+
+    return LS_OK;
+}
+
 ls_tokenizer *ls_tokenizer_create(const ls_tokenizer_params *p, ls_err *err) {
     if (!p || p->n_vocab == 0 || !p->tokens) {
         ls_err_set(err, LS_E_INVALID, "tokenizer: empty vocabulary");
@@ -288,24 +407,15 @@ ls_tokenizer *ls_tokenizer_create(const ls_tokenizer_params *p, ls_err *err) {
         ls_err_set(err, LS_E_RANGE, "tokenizer: vocabulary of %u tokens is too large", p->n_vocab);
         return NULL;
     }
+    if (p->model != LS_TOKMODEL_GPT2 && p->model != LS_TOKMODEL_SPM) {
+        ls_err_set(err, LS_E_INVALID, "tokenizer: unknown model kind %d", (int)p->model);
+        return NULL;
+    }
     ls_tokenizer *t = ls_calloc(1, sizeof *t);
     if (!t) goto nomem;
     uint32_t n = p->n_vocab;
     t->n_vocab = n;
-
-    ls_pretok_kind kind;
-    if (ls_pretok_lookup(p->pre ? p->pre : "gpt2", &kind, &t->ignore_merges) != 0) {
-        ls_err_set(err, LS_E_UNSUPPORTED,
-                   "tokenizer: pre-tokenizer '%s' (tokenizer.ggml.pre) is not supported; "
-                   "supported: %s",
-                   p->pre, ls_pretok_supported_names());
-        ls_tokenizer_free(t);
-        return NULL;
-    }
-    if (ls_pretok_init(&t->pretok, kind, err) != LS_OK) {
-        ls_tokenizer_free(t);
-        return NULL;
-    }
+    t->model = p->model;
 
     /* token strings */
     uint64_t total = 0;
@@ -338,118 +448,12 @@ ls_tokenizer *ls_tokenizer_create(const ls_tokenizer_params *p, ls_err *err) {
     t->str_slots = ls_malloc(((size_t)t->str_mask + 1) * sizeof *t->str_slots);
     if (!t->str_slots) goto nomem;
     memset(t->str_slots, 0xff, ((size_t)t->str_mask + 1) * sizeof *t->str_slots);
-    for (uint32_t i = 0; i < n; i++) str_insert(t, (int32_t)i);
+    str_build(t);
 
-    /* byte-level tables */
-    uint32_t *cp = t->byte_cp;
-    byte_to_cp_table(cp);
-    int16_t cp_to_byte[512];
-    for (int i = 0; i < 512; i++) cp_to_byte[i] = -1;
-    for (int b = 0; b < 256; b++) {
-        char buf[4];
-        int k = utf8_put(buf, cp[b]);
-        t->byte_tok[b] = str_lookup(t, buf, (size_t)k);
-        cp_to_byte[cp[b]] = (int16_t)b;
-    }
-
-    /* decoded bytes: each char of the byte-level alphabet gives its byte; any
-     * other char (or invalid UTF-8) is kept as it is. */
-    off = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        t->dec_off[i] = off;
-        const unsigned char *s = (const unsigned char *)t->text + t->text_off[i];
-        size_t len = t->text_off[i + 1] - t->text_off[i];
-        for (size_t j = 0; j < len;) {
-            size_t k = ls_utf8_valid_len(s + j, len - j);
-            if (k == 0) {
-                t->dec[off++] = (char)s[j++];
-                continue;
-            }
-            uint32_t c = utf8_cp(s + j, k);
-            if (c < 512 && cp_to_byte[c] >= 0) {
-                t->dec[off++] = (char)cp_to_byte[c];
-            } else {
-                memcpy(t->dec + off, s + j, k);
-                off += k;
-            }
-            j += k;
-        }
-    }
-    t->dec_off[n] = off;
-
-    /* merges */
-    if (p->n_merges && !p->merges) {
-        ls_err_set(err, LS_E_INVALID, "tokenizer: n_merges without merges");
+    ls_status st = p->model == LS_TOKMODEL_SPM ? ls_spm_init(t, p, err) : gpt2_init(t, p, err);
+    if (st != LS_OK) {
         ls_tokenizer_free(t);
         return NULL;
-    }
-    if (p->n_merges > (uint32_t)INT32_MAX) {
-        ls_err_set(err, LS_E_RANGE, "tokenizer: too many merges (%u)", p->n_merges);
-        ls_tokenizer_free(t);
-        return NULL;
-    }
-    t->merge_mask = pow2_at_least((uint64_t)p->n_merges * 2) - 1;
-    t->merges = ls_malloc(((size_t)t->merge_mask + 1) * sizeof *t->merges);
-    if (!t->merges) goto nomem;
-    for (uint32_t i = 0; i <= t->merge_mask; i++) t->merges[i].key = UINT64_MAX;
-    {
-        char *cat = NULL;
-        size_t cat_cap = 0;
-        for (uint32_t r = 0; r < p->n_merges; r++) {
-            gguf_str m = p->merges[r];
-            if (m.len < 3 || !m.ptr) continue;
-            const char *sp = memchr(m.ptr + 1, ' ', m.len - 1);
-            if (!sp) continue;
-            size_t ll = (size_t)(sp - m.ptr), rl = m.len - ll - 1;
-            if (rl == 0) continue;
-            int32_t a = str_lookup(t, m.ptr, ll), b = str_lookup(t, sp + 1, rl);
-            if (a < 0 || b < 0) continue;
-            if (ll + rl > cat_cap) {
-                cat_cap = (ll + rl) * 2;
-                char *nc = ls_realloc(cat, cat_cap);
-                if (!nc) {
-                    free(cat);
-                    goto nomem;
-                }
-                cat = nc;
-            }
-            memcpy(cat, m.ptr, ll);
-            memcpy(cat + ll, sp + 1, rl);
-            int32_t c = str_lookup(t, cat, ll + rl);
-            if (c < 0) continue; /* a merge whose result is not a token can never apply */
-            merge_insert(t, a, b, (int32_t)r, c);
-        }
-        free(cat);
-    }
-
-    /* special tokens, grouped by first byte, longest first */
-    {
-        uint32_t ns = 0;
-        for (uint32_t i = 0; i < n; i++)
-            if (is_special_type(t->types[i]) && t->text_off[i + 1] > t->text_off[i]) ns++;
-        special_ent *ents = ls_malloc((ns ? ns : 1) * sizeof *ents);
-        t->special = ls_malloc((ns ? ns : 1) * sizeof *t->special);
-        if (!ents || !t->special) {
-            free(ents);
-            goto nomem;
-        }
-        uint32_t k = 0;
-        for (uint32_t i = 0; i < n; i++) {
-            uint64_t len = t->text_off[i + 1] - t->text_off[i];
-            if (is_special_type(t->types[i]) && len > 0)
-                ents[k++] = (special_ent){(int32_t)i, (unsigned char)t->text[t->text_off[i]], len};
-        }
-        qsort(ents, ns, sizeof *ents, special_cmp);
-        uint32_t j = 0;
-        for (int b = 0; b < 256; b++) {
-            t->special_start[b] = j;
-            while (j < ns && ents[j].first == b) {
-                t->special[j] = ents[j].id;
-                j++;
-            }
-        }
-        t->special_start[256] = ns;
-        free(ents);
     }
 
     t->bos = id_ok(t, p->bos_id) ? p->bos_id : -1;
@@ -458,11 +462,13 @@ ls_tokenizer *ls_tokenizer_create(const ls_tokenizer_params *p, ls_err *err) {
     t->add_bos = p->add_bos;
     t->add_eos = p->add_eos;
     t->unk = -1;
-    for (uint32_t i = 0; i < n; i++)
-        if (t->types[i] == LS_TOKTYPE_UNKNOWN) {
-            t->unk = (int32_t)i;
-            break;
-        }
+    if (t->model == LS_TOKMODEL_SPM) t->unk = id_ok(t, p->unk_id) ? p->unk_id : -1;
+    else
+        for (uint32_t i = 0; i < n; i++)
+            if (t->types[i] == LS_TOKTYPE_UNKNOWN) {
+                t->unk = (int32_t)i;
+                break;
+            }
     add_eog(t, t->eos);
     add_eog(t, t->eot);
     for (size_t i = 0; i < sizeof k_eot_names / sizeof k_eot_names[0]; i++)
@@ -509,17 +515,22 @@ ls_tokenizer *ls_tokenizer_from_gguf(const gguf_file *f, ls_err *err) {
     int32_t *types = NULL;
     char *pre = NULL;
 
+    float *scores = NULL;
+
     gguf_str model;
     if (gguf_get_str(f, "tokenizer.ggml.model", &model, err) != LS_OK) return NULL;
-    if (!gguf_str_eq(model, "gpt2")) {
+    if (gguf_str_eq(model, "llama")) {
+        p.model = LS_TOKMODEL_SPM;
+    } else if (!gguf_str_eq(model, "gpt2")) {
         char name[64];
         snprintf(name, sizeof name, "%.*s", (int)(model.len < 60 ? model.len : 60), model.ptr);
         ls_err_set(err, LS_E_UNSUPPORTED,
                    "tokenizer model '%s' (tokenizer.ggml.model) is not supported; "
-                   "only 'gpt2' (byte-level BPE) is",
+                   "supported: 'gpt2' (byte-level BPE), 'llama' (SentencePiece BPE)",
                    name);
         return NULL;
     }
+    const bool spm = p.model == LS_TOKMODEL_SPM;
     const gguf_value *tokens, *merges = NULL;
     if (gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_VT_STRING, &tokens, err) != LS_OK) return NULL;
     if (tokens->v.arr.n == 0 || tokens->v.arr.n > (uint64_t)INT32_MAX - 1) {
@@ -529,7 +540,7 @@ ls_tokenizer *ls_tokenizer_from_gguf(const gguf_file *f, ls_err *err) {
     }
     p.n_vocab = (uint32_t)tokens->v.arr.n;
     p.tokens = tokens->v.arr.strs;
-    if (gguf_find(f, "tokenizer.ggml.merges")) {
+    if (!spm && gguf_find(f, "tokenizer.ggml.merges")) { /* SPM files may carry merges: llama.cpp ignores them */
         if (gguf_get_arr(f, "tokenizer.ggml.merges", GGUF_VT_STRING, &merges, err) != LS_OK) return NULL;
         if (merges->v.arr.n > (uint64_t)INT32_MAX) {
             ls_err_set(err, LS_E_FORMAT, "tokenizer.ggml.merges has too many entries");
@@ -567,7 +578,31 @@ ls_tokenizer *ls_tokenizer_from_gguf(const gguf_file *f, ls_err *err) {
         }
         p.token_types = types;
     }
-    if (gguf_find(f, "tokenizer.ggml.pre")) {
+    if (spm && gguf_find(f, "tokenizer.ggml.scores")) {
+        /* FLOAT32, or INT32 as llama.cpp also takes; at least one per token */
+        const gguf_value *sv;
+        if (gguf_get_arr(f, "tokenizer.ggml.scores", GGUF_VT_COUNT, &sv, err) != LS_OK) goto out;
+        gguf_vtype et = sv->v.arr.elem_type;
+        if ((et != GGUF_VT_FLOAT32 && et != GGUF_VT_INT32) || !sv->v.arr.raw) {
+            ls_err_set(err, LS_E_FORMAT, "tokenizer.ggml.scores has elements of type %s, expected FLOAT32",
+                       gguf_vtype_name(et));
+            goto out;
+        }
+        if (sv->v.arr.n < p.n_vocab) {
+            ls_err_set(err, LS_E_FORMAT, "tokenizer.ggml.scores has %llu entries, expected %u (one per token)",
+                       (unsigned long long)sv->v.arr.n, p.n_vocab);
+            goto out;
+        }
+        scores = ls_malloc((size_t)p.n_vocab * sizeof *scores);
+        if (!scores) {
+            ls_err_set(err, LS_E_NOMEM, "tokenizer: out of memory");
+            goto out;
+        }
+        for (uint32_t i = 0; i < p.n_vocab; i++)
+            scores[i] = et == GGUF_VT_FLOAT32 ? (float)gguf_arr_f64(sv, i) : (float)gguf_arr_i64(sv, i);
+        p.scores = scores;
+    }
+    if (!spm && gguf_find(f, "tokenizer.ggml.pre")) { /* SPM: llama.cpp has one pre-tokenizer, whatever the name */
         gguf_str s;
         if (gguf_get_str(f, "tokenizer.ggml.pre", &s, err) != LS_OK) goto out;
         pre = dup_gstr(s);
@@ -577,11 +612,26 @@ ls_tokenizer *ls_tokenizer_from_gguf(const gguf_file *f, ls_err *err) {
         }
         p.pre = pre;
     }
+    if (spm) {
+        /* llama.cpp's defaults for 'llama' vocabularies, each overridden by its key below */
+        p.bos_id = 1;
+        p.eos_id = 2;
+        p.unk_id = 0;
+        p.add_bos = true;
+        p.add_space_prefix = true;
+        if (opt_i32(f, "tokenizer.ggml.unknown_token_id", &p.unk_id, err) != LS_OK) goto out;
+        if (opt_bool(f, "tokenizer.ggml.add_space_prefix", &p.add_space_prefix, err) != LS_OK) goto out;
+        if (p.unk_id >= 0 && (uint32_t)p.unk_id >= p.n_vocab) {
+            ls_err_set(err, LS_E_FORMAT, "tokenizer.ggml.unknown_token_id %d is out of range (n_vocab %u)", p.unk_id,
+                       p.n_vocab);
+            goto out;
+        }
+    }
     if (opt_i32(f, "tokenizer.ggml.bos_token_id", &p.bos_id, err) != LS_OK) goto out;
     if (opt_i32(f, "tokenizer.ggml.eos_token_id", &p.eos_id, err) != LS_OK) goto out;
     if (opt_i32(f, "tokenizer.ggml.eot_token_id", &p.eot_id, err) != LS_OK) goto out;
     /* llama3-style vocabularies add BOS unless the file says otherwise (as llama.cpp) */
-    p.add_bos = pre && (strcmp(pre, "llama3") == 0 || strcmp(pre, "llama-bpe") == 0);
+    if (!spm) p.add_bos = pre && (strcmp(pre, "llama3") == 0 || strcmp(pre, "llama-bpe") == 0);
     if (opt_bool(f, "tokenizer.ggml.add_bos_token", &p.add_bos, err) != LS_OK) goto out;
     if (opt_bool(f, "tokenizer.ggml.add_eos_token", &p.add_eos, err) != LS_OK) goto out;
     if ((p.bos_id >= 0 && (uint32_t)p.bos_id >= p.n_vocab) ||
@@ -600,6 +650,7 @@ ls_tokenizer *ls_tokenizer_from_gguf(const gguf_file *f, ls_err *err) {
 out:
     free(types);
     free(pre);
+    free(scores);
     return t;
 }
 
@@ -628,7 +679,7 @@ bool ls_tokenizer_is_eog(const ls_tokenizer *t, int32_t id) {
 
 int32_t ls_tokenizer_find(const ls_tokenizer *t, const char *piece) {
     if (!piece) return -1;
-    return str_lookup(t, piece, strlen(piece));
+    return ls_tok_lookup(t, piece, strlen(piece));
 }
 
 int32_t ls_tokenizer_token_type(const ls_tokenizer *t, int32_t id) {
@@ -663,6 +714,9 @@ static void emit(ls_tok_run *r, int32_t id) {
     if (r->n < r->cap) r->out[r->n] = id;
     r->n++;
 }
+
+void ls_tok_emit(ls_tok_run *r, int32_t id) { emit(r, id); }
+void ls_tok_fail(ls_tok_run *r) { r->nomem = true; }
 
 static void heap_push(heap_ent *h, size_t *n, heap_ent e) {
     size_t i = (*n)++;
@@ -699,7 +753,7 @@ static void emit_sym(ls_tok_run *r, int32_t id) {
 static void try_pair(ls_tok_run *r, size_t *nh, int32_t pos) {
     int32_t q = r->next[pos];
     if (q < 0) return;
-    const merge_slot *m = merge_lookup(r->t, r->sym[pos], r->sym[q]);
+    const ls_merge_slot *m = merge_lookup(r->t, r->sym[pos], r->sym[q]);
     if (!m) return;
     heap_push(r->heap, nh, (heap_ent){m->rank, pos, r->sym[pos], r->sym[q], m->id});
 }
@@ -724,7 +778,7 @@ void ls_tok_bpe(ls_tok_run *r, const char *piece, size_t n) {
         }
         size_t k = 0;
         for (size_t i = 0; i < n; i++) k += (size_t)utf8_put(r->enc + k, t->byte_cp[(unsigned char)piece[i]]);
-        int32_t id = str_lookup(t, r->enc, k);
+        int32_t id = ls_tok_lookup(t, r->enc, k);
         if (id >= 0) {
             emit(r, id);
             return;
@@ -827,31 +881,35 @@ ls_status ls_tokenize(const ls_tokenizer *t, const char *text, size_t len, bool 
     r.t = t;
     r.out = out;
     r.cap = cap;
-    void *md = ls_pretok_match_data(&t->pretok);
-    if (!md) return ls_err_set(err, LS_E_NOMEM, "tokenizer: out of memory");
 
     if (add_special && t->add_bos && t->bos >= 0) emit(&r, t->bos);
-    if (parse_special && t->special_start[256] > 0) {
-        size_t seg = 0;
-        for (size_t i = 0; i < len;) {
-            int32_t id;
-            size_t k = match_special(t, text + i, len - i, &id);
-            if (!k) {
-                i++;
-                continue;
+    if (t->model == LS_TOKMODEL_SPM) {
+        ls_spm_tokenize(t, &r, text, len, parse_special);
+    } else {
+        void *md = ls_pretok_match_data(&t->pretok);
+        if (!md) return ls_err_set(err, LS_E_NOMEM, "tokenizer: out of memory");
+        if (parse_special && t->special_start[256] > 0) {
+            size_t seg = 0;
+            for (size_t i = 0; i < len;) {
+                int32_t id;
+                size_t k = match_special(t, text + i, len - i, &id);
+                if (!k) {
+                    i++;
+                    continue;
+                }
+                if (i > seg) tokenize_plain(&r, md, text + seg, i - seg);
+                emit(&r, id);
+                i += k;
+                seg = i;
             }
-            if (i > seg) tokenize_plain(&r, md, text + seg, i - seg);
-            emit(&r, id);
-            i += k;
-            seg = i;
+            if (len > seg) tokenize_plain(&r, md, text + seg, len - seg);
+        } else if (len) {
+            tokenize_plain(&r, md, text, len);
         }
-        if (len > seg) tokenize_plain(&r, md, text + seg, len - seg);
-    } else if (len) {
-        tokenize_plain(&r, md, text, len);
+        ls_pretok_match_data_free(md);
     }
     if (add_special && t->add_eos && t->eos >= 0) emit(&r, t->eos);
 
-    ls_pretok_match_data_free(md);
     free(r.sym);
     free(r.prev);
     free(r.next);
@@ -867,24 +925,57 @@ ls_status ls_tokenize(const ls_tokenizer *t, const char *text, size_t len, bool 
 /* ------------------------------------------------------------------------ */
 /* detokenize                                                               */
 
+/* Where the bytes of token id are, and how many (0: it renders as nothing). */
+static size_t token_span(const ls_tokenizer *t, int32_t id, bool special, const char **src) {
+    int32_t ty = t->types[id];
+    bool spm = t->model == LS_TOKMODEL_SPM;
+    if (ty == LS_TOKTYPE_CONTROL || ty == LS_TOKTYPE_UNKNOWN || (!spm && ty == LS_TOKTYPE_UNUSED)) {
+        if (!special) return 0;
+        *src = t->text + t->text_off[id];
+        return t->text_off[id + 1] - t->text_off[id];
+    }
+    if (ty == LS_TOKTYPE_USER_DEFINED) { /* literal text, not byte-level encoded nor escaped */
+        *src = t->text + t->text_off[id];
+        return t->text_off[id + 1] - t->text_off[id];
+    }
+    if (spm && ty != LS_TOKTYPE_NORMAL && ty != LS_TOKTYPE_BYTE)
+        return 0; /* unused or undefined: llama.cpp's token_to_piece gives nothing */
+    *src = t->dec + t->dec_off[id];
+    return t->dec_off[id + 1] - t->dec_off[id];
+}
+
 size_t ls_token_bytes(const ls_tokenizer *t, int32_t id, bool special, char *buf, size_t cap) {
     if (!t || !id_ok(t, id)) return 0;
-    const char *src;
-    size_t n;
-    int32_t ty = t->types[id];
-    if (ty == LS_TOKTYPE_CONTROL || ty == LS_TOKTYPE_UNKNOWN || ty == LS_TOKTYPE_UNUSED) {
-        if (!special) return 0;
-        src = t->text + t->text_off[id];
-        n = t->text_off[id + 1] - t->text_off[id];
-    } else if (ty == LS_TOKTYPE_USER_DEFINED) {
-        src = t->text + t->text_off[id]; /* literal text, not byte-level encoded */
-        n = t->text_off[id + 1] - t->text_off[id];
-    } else {
-        src = t->dec + t->dec_off[id];
-        n = t->dec_off[id + 1] - t->dec_off[id];
-    }
-    if (buf) memcpy(buf, src, n < cap ? n : cap);
+    const char *src = NULL;
+    size_t n = token_span(t, id, special, &src);
+    if (buf && n) memcpy(buf, src, n < cap ? n : cap);
     return n;
+}
+
+/* llama.cpp's llama_detokenize (see tokenizer.h). */
+size_t ls_detokenize(const ls_tokenizer *t, const int32_t *ids, size_t n, bool remove_special,
+                     bool unparse_special, char *out, size_t cap) {
+    if (!t || (!ids && n) || (!out && cap)) return 0;
+    bool strip = t->model == LS_TOKMODEL_SPM && t->spm.add_space_prefix;
+    if (remove_special && t->add_bos && n > 0 && t->bos >= 0 && ids[0] == t->bos) {
+        strip = false; /* llama.cpp keeps the space after a removed BOS */
+        ids++;
+        n--;
+    }
+    if (remove_special && t->add_eos && n > 0 && t->eos >= 0 && ids[n - 1] == t->eos) n--;
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!id_ok(t, ids[i])) continue;
+        const char *src = NULL;
+        size_t k = token_span(t, ids[i], unparse_special, &src);
+        if (i == 0 && strip && k > 0 && src[0] == ' ') { /* only the first token, at most one space */
+            src++;
+            k--;
+        }
+        if (k > 0 && total < cap) memcpy(out + total, src, k < cap - total ? k : cap - total);
+        total += k;
+    }
+    return total;
 }
 
 void ls_detok_init(ls_detok_stream *s) {

@@ -648,7 +648,8 @@ class TokParams(ctypes.Structure):
                 ("token_types", ctypes.POINTER(ctypes.c_int32)), ("n_merges", ctypes.c_uint32),
                 ("merges", ctypes.POINTER(GgufStr)), ("pre", ctypes.c_char_p), ("bos_id", ctypes.c_int32),
                 ("eos_id", ctypes.c_int32), ("eot_id", ctypes.c_int32), ("add_bos", ctypes.c_bool),
-                ("add_eos", ctypes.c_bool)]
+                ("add_eos", ctypes.c_bool), ("model", ctypes.c_int), ("scores", ctypes.POINTER(ctypes.c_float)),
+                ("unk_id", ctypes.c_int32), ("add_space_prefix", ctypes.c_bool)]
 
 
 def _gstrs(strs):

@@ -17,6 +17,7 @@
 #include "gguf/gguf.h"
 #include "gguf/gguf_write.h"
 #include "tokenizer/tokenizer.h"
+#include "util/alloc.h"
 
 /* ---- a tiny vocabulary ---------------------------------------------------------
  * ids 0..255: the byte-level char of byte i (GPT-2 bytes_to_unicode), unless
@@ -472,12 +473,13 @@ static void test_from_gguf_errors(void **state) {
     (void)state;
     void *mem;
     ls_err e;
-    gguf_writer *w = tiny_gguf("llama", "default", false);
+    gguf_writer *w = tiny_gguf("bert", "default", false);
     gguf_file *f = gguf_from_writer(w, &mem);
     ls_err_clear(&e);
     assert_null(ls_tokenizer_from_gguf(f, &e));
     assert_int_equal(e.code, LS_E_UNSUPPORTED);
-    assert_non_null(strstr(e.msg, "'llama'"));
+    assert_non_null(strstr(e.msg, "'bert'"));
+    assert_non_null(strstr(e.msg, "tokenizer.ggml.model"));
     gguf_close(f);
     free(mem);
     gguf_writer_free(w);
@@ -509,6 +511,463 @@ static void test_from_gguf_errors(void **state) {
     assert_int_equal(e.code, LS_E_IO);
 }
 
+/* ---- SentencePiece (SPM) --------------------------------------------------------
+ * ids 0, 1, 2: <unk>, <s>, </s>; with bytes, ids 3 + b: <0xXX> for byte b; then the
+ * pieces each test adds.  "\xE2\x96\x81" is U+2581, the space marker. */
+
+#define SP "\xE2\x96\x81"
+#define SPM_MAXV 600
+
+typedef struct {
+    char *tok[SPM_MAXV];
+    float score[SPM_MAXV];
+    int32_t type[SPM_MAXV];
+    uint32_t n;
+    gguf_str toks[SPM_MAXV];
+} spm_vocab;
+
+static int32_t spm_add(spm_vocab *v, const char *s, float score, int32_t type) {
+    assert_true(v->n < SPM_MAXV);
+    v->tok[v->n] = strdup(s);
+    v->score[v->n] = score;
+    v->type[v->n] = type;
+    return (int32_t)v->n++;
+}
+
+static void spm_vocab_init(spm_vocab *v, bool bytes) {
+    memset(v, 0, sizeof *v);
+    spm_add(v, "<unk>", 0, LS_TOKTYPE_UNKNOWN);
+    spm_add(v, "<s>", 0, LS_TOKTYPE_CONTROL);
+    spm_add(v, "</s>", 0, LS_TOKTYPE_CONTROL);
+    if (bytes)
+        for (int b = 0; b < 256; b++) {
+            char name[8];
+            snprintf(name, sizeof name, "<0x%02X>", b);
+            spm_add(v, name, 0, LS_TOKTYPE_BYTE);
+        }
+}
+
+#define BYTE(b) (3 + (b))
+
+static void spm_vocab_free(spm_vocab *v) {
+    for (uint32_t i = 0; i < v->n; i++) free(v->tok[i]);
+}
+
+static ls_tokenizer *spm_build(spm_vocab *v, bool space_prefix, ls_err *e) {
+    for (uint32_t i = 0; i < v->n; i++) v->toks[i] = (gguf_str){strlen(v->tok[i]), v->tok[i]};
+    ls_tokenizer_params p = {
+        .n_vocab = v->n, .tokens = v->toks, .token_types = v->type, .bos_id = 1, .eos_id = 2, .eot_id = -1,
+        .add_bos = true, .model = LS_TOKMODEL_SPM, .scores = v->score, .unk_id = 0,
+        .add_space_prefix = space_prefix,
+    };
+    return ls_tokenizer_create(&p, e);
+}
+
+static void test_spm_merge_by_score(void **state) {
+    (void)state;
+    /* the higher score merges first, whatever the order in the file; ties: leftmost */
+    const float sab[3] = {-1.0f, -0.5f, -1.0f}, sbc[3] = {-0.5f, -1.0f, -1.0f};
+    for (int k = 0; k < 3; k++) {
+        spm_vocab v;
+        spm_vocab_init(&v, true);
+        int32_t a = spm_add(&v, "a", -10, LS_TOKTYPE_NORMAL);
+        spm_add(&v, "b", -10, LS_TOKTYPE_NORMAL);
+        int32_t c = spm_add(&v, "c", -10, LS_TOKTYPE_NORMAL);
+        int32_t ab = spm_add(&v, "ab", sab[k], LS_TOKTYPE_NORMAL);
+        int32_t bc = spm_add(&v, "bc", sbc[k], LS_TOKTYPE_NORMAL);
+        ls_err e;
+        ls_tokenizer *t = spm_build(&v, false, &e);
+        assert_non_null(t);
+        if (k == 0) EXPECT(t, "abc", false, a, bc);
+        else EXPECT(t, "abc", false, ab, c);
+        ls_tokenizer_free(t);
+        spm_vocab_free(&v);
+    }
+    /* chains: "aaaaa" -> aa a a a -> aa aa a -> aaaa a (aaaa scores higher than aa) */
+    spm_vocab v;
+    spm_vocab_init(&v, true);
+    int32_t a = spm_add(&v, "a", -10, LS_TOKTYPE_NORMAL);
+    int32_t aa = spm_add(&v, "aa", -2, LS_TOKTYPE_NORMAL);
+    int32_t aaaa = spm_add(&v, "aaaa", -1, LS_TOKTYPE_NORMAL);
+    int32_t he = spm_add(&v, "he", -3, LS_TOKTYPE_NORMAL);
+    int32_t hell = spm_add(&v, "hell", -4, LS_TOKTYPE_NORMAL);
+    spm_add(&v, "ll", -3, LS_TOKTYPE_NORMAL);
+    spm_add(&v, "h", -10, LS_TOKTYPE_NORMAL);
+    spm_add(&v, "e", -10, LS_TOKTYPE_NORMAL);
+    spm_add(&v, "l", -10, LS_TOKTYPE_NORMAL);
+    int32_t o = spm_add(&v, "o", -10, LS_TOKTYPE_NORMAL);
+    int32_t hello = spm_add(&v, "hello", -20, LS_TOKTYPE_NORMAL); /* scores do not need to rise along a chain */
+    ls_err e;
+    ls_tokenizer *t = spm_build(&v, false, &e);
+    assert_non_null(t);
+    EXPECT(t, "aaaaa", false, aaaa, a);
+    EXPECT(t, "aaa", false, aa, a);
+    EXPECT(t, "hello", false, hello);
+    EXPECT(t, "hell", false, hell);
+    EXPECT(t, "heo", false, he, o);
+    ls_tokenizer_free(t);
+    spm_vocab_free(&v);
+}
+
+static void test_spm_space_marker_and_bytes(void **state) {
+    (void)state;
+    spm_vocab v;
+    spm_vocab_init(&v, true);
+    int32_t sp = spm_add(&v, SP, -5, LS_TOKTYPE_NORMAL);
+    int32_t spa = spm_add(&v, SP "a", -1, LS_TOKTYPE_NORMAL);
+    int32_t spb = spm_add(&v, SP "b", -1, LS_TOKTYPE_NORMAL);
+    int32_t a = spm_add(&v, "a", -10, LS_TOKTYPE_NORMAL);
+    spm_add(&v, "b", -10, LS_TOKTYPE_NORMAL);
+    ls_err e;
+    ls_tokenizer *t = spm_build(&v, true, &e);
+    assert_non_null(t);
+    EXPECT(t, "a b", false, spa, spb);            /* "▁a▁b" */
+    EXPECT(t, " a", false, sp, spa);              /* "▁▁a": a leading space stays */
+    EXPECT(t, "a  ", false, spa, sp, sp);         /* trailing spaces */
+    EXPECT(t, "\xC3\xA9", false, sp, BYTE(0xC3), BYTE(0xA9)); /* "é" has no piece: its bytes */
+    EXPECT(t, SP, false, sp, sp);                 /* a U+2581 in the text is a space too */
+    EXPECT(t, "\n\t", false, sp, BYTE('\n'), BYTE('\t'));
+    int32_t out[8];
+    size_t n;
+    assert_int_equal(ls_tokenize(t, "", 0, false, false, out, 8, &n, &e), LS_OK);
+    assert_int_equal(n, 0);
+    assert_int_equal(ls_tokenize(t, "", 0, true, false, out, 8, &n, &e), LS_OK); /* BOS only */
+    assert_int_equal(n, 1);
+    assert_int_equal(out[0], 1);
+    assert_int_equal(ls_tokenize(t, "a", 1, true, false, out, 8, &n, &e), LS_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(out[1], spa);
+
+    /* token bytes: U+2581 is a space, a byte token its byte */
+    char buf[16];
+    assert_int_equal(ls_token_bytes(t, spa, false, buf, sizeof buf), 2);
+    assert_memory_equal(buf, " a", 2);
+    assert_int_equal(ls_token_bytes(t, BYTE(0xC3), false, buf, sizeof buf), 1);
+    assert_int_equal((unsigned char)buf[0], 0xC3);
+    assert_int_equal(ls_token_bytes(t, a, false, buf, sizeof buf), 1);
+    ls_tokenizer_free(t);
+    spm_vocab_free(&v);
+
+    /* no space prefix (Gemma 3) */
+    spm_vocab_init(&v, true);
+    sp = spm_add(&v, SP, -5, LS_TOKTYPE_NORMAL);
+    spa = spm_add(&v, SP "a", -1, LS_TOKTYPE_NORMAL);
+    a = spm_add(&v, "a", -10, LS_TOKTYPE_NORMAL);
+    t = spm_build(&v, false, &e);
+    assert_non_null(t);
+    EXPECT(t, "a a", false, a, spa);
+    EXPECT(t, " a", false, spa);
+    ls_tokenizer_free(t);
+    spm_vocab_free(&v);
+
+    /* without byte tokens: a one-byte token, else the unknown token, else nothing */
+    spm_vocab_init(&v, false);
+    a = spm_add(&v, "a", -10, LS_TOKTYPE_NORMAL);
+    int32_t x80 = spm_add(&v, "\x80", -10, LS_TOKTYPE_NORMAL);
+    t = spm_build(&v, false, &e);
+    assert_non_null(t);
+    EXPECT(t, "a\xC3\xA9", false, a, 0, 0);
+    EXPECT(t, "\x80", false, x80);
+    ls_tokenizer_free(t);
+    for (uint32_t i = 0; i < v.n; i++) v.toks[i] = (gguf_str){strlen(v.tok[i]), v.tok[i]};
+    ls_tokenizer_params p = {.n_vocab = v.n, .tokens = v.toks, .token_types = v.type, .bos_id = -1, .eos_id = -1,
+                             .eot_id = -1, .model = LS_TOKMODEL_SPM, .scores = v.score, .unk_id = -1};
+    t = ls_tokenizer_create(&p, &e);
+    assert_non_null(t);
+    EXPECT(t, "a\xC3\xA9" "a", false, a, a);
+    ls_tokenizer_free(t);
+    spm_vocab_free(&v);
+}
+
+static void test_spm_invalid_utf8(void **state) {
+    (void)state;
+    spm_vocab v;
+    spm_vocab_init(&v, true);
+    int32_t x = spm_add(&v, "x", -10, LS_TOKTYPE_NORMAL);
+    int32_t y = spm_add(&v, "y", -10, LS_TOKTYPE_NORMAL);
+    int32_t xy = spm_add(&v, "xy", -1, LS_TOKTYPE_NORMAL);
+    int32_t euro = spm_add(&v, "\xE2\x82\xAC", -10, LS_TOKTYPE_NORMAL);
+    ls_err e;
+    ls_tokenizer *t = spm_build(&v, false, &e);
+    assert_non_null(t);
+    /* symbols are cut by the length the lead byte announces, unchecked (llama.cpp):
+     * E2 takes the two bytes after it, so x and y come out as bytes */
+    EXPECT(t, "\xE2xy", false, BYTE(0xE2), BYTE('x'), BYTE('y'));
+    EXPECT(t, "\xE2xyxy", false, BYTE(0xE2), BYTE('x'), BYTE('y'), xy);
+    EXPECT(t, "xy\xFF", false, xy, BYTE(0xFF));
+    EXPECT(t, "\x80x", false, BYTE(0x80), x);             /* a stray continuation byte is one symbol */
+    EXPECT(t, "\xE2\x82\xAC" "y", false, euro, y);
+    EXPECT(t, "\xF0\x9F", false, BYTE(0xF0), BYTE(0x9F));   /* cut short at the end */
+    /* lossless on any bytes (no space among them: "▁" is not a piece here, so a
+     * space would come back as the bytes of U+2581) */
+    uint32_t r = 99;
+    for (int k = 0; k < 2000; k++) {
+        char s[32], back[64];
+        size_t len = (size_t)(k % 31) + 1;
+        for (size_t i = 0; i < len; i++) {
+            r = r * 1664525u + 1013904223u;
+            s[i] = "xy\xE2\x82\xAC\x80\xFF\n"[(r >> 24) % 8];
+        }
+        int32_t ids[64];
+        size_t n, at = 0;
+        assert_int_equal(ls_tokenize(t, s, len, false, false, ids, 64, &n, &e), LS_OK);
+        for (size_t i = 0; i < n; i++) at += ls_token_bytes(t, ids[i], true, back + at, sizeof back - at);
+        assert_int_equal(at, len);
+        assert_memory_equal(back, s, len);
+    }
+    ls_tokenizer_free(t);
+    spm_vocab_free(&v);
+}
+
+static void test_spm_special_tokens(void **state) {
+    (void)state;
+    spm_vocab v;
+    spm_vocab_init(&v, true);
+    int32_t sp = spm_add(&v, SP, -5, LS_TOKTYPE_NORMAL);
+    int32_t sphi = spm_add(&v, SP "hi", -1, LS_TOKTYPE_NORMAL);
+    int32_t hi = spm_add(&v, "hi", -1, LS_TOKTYPE_NORMAL);
+    spm_add(&v, "h", -10, LS_TOKTYPE_NORMAL);
+    spm_add(&v, "i", -10, LS_TOKTYPE_NORMAL);
+    int32_t x = spm_add(&v, "x", -10, LS_TOKTYPE_NORMAL);
+    int32_t inst = spm_add(&v, "[INST]", 0, LS_TOKTYPE_CONTROL);
+    int32_t tool = spm_add(&v, "<tool>", 0, LS_TOKTYPE_USER_DEFINED);
+    int32_t nl2 = spm_add(&v, "\n\n", 0, LS_TOKTYPE_USER_DEFINED);
+    int32_t xy = spm_add(&v, "xy", 0, LS_TOKTYPE_USER_DEFINED);
+    int32_t yzw = spm_add(&v, "yzw", 0, LS_TOKTYPE_USER_DEFINED);
+    int32_t eot = spm_add(&v, "<end_of_turn>", 0, LS_TOKTYPE_USER_DEFINED); /* control by its name */
+    ls_err e;
+    ls_tokenizer *t = spm_build(&v, true, &e);
+    assert_non_null(t);
+    /* control tokens only with parse_special; every stretch after a special token
+     * gets the space prefix, as in llama.cpp */
+    EXPECT(t, "[INST]hi", true, inst, sphi);
+    EXPECT(t, "hi[INST]hi", true, sphi, inst, sphi);
+    EXPECT(t, "[INST]", false, sp, BYTE('['), BYTE('I'), BYTE('N'), BYTE('S'), BYTE('T'), BYTE(']'));
+    /* user-defined tokens even without it, and then the prefix too */
+    EXPECT(t, "hi<tool>hi", false, sphi, tool, sphi);
+    EXPECT(t, "<tool>\n\n\n", false, tool, nl2, sp, BYTE('\n'));
+    /* the longest special token claims first, even right of a shorter one */
+    EXPECT(t, "xyzw", false, sp, x, yzw);
+    EXPECT(t, "xyxyzw", false, xy, sp, x, yzw);
+    /* llama.cpp makes <end_of_turn> a control token, whatever the file says */
+    assert_int_equal(ls_tokenizer_token_type(t, eot), LS_TOKTYPE_CONTROL);
+    EXPECT(t, "<end_of_turn>", true, eot);
+    assert_true(ls_tokenizer_is_eog(t, eot));
+    assert_true(ls_tokenizer_is_eog(t, 2));
+    assert_false(ls_tokenizer_is_eog(t, inst));
+    char buf[32];
+    assert_int_equal(ls_token_bytes(t, eot, false, buf, sizeof buf), 0);
+    assert_int_equal(ls_token_bytes(t, eot, true, buf, sizeof buf), 13);
+    assert_int_equal(ls_token_bytes(t, tool, false, buf, sizeof buf), 6); /* user-defined: always its text */
+    assert_int_equal(ls_token_bytes(t, inst, false, buf, sizeof buf), 0);
+    assert_int_equal(ls_token_bytes(t, 0, false, buf, sizeof buf), 0); /* <unk> */
+    assert_int_equal(ls_token_bytes(t, 0, true, buf, sizeof buf), 5);
+    (void)hi;
+    ls_tokenizer_free(t);
+    spm_vocab_free(&v);
+
+    /* unused-type tokens render as nothing, as llama.cpp's token_to_piece */
+    spm_vocab_init(&v, true);
+    int32_t un = spm_add(&v, "zz", -1, LS_TOKTYPE_UNUSED);
+    spm_add(&v, "z", -1, LS_TOKTYPE_NORMAL);
+    t = spm_build(&v, false, &e);
+    assert_non_null(t);
+    EXPECT(t, "zz", false, un); /* merges reach any type, as llama.cpp's */
+    assert_int_equal(ls_token_bytes(t, un, true, buf, sizeof buf), 0);
+    ls_tokenizer_free(t);
+    spm_vocab_free(&v);
+}
+
+static void test_spm_detokenize(void **state) {
+    (void)state;
+    spm_vocab v;
+    spm_vocab_init(&v, true);
+    int32_t sp = spm_add(&v, SP, -5, LS_TOKTYPE_NORMAL);
+    int32_t sphi = spm_add(&v, SP "hi", -1, LS_TOKTYPE_NORMAL);
+    spm_add(&v, "h", -10, LS_TOKTYPE_NORMAL);
+    spm_add(&v, "i", -10, LS_TOKTYPE_NORMAL);
+    ls_err e;
+    ls_tokenizer *t = spm_build(&v, true, &e);
+    assert_non_null(t);
+    char out[64];
+    /* llama_detokenize: the first token loses one leading space ... */
+    const int32_t a[] = {sphi, sphi};
+    assert_int_equal(ls_detokenize(t, a, 2, false, false, out, sizeof out), 5);
+    assert_memory_equal(out, "hi hi", 5);
+    const int32_t b[] = {sp, sphi};
+    assert_int_equal(ls_detokenize(t, b, 2, false, false, out, sizeof out), 3);
+    assert_memory_equal(out, " hi", 3);
+    /* ... unless a removed BOS led the sequence: then it keeps it */
+    const int32_t c[] = {1, sphi, 2};
+    assert_int_equal(ls_detokenize(t, c, 3, true, false, out, sizeof out), 3);
+    assert_memory_equal(out, " hi", 3);
+    assert_int_equal(ls_detokenize(t, c, 3, false, true, out, sizeof out), 10);
+    assert_memory_equal(out, "<s> hi</s>", 10);
+    assert_int_equal(ls_detokenize(t, c, 3, false, false, out, sizeof out), 3);
+    /* a trailing EOS goes only when the file adds one (add_eos is false here) */
+    assert_int_equal(ls_detokenize(t, c, 3, true, true, out, sizeof out), 7);
+    assert_memory_equal(out, " hi</s>", 7);
+    /* the full size comes back when cap is short */
+    assert_int_equal(ls_detokenize(t, a, 2, false, false, out, 2), 5);
+    assert_memory_equal(out, "hi", 2);
+
+    /* the stream holds back the bytes of an incomplete character */
+    const unsigned char emoji[4] = {0xF0, 0x9F, 0x98, 0x80};
+    int32_t ids[8];
+    size_t n;
+    assert_int_equal(ls_tokenize(t, (const char *)emoji, 4, false, false, ids, 8, &n, &e), LS_OK);
+    assert_int_equal(n, 5);
+    assert_int_equal(ids[0], sp);
+    ls_detok_stream s;
+    ls_detok_init(&s);
+    assert_int_equal(ls_detok_push(&s, t, ids[0], out, sizeof out), 1); /* no space dropped: a continuation */
+    for (int i = 1; i < 4; i++) assert_int_equal(ls_detok_push(&s, t, ids[i], out, sizeof out), 0);
+    assert_int_equal(ls_detok_push(&s, t, ids[4], out, sizeof out), 4);
+    assert_memory_equal(out, emoji, 4);
+    assert_int_equal(ls_detok_flush(&s, out, sizeof out), 0);
+    ls_tokenizer_free(t);
+    spm_vocab_free(&v);
+}
+
+static gguf_writer *spm_gguf(spm_vocab *v, int scores_kind, bool with_keys) {
+    gguf_writer *w = gguf_writer_create();
+    assert_non_null(w);
+    gguf_writer_add_str(w, "general.architecture", "llama");
+    gguf_writer_add_str(w, "tokenizer.ggml.model", "llama");
+    gguf_writer_add_str(w, "tokenizer.ggml.pre", "default");
+    gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v->tok, v->n);
+    gguf_writer_add_arr(w, "tokenizer.ggml.token_type", GGUF_VT_INT32, v->type, v->n);
+    if (scores_kind == 0) gguf_writer_add_arr(w, "tokenizer.ggml.scores", GGUF_VT_FLOAT32, v->score, v->n);
+    if (scores_kind == 1) gguf_writer_add_arr(w, "tokenizer.ggml.scores", GGUF_VT_FLOAT32, v->score, v->n - 1);
+    if (scores_kind == 2) gguf_writer_add_arr_str(w, "tokenizer.ggml.scores", (const char *const *)v->tok, v->n);
+    if (with_keys) {
+        gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 2);
+        gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 1);
+        gguf_writer_add_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+        gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", false);
+        gguf_writer_add_bool(w, "tokenizer.ggml.add_eos_token", true);
+        gguf_writer_add_bool(w, "tokenizer.ggml.add_space_prefix", false);
+    }
+    return w;
+}
+
+static void test_spm_from_gguf(void **state) {
+    (void)state;
+    spm_vocab v;
+    spm_vocab_init(&v, true);
+    int32_t sphi = spm_add(&v, SP "hi", -1, LS_TOKTYPE_NORMAL);
+    int32_t hi = spm_add(&v, "hi", -1, LS_TOKTYPE_NORMAL);
+    spm_add(&v, "h", -10, LS_TOKTYPE_NORMAL);
+    spm_add(&v, "i", -10, LS_TOKTYPE_NORMAL);
+    void *mem;
+    ls_err e;
+    /* llama.cpp's defaults: BOS 1, EOS 2, UNK 0, add BOS, add the space prefix */
+    gguf_writer *w = spm_gguf(&v, 0, false);
+    gguf_file *f = gguf_from_writer(w, &mem);
+    ls_tokenizer *t = ls_tokenizer_from_gguf(f, &e);
+    if (!t) fail_msg("%s", e.msg);
+    assert_int_equal(ls_tokenizer_bos(t), 1);
+    assert_int_equal(ls_tokenizer_eos(t), 2);
+    int32_t out[8];
+    size_t n;
+    assert_int_equal(ls_tokenize(t, "hi", 2, true, true, out, 8, &n, &e), LS_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(out[0], 1);
+    assert_int_equal(out[1], sphi);
+    ls_tokenizer_free(t);
+    gguf_close(f);
+    free(mem);
+    gguf_writer_free(w);
+
+    /* every key read (Gemma 3's: BOS 2, EOS 1, no space prefix, EOS added) */
+    w = spm_gguf(&v, 0, true);
+    f = gguf_from_writer(w, &mem);
+    t = ls_tokenizer_from_gguf(f, &e);
+    if (!t) fail_msg("%s", e.msg);
+    assert_int_equal(ls_tokenizer_bos(t), 2);
+    assert_int_equal(ls_tokenize(t, "hi", 2, true, true, out, 8, &n, &e), LS_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(out[0], hi);
+    assert_int_equal(out[1], 1);
+    ls_tokenizer_free(t);
+    gguf_close(f);
+    free(mem);
+    gguf_writer_free(w);
+
+    /* errors name the key */
+    for (int k = 1; k <= 2; k++) {
+        w = spm_gguf(&v, k, false);
+        f = gguf_from_writer(w, &mem);
+        ls_err_clear(&e);
+        assert_null(ls_tokenizer_from_gguf(f, &e));
+        assert_int_equal(e.code, LS_E_FORMAT);
+        assert_non_null(strstr(e.msg, "tokenizer.ggml.scores"));
+        gguf_close(f);
+        free(mem);
+        gguf_writer_free(w);
+    }
+    w = spm_gguf(&v, 0, false);
+    gguf_writer_add_u32(w, "tokenizer.ggml.unknown_token_id", 100000);
+    f = gguf_from_writer(w, &mem);
+    ls_err_clear(&e);
+    assert_null(ls_tokenizer_from_gguf(f, &e));
+    assert_int_equal(e.code, LS_E_FORMAT);
+    assert_non_null(strstr(e.msg, "unknown_token_id"));
+    gguf_close(f);
+    free(mem);
+    gguf_writer_free(w);
+    spm_vocab_free(&v);
+
+    /* an unknown model kind in params */
+    ls_tokenizer_params p = {.n_vocab = 1, .tokens = &(gguf_str){1, "a"}, .model = (ls_tok_model)7};
+    ls_err_clear(&e);
+    assert_null(ls_tokenizer_create(&p, &e));
+    assert_int_equal(e.code, LS_E_INVALID);
+}
+
+/* Every allocation of building an SPM tokenizer and of tokenizing with it fails once
+ * in turn: an error comes back (nothing leaks: the ASan run checks) and the next
+ * attempt works. */
+static void test_spm_alloc_failures(void **state) {
+    (void)state;
+    spm_vocab v;
+    spm_vocab_init(&v, true);
+    spm_add(&v, SP, -5, LS_TOKTYPE_NORMAL);
+    spm_add(&v, SP "hi", -1, LS_TOKTYPE_NORMAL);
+    spm_add(&v, "<tool>", 0, LS_TOKTYPE_USER_DEFINED);
+    const char *text = "hi <tool> hi\xF0\x9F\x98\x80 [x]";
+    int32_t want[64], got[64];
+    size_t nwant, n;
+    ls_err e;
+    ls_tokenizer *t = spm_build(&v, true, &e);
+    assert_non_null(t);
+    assert_int_equal(ls_tokenize(t, text, strlen(text), true, true, want, 64, &nwant, &e), LS_OK);
+    ls_tokenizer_free(t);
+    int failures = 0;
+    for (uint64_t k = 1;; k++) {
+        ls_alloc_fail_nth(k);
+        ls_err_clear(&e);
+        t = spm_build(&v, true, &e);
+        ls_status st = LS_E_NOMEM;
+        if (t) st = ls_tokenize(t, text, strlen(text), true, true, got, 64, &n, &e);
+        bool fired = ls_alloc_failed();
+        ls_alloc_fail_nth(0);
+        if (!fired) {
+            assert_int_equal(st, LS_OK);
+            assert_int_equal(n, nwant);
+            assert_memory_equal(got, want, n * sizeof *got);
+            ls_tokenizer_free(t);
+            break;
+        }
+        failures++;
+        if (!t) assert_int_equal(e.code, LS_E_NOMEM);
+        else assert_int_equal(st, LS_E_NOMEM);
+        ls_tokenizer_free(t);
+    }
+    assert_true(failures >= 10);
+    spm_vocab_free(&v);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_merge_rank_order),
@@ -521,6 +980,13 @@ int main(void) {
         cmocka_unit_test(test_streaming_detok),
         cmocka_unit_test(test_from_gguf),
         cmocka_unit_test(test_from_gguf_errors),
+        cmocka_unit_test(test_spm_merge_by_score),
+        cmocka_unit_test(test_spm_space_marker_and_bytes),
+        cmocka_unit_test(test_spm_invalid_utf8),
+        cmocka_unit_test(test_spm_special_tokens),
+        cmocka_unit_test(test_spm_detokenize),
+        cmocka_unit_test(test_spm_from_gguf),
+        cmocka_unit_test(test_spm_alloc_failures),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
