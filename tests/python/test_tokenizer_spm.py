@@ -325,7 +325,7 @@ def gemma(lib):
     path = p if p.is_absolute() else REPO_ROOT / p
     if not path.exists():
         reason = (f"SKIPPED: Gemma 3 tokenizer comparisons: {path} not found "
-                  f"(set LOCKSTEP_GEMMA_MODEL to the gemma-3-270m GGUF)")
+                  f"(make model MODEL=gemma3, or set LOCKSTEP_GEMMA_MODEL) [optional in CI]")
         add_report(f"test_tokenizer_spm.py: {reason}")
         pytest.skip(reason)
     meta = _gguf_vocab(path)
