@@ -572,20 +572,30 @@ typedef struct {
     uint64_t preempted, prefix_hits, drafted, accepted, cancelled, compared;
 } suite_totals;
 
-static void run_case(uint64_t seed, suite_totals *tot) {
+/* One mix: n requests (pool prompts pick[i]) arriving at steps arrive[i], with their
+ * prefill chunk, cancellation and drafter (0 none, 1 the oracle drafter with mistakes,
+ * 2 ngram, 3 layer-skip, 4 the target as its own draft), on an engine with p. */
+typedef struct {
+    int32_t n;
+    int32_t pick[33], arrive[33], chunk[33];
+    bool cancel_it[33];
+    int spec[33];
+    ls_engine_params p;
+} mix_case;
+
+/* A random mix, from its seed. */
+static mix_case random_case(uint64_t seed) {
+    mix_case c = {0};
     uint64_t rs = seed * 0x2545F4914F6CDD1Dull + 1;
     int32_t n_others = rng_int(&rs, 0, 32);
     if (rng_int(&rs, 0, 3)) n_others = rng_int(&rs, 0, 12); /* mostly smaller mixes, to keep CI fast */
-    int32_t n = n_others + 1;
-    int32_t pick[33], arrive[33], chunk[33];
-    bool cancel_it[33];
-    int spec[33]; /* 0 none, 1 oracle drafter (with mistakes), 2 ngram, 3 layer-skip, 4 the target as draft */
+    int32_t n = c.n = n_others + 1;
     for (int32_t i = 0; i < n; i++) {
-        pick[i] = rng_int(&rs, 0, POOL - 1);
-        arrive[i] = rng_int(&rs, 0, 12);
-        chunk[i] = rng_int(&rs, 0, 2) ? 0 : rng_int(&rs, 1, 40);
-        cancel_it[i] = i > 0 && rng_int(&rs, 0, 9) == 0;
-        spec[i] = rng_int(&rs, 0, 3) == 0 ? rng_int(&rs, 1, 4) : 0;
+        c.pick[i] = rng_int(&rs, 0, POOL - 1);
+        c.arrive[i] = rng_int(&rs, 0, 12);
+        c.chunk[i] = rng_int(&rs, 0, 2) ? 0 : rng_int(&rs, 1, 40);
+        c.cancel_it[i] = i > 0 && rng_int(&rs, 0, 9) == 0;
+        c.spec[i] = rng_int(&rs, 0, 3) == 0 ? rng_int(&rs, 1, 4) : 0;
     }
     ls_engine_params p = {.size = sizeof(ls_engine_params), .n_ctx = 256, .isa = -1};
     p.n_threads = rng_int(&rs, 1, 2);
@@ -595,6 +605,16 @@ static void run_case(uint64_t seed, suite_totals *tot) {
     p.draft_max = rng_int(&rs, 0, 2) ? rng_int(&rs, 1, 6) : 0;
     if (rng_int(&rs, 0, 2) == 0) /* a small cache: forces preemption and eviction */
         p.kv_mem = (int64_t)ls_kv_block_bytes(g_model) * rng_int(&rs, 11, 24);
+    c.p = p;
+    return c;
+}
+
+static void run_case(uint64_t seed, const mix_case *mc, suite_totals *tot) {
+    const int32_t n = mc->n;
+    const int32_t *pick = mc->pick, *arrive = mc->arrive, *chunk = mc->chunk;
+    const bool *cancel_it = mc->cancel_it;
+    const int *spec = mc->spec;
+    const ls_engine_params p = mc->p;
     ls_err err;
     ls_engine *e = ls_engine_create(g_model, &p, &err);
     if (!e) fail_msg("case seed %llu: engine: %s", (unsigned long long)seed, err.msg);
@@ -675,6 +695,55 @@ static void run_case(uint64_t seed, suite_totals *tot) {
     ls_engine_free(e);
 }
 
+/* A designed mix that reaches every path the random suite claims, at every test size
+ * (the sanitizer runs in CI use one random case): a KV cache too small for the running
+ * sequences (preemption and recomputation), an exact duplicate of an earlier prompt
+ * arriving after it (a prefix-cache hit), the oracle drafter's blocks with mistakes
+ * (partial acceptance), an ngram drafter, chunked prefill, a cancellation; each asserted. */
+static void test_engine_every_path(void **state) {
+    (void)state;
+    FX_NEED(g_model);
+    build_pool();
+    /* pool 8 (71 prompt tokens, 10 generated) and pool 4 (62, 3) fill 9 blocks by the end of
+     * their prefills, and both grow past a block boundary while decoding: with 9 blocks the
+     * newest is preempted; pool 10 repeats pool 8's prompt (a prefix-cache hit) */
+    /* pool 23 (79 prompt tokens, 8 generated: 5 blocks, then 6) and pool 16 (57, 9: 4, then
+     * 5) on 8 blocks: pool 16 is admitted on the 3 blocks left and stalls mid-prefill,
+     * and when pool 23 grows into its sixth block, the newest (pool 16) is preempted and
+     * recomputed later.  Then pool 22 (with an ngram drafter) and pool 24, its exact
+     * repeat, after it finished (a prefix-cache hit); pool 6 is cancelled mid-prefill; pool
+     * 0 verifies the oracle drafter's blocks (its reference continuation with mistakes). */
+    const int32_t want[][3] = {{23, 5, 6}, {16, 4, 5}}; /* pool, blocks after prefill, at the end */
+    for (int i = 0; i < 2; i++) {
+        const int32_t P = g_pool[want[i][0]].n_prompt, last_row = P + solo(want[i][0])->n - 2;
+        assert_int_equal((P + LS_KV_BLOCK - 1) / LS_KV_BLOCK, want[i][1]);
+        assert_int_equal(last_row / LS_KV_BLOCK + 1, want[i][2]);
+    }
+    assert_int_equal(g_pool[24].n_prompt, g_pool[22].n_prompt);
+    assert_memory_equal(g_pool[24].prompt, g_pool[22].prompt, sizeof(int32_t) * (size_t)g_pool[22].n_prompt);
+    assert_true(g_pool[22].n_prompt > LS_KV_BLOCK);
+    mix_case c = {.n = 6,
+                  .pick = {23, 16, 22, 24, 6, 0},
+                  .arrive = {0, 0, 30, 40, 30, 31},
+                  .chunk = {0, 0, 0, 0, 3, 0},
+                  .cancel_it = {false, false, false, false, true, false},
+                  .spec = {0, 0, 2, 0, 0, 1}};
+    c.p = (ls_engine_params){.size = sizeof(ls_engine_params), .n_ctx = 256, .n_threads = 2, .n_seq_max = 4,
+                             .step_tokens = 64, .draft_max = 4, .isa = -1};
+    c.p.kv_mem = (int64_t)ls_kv_block_bytes(g_model) * 8;
+    suite_totals tot = {0};
+    run_case(0, &c, &tot);
+    print_message("every path: %llu tokens compared bit for bit; %llu preemptions, %llu prefix-cache hits, "
+                  "%llu/%llu drafts accepted, %llu cancelled\n",
+                  (unsigned long long)tot.compared, (unsigned long long)tot.preempted,
+                  (unsigned long long)tot.prefix_hits, (unsigned long long)tot.accepted,
+                  (unsigned long long)tot.drafted, (unsigned long long)tot.cancelled);
+    assert_true(tot.preempted > 0);
+    assert_true(tot.prefix_hits > 0);
+    assert_true(tot.accepted > 0 && tot.accepted < tot.drafted);
+    assert_true(tot.cancelled > 0);
+}
+
 static void test_engine_random_parity(void **state) {
     (void)state;
     FX_NEED(g_model);
@@ -683,10 +752,14 @@ static void test_engine_random_parity(void **state) {
     int n_cases = nc ? atoi(nc) : 200;
     suite_totals tot = {0};
     if (one) {
-        run_case(strtoull(one, NULL, 10), &tot);
+        mix_case c = random_case(strtoull(one, NULL, 10));
+        run_case(strtoull(one, NULL, 10), &c, &tot);
         return;
     }
-    for (int c = 1; c <= n_cases; c++) run_case((uint64_t)c, &tot);
+    for (int c = 1; c <= n_cases; c++) {
+        mix_case mc = random_case((uint64_t)c);
+        run_case((uint64_t)c, &mc, &tot);
+    }
     print_message("engine parity: %d cases, %llu generated tokens compared bit for bit; %llu preemptions, "
                   "%llu prefix-cache hits, %llu/%llu drafts accepted, %llu cancelled\n",
                   n_cases, (unsigned long long)tot.compared, (unsigned long long)tot.preempted,
@@ -710,6 +783,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_engine_solo_matches_ctx),
         cmocka_unit_test(test_engine_stops_and_cancel),
         cmocka_unit_test(test_engine_prefix_hit_after_one_step),
+        cmocka_unit_test(test_engine_every_path),
         cmocka_unit_test(test_engine_random_parity),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
