@@ -269,7 +269,12 @@ static void copy_kv(gguf_writer *w, const gguf_kv *kv) {
     assert_int_equal(st, LS_OK);
 }
 
-static void build_mtp_model(void) {
+/* copier: every block's attention and FFN output projections are zero, so the target's
+ * hidden state is the current token's embedding and its next token a function of the
+ * current one; the MTP module (eh_proj = [I 0]: the next token's embedding, its block's
+ * outputs zero too, the target's output norm) then computes the target's own next logits
+ * one position ahead, and its drafts are accepted (up to rounding: a near-tie can flip). */
+static void build_mtp_model(bool copier) {
     ls_err err;
     gguf_file *f = gguf_open(fx_model_path(), &err);
     assert_non_null(f);
@@ -281,13 +286,23 @@ static void build_mtp_model(void) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
         char name[128];
         snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
-        assert_int_equal(gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data, t->nbytes), LS_OK);
+        const bool zero = copier && (strstr(name, ".attn_output.") || strstr(name, ".ffn_down."));
+        void *data = zero ? calloc(1, t->nbytes) : (void *)t->data; /* zero blocks: every weight 0 */
+        assert_int_equal(gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, data, t->nbytes), LS_OK);
         if (!strncmp(name, "blk.29.", 7)) { /* the MTP block: a copy of the last one */
             char mtp[128];
             snprintf(mtp, sizeof mtp, "blk.30.%s", name + 7);
-            assert_int_equal(gguf_writer_add_tensor(w, mtp, t->type, t->n_dims, t->ne, t->data, t->nbytes), LS_OK);
+            assert_int_equal(gguf_writer_add_tensor(w, mtp, t->type, t->n_dims, t->ne, data, t->nbytes), LS_OK);
         }
-        if (!strcmp(name, "output_norm.weight")) E = t->ne[0];
+        if (zero) free(data);
+        if (!strcmp(name, "output_norm.weight")) {
+            E = t->ne[0];
+            if (copier) { /* the module's head norm is the target's */
+                assert_int_equal(t->type, 0); /* F32 */
+                assert_int_equal(gguf_writer_add_tensor(w, "blk.30.nextn.shared_head_norm.weight", 0, 1, t->ne, t->data,
+                                                        t->nbytes), LS_OK);
+            }
+        }
     }
     assert_true(E > 0);
     float *ones = malloc(sizeof(float) * E), *eh = malloc(sizeof(float) * 2 * E * E);
@@ -295,10 +310,11 @@ static void build_mtp_model(void) {
     uint64_t rs = 42;
     for (uint64_t n = 0; n < E; n++)
         for (uint64_t k = 0; k < 2 * E; k++)
-            eh[n * 2 * E + k] = (k == E + n ? 1.0f : 0.0f) + 0.02f * ((float)(rng_next(&rs) >> 40) / 16777216.0f - 0.5f);
+            eh[n * 2 * E + k] = copier ? (k == n ? 1.0f : 0.0f)
+                                       : (k == E + n ? 1.0f : 0.0f) + 0.02f * ((float)(rng_next(&rs) >> 40) / 16777216.0f - 0.5f);
     uint64_t ne1[1] = {E}, ne2[2] = {2 * E, E};
     const char *vecs[] = {"blk.30.nextn.enorm.weight", "blk.30.nextn.hnorm.weight", "blk.30.nextn.shared_head_norm.weight"};
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < (copier ? 2 : 3); i++)
         assert_int_equal(gguf_writer_add_tensor(w, vecs[i], 0 /* F32 */, 1, ne1, ones, sizeof(float) * E), LS_OK);
     assert_int_equal(gguf_writer_add_tensor(w, "blk.30.nextn.eh_proj.weight", 0, 2, ne2, eh, sizeof(float) * 2 * E * E),
                      LS_OK);
@@ -317,7 +333,7 @@ static void test_mtp_equals_plain(void **state) {
     assert_int_equal(ls_spec_check_model(g_model, 64, &(ls_spec_params){.size = sizeof(ls_spec_params), .kind = LS_SPEC_MTP, .draft_max = 4}, &err),
                      LS_E_UNSUPPORTED); /* the default model has no MTP module */
     assert_non_null(strstr(err.msg, "no"));
-    build_mtp_model();
+    build_mtp_model(false);
     ls_model *mm = ls_model_load(&(ls_model_params){.size = sizeof(ls_model_params), .path = g_mtp_path}, &err);
     remove(g_mtp_path);
     if (!mm) fail_msg("synthetic MTP model: %s", err.msg);
@@ -368,6 +384,49 @@ static void test_mtp_equals_plain(void **state) {
     ls_model_free(mm);
 }
 
+/* MTP's accept path: a module that reproduces the target's next token (build_mtp_model's
+ * copier), so drafts are accepted and verified in blocks, at temperature 0 and with a
+ * seeded sampler; the tokens and logits equal plain decoding. */
+static void test_mtp_drafts_accepted(void **state) {
+    (void)state;
+    FX_NEED(g_model);
+    ls_err err;
+    build_mtp_model(true);
+    ls_model *mm = ls_model_load(&(ls_model_params){.size = sizeof(ls_model_params), .path = g_mtp_path}, &err);
+    remove(g_mtp_path);
+    if (!mm) fail_msg("synthetic copier MTP model: %s", err.msg);
+    ls_model *saved = g_model;
+    g_model = mm; /* run() uses g_model */
+    int32_t prompt[8] = {1, 504, 3120, 282, 5248, 30, 198, 2};
+    int64_t drafted = 0, accepted = 0;
+    const float temps[2] = {0.0f, 0.8f};
+    for (int ti = 0; ti < 2; ti++) {
+        ls_sampler_params sp = {.temperature = temps[ti], .top_k = 40, .top_p = 0.95f, .seed = 9};
+        outcome ref = {0};
+        ref.logits = malloc(sizeof(float) * (size_t)g_V * 64);
+        run(prompt, 8, sp, 24, NULL, &ref);
+        for (int32_t k = 2; k <= 6; k += 4) {
+            ls_spec_params p = {.size = sizeof(ls_spec_params), .kind = LS_SPEC_MTP, .draft_max = k, .draft_min = 1,
+                                .fixed_length = true};
+            outcome o = {0};
+            o.logits = malloc(sizeof(float) * (size_t)g_V * 64);
+            run(prompt, 8, sp, 24, &p, &o);
+            if (o.n != ref.n || memcmp(o.toks, ref.toks, sizeof(int32_t) * (size_t)o.n) ||
+                memcmp(o.logits, ref.logits, sizeof(float) * (size_t)g_V * (size_t)o.n))
+                fail_msg("copier mtp, draft-max %d, temperature %.1f: differs from plain decoding", k, (double)temps[ti]);
+            drafted += o.n_drafted;
+            accepted += o.n_accepted;
+            free(o.logits);
+        }
+        free(ref.logits);
+    }
+    g_model = saved;
+    print_message("mtp accept path: %lld of %lld drafts accepted, tokens and logits equal plain decoding\n",
+                  (long long)accepted, (long long)drafted);
+    assert_true(drafted > 0 && accepted * 2 > drafted); /* the accept path ran, mostly */
+    ls_model_free(mm);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) cmocka_set_test_filter(argv[1]);
     const struct CMUnitTest tests[] = {
@@ -376,6 +435,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_adaptive_declines_costly_drafter),
         cmocka_unit_test(test_spec_equals_plain),
         cmocka_unit_test(test_mtp_equals_plain),
+        cmocka_unit_test(test_mtp_drafts_accepted),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
