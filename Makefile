@@ -33,8 +33,8 @@ TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 ISA_AVX2   = -mavx2 -mfma -mf16c
 ISA_AVX512 = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni $(ISA_AVX2)
 
-.PHONY: all lib cli tests test test-c test-asan test-tsan fuzz run model deps clean
-all: cli lib tests bench-tools
+.PHONY: all lib cli tests test test-c test-asan test-tsan fuzz run model deps clean mutants
+all: cli lib tests bench-tools $(BUILD)/embed
 
 lib: $(BUILD)/liblockstep.a $(BUILD)/liblockstep.so $(BUILD)/liblockstep_test.so
 cli: $(BUILD)/lockstep
@@ -71,6 +71,11 @@ $(BUILD)/liblockstep_test.so: $(LIB_OBJ)
 
 $(BUILD)/lockstep: $(CLI_OBJ) $(BUILD)/liblockstep.a
 	$(CC) -o $@ $(CLI_OBJ) $(BUILD)/liblockstep.a $(LDLIBS)
+
+# The embedding example (docs/embedding.md): the public header and the shared library,
+# nothing else of the tree.
+$(BUILD)/embed: examples/embed.c include/lockstep.h $(BUILD)/liblockstep.so
+	$(CC) -std=c11 -O2 -Wall -Wextra -Iinclude -o $@ $< -L$(BUILD) -llockstep -Wl,-rpath,'$$ORIGIN'
 
 # Benchmark tools (bench/): they may use the library's internals.
 .PHONY: bench-tools
@@ -121,6 +126,12 @@ test-tsan: model build-tsan-all
 	    LOCKSTEP_TEST_QUICK=$${LOCKSTEP_TEST_QUICK:-1} MODEL=$(MODEL) build-tsan/tests/test_spec; \
 	    LOCKSTEP_BUILD=build-tsan LOCKSTEP_LOAD_REQUESTS=3 MODEL=$(MODEL) $(PYTHON) -m pytest -q \
 	        tests/python/test_server.py -k "chat or logprobs or errors or disconnect or abandoned or load or tokenize"
+
+# Deliberate bugs, one at a time in a scratch copy, each of which the tests must catch
+# (scripts/mutants.py; the list and what kills each: docs/reliability.md).  By hand:
+# about 20-30 minutes on 2 cores.
+mutants: all model
+	$(PYTHON) scripts/mutants.py
 
 # The two sanitizer builds, as targets of their own so that `make -j2 build-asan-all
 # build-tsan-all` builds both at once (the ASan+UBSan build of matmul_avx512.c alone takes

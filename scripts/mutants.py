@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""make mutants: deliberate bugs, one at a time, in a scratch copy of the tree; each must
+be caught (a non-zero exit) by the tests named beside it.  Exits 1 if any mutation
+survives, or if a mutation no longer applies (the list is stale) or does not build.
+
+  python3 scripts/mutants.py [--only ID,ID] [--keep]   (make mutants runs all)
+
+The scratch copy is the working tree (tracked and untracked, not ignored, files) plus
+the build folder, so each mutant rebuilds only what its file feeds.  docs/reliability.md
+lists the mutations and what kills each.
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = ROOT / os.environ.get("MODEL", "models/SmolLM2-135M-Instruct.Q4_1.gguf")
+
+KERNELS = "build/tests/test_kernels"
+ENGINE = "LOCKSTEP_ENGINE_CASES=6 build/tests/test_engine"
+SPEC = "LOCKSTEP_TEST_QUICK=1 build/tests/test_spec"
+PROBE = "build/tests/test_probe"
+PARITY = "LOCKSTEP_TEST_QUICK=1 build/tests/test_model_parity"
+
+# (id, file, the exact text, its replacement, what it breaks, the tests that must fail)
+MUTANTS = [
+    ("scalar-group", "src/kernels/cpu/matmul_scalar.c",
+     "S[b % LS_NGRP] = S[b % LS_NGRP] + c;", "S[(b + 1) % LS_NGRP] = S[(b + 1) % LS_NGRP] + c;",
+     "the scalar definition puts unit b in the wrong accumulation group", [KERNELS]),
+    ("avx2-tree", "src/kernels/cpu/tree_avx2.h",
+     "_mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7)", "_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)",
+     "the AVX2 final tree pairs the wrong lanes", [KERNELS]),
+    ("avx512-tree", "src/kernels/cpu/tree_avx512.h",
+     "return ls_z_pair(ls_z_pair(t[0], t[1]), ls_z_pair(t[2], t[3]));",
+     "return ls_z_pair(ls_z_pair(t[0], t[2]), ls_z_pair(t[1], t[3]));",
+     "the AVX-512 16-way tree pairs the wrong subtrees", [KERNELS]),
+    ("attn-chunk", "src/kernels/cpu/ops_scalar.c",
+     "for (int64_t c = 0; c < n_keys; c += LS_ATTN_CHUNK) {", "for (int64_t c = 0; c < n_keys; c += 32) {",
+     "the scalar softmax sum uses 32-key chunks (the SIMD paths 64)", [KERNELS]),
+    ("quant-tiny", "src/kernels/cpu/matmul.c",
+     "if (finite && amax >= LS_QX_TINY) {", "if (finite && amax > LS_QX_TINY) {",
+     "activation blocks exactly at the tiny threshold quantize differently from AVX-512's", [KERNELS]),
+    ("rmsnorm-eps", "src/kernels/cpu/ops_scalar.c",
+     "float scale = 1.0f / sqrtf(mean + eps);", "float scale = 1.0f / sqrtf(mean);",
+     "the scalar RMSNorm drops epsilon", [KERNELS]),
+    ("sample-batch-index", "src/engine/engine.c",
+     "int32_t tok = ls_sample(&s->sp, lg, e->n_vocab, (uint64_t)s->n_toks, e->sscratch);",
+     "int32_t tok = ls_sample(&s->sp, lg, e->n_vocab, (uint64_t)(s->n_toks + bi), e->sscratch);",
+     "the sampler's draw is keyed by the sequence's index in the batch", [ENGINE]),
+    ("seed-ignored", "src/sample/sample.c",
+     "ls_rand_uniform(p->seed, pos, 0)", "ls_rand_uniform(0, pos, 0)",
+     "the sampler ignores the request's seed",
+     ["build/tests/test_sample", "python3 -m pytest -q -x tests/python/test_cli.py -k reproducible"]),
+    ("kv-skip", "src/model/forward.c",
+     "bool fault = (kc->faults & LS_FAULT_KV_SKIP) && r > 0",
+     "bool fault = r > 0",
+     "the K/V write of the first row of a later sequence in a batch is skipped", [ENGINE, PROBE]),
+    ("cow-skipped", "src/engine/engine.c",
+     "if (ls_kvc_shared(e->kvc, b)) {", "if (0 && ls_kvc_shared(e->kvc, b)) {",
+     "a sequence writes into a shared (prefix-cached) block instead of copying it", [ENGINE]),
+    ("prefix-off-by-one", "src/engine/kvcache.c",
+     "        matched += best_len;\n", "        matched += best_len < rem ? best_len + 1 : best_len;\n",
+     "the prefix cache claims one position more than it matched", [ENGINE]),
+    ("verify-keeps-rejected", "src/engine/engine.c",
+     "s->n_past += s->n_rows - s->n_draft;", "s->n_past += s->n_rows - s->n_draft + (s->n_draft > 0);",
+     "a verify block keeps the K/V of its first draft even when it is rejected", [SPEC, ENGINE]),
+    ("ngram-off-by-one", "src/speculative/spec.c",
+     "out[c] = h[e + c];", "out[c] = h[e + c - 1];",
+     "the ngram drafter proposes from one position too early",
+     ["build/tests/test_spec test_ngram_matches_brute_force"]),
+    ("probe-always-ok", "src/engine/probe.c",
+     "static bool all_pass(const ls_probe_result *r) {\n",
+     "static bool all_pass(const ls_probe_result *r) {\n    if (r) return true;\n",
+     "the probe reports verified whatever it found", [PROBE]),
+    ("probe-no-memcmp", "src/engine/probe.c",
+     "if (memcmp(p->ref.lg + (size_t)pos * p->V, b->lg + (size_t)pos * p->V, p->V * sizeof(float))) {",
+     "if (0 && memcmp(p->ref.lg + (size_t)pos * p->V, b->lg + (size_t)pos * p->V, p->V * sizeof(float))) {",
+     "the probe compares no logits", [PROBE]),
+    ("dequant-q4_1-min", "src/quant/dequant.c",
+     "y[j] = (float)x0 * d + m;", "y[j] = (float)x0 * d - m;",
+     "the reference dequantization of Q4_1 subtracts the minimum",
+     ["python3 -m pytest -q -x tests/python/test_dequant.py"]),
+    ("bpe-ties-rightmost", "src/tokenizer/tokenizer.c",
+     "return a->rank != b->rank ? a->rank < b->rank : a->pos < b->pos;",
+     "return a->rank != b->rank ? a->rank < b->rank : a->pos > b->pos;",
+     "BPE merges tied ranks rightmost first",
+     ["python3 -m pytest -q -x tests/python/test_tokenizer.py -k hf"]),
+]
+
+
+def sh(cmd, cwd, timeout):
+    env = {**os.environ, "MODEL": str(MODEL)}
+    t0 = time.time()
+    try:
+        r = subprocess.run(cmd, shell=True, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+        return r.returncode, time.time() - t0, (r.stdout + r.stderr)[-2000:]
+    except subprocess.TimeoutExpired:
+        return "timeout", time.time() - t0, ""
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", default="")
+    ap.add_argument("--keep", action="store_true", help="keep the scratch tree")
+    ap.add_argument("--timeout", type=int, default=900)
+    args = ap.parse_args()
+    todo = [m for m in MUTANTS if not args.only or m[0] in args.only.split(",")]
+    scratch = Path(os.environ.get("TMPDIR", "/tmp")) / f"lockstep-mutants-{os.getpid()}"
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
+                           text=True, check=True).stdout.split()
+    for f in files:
+        src = ROOT / f
+        if src.is_file():
+            (scratch / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, scratch / f)
+    if (ROOT / "build").is_dir():
+        shutil.copytree(ROOT / "build", scratch / "build", symlinks=True)
+    (scratch / "models").symlink_to(MODEL.parent)
+    print(f"mutants: scratch tree {scratch}; building the unmutated tree first")
+    rc, dt, out = sh("make -j2 all", scratch, 3600)
+    if rc != 0:
+        sys.exit(f"mutants: the unmutated tree does not build:\n{out}")
+    rows, bad = [], 0
+    for mid, path, old, new, what, tests in todo:
+        p = scratch / path
+        text = p.read_text()
+        if text.count(old) != 1:
+            rows.append((mid, "STALE", f"the text to mutate occurs {text.count(old)} times in {path}", 0.0))
+            bad += 1
+            continue
+        p.write_text(text.replace(old, new))
+        rc, dt_b, out = sh("make -j2 all", scratch, 3600)
+        if rc != 0:
+            rows.append((mid, "NO BUILD", out.strip().splitlines()[-1] if out.strip() else "", dt_b))
+            bad += 1
+        else:
+            killer, total = None, dt_b
+            for t in tests:
+                rc, dt_t, _ = sh(t, scratch, args.timeout)
+                total += dt_t
+                if rc != 0:
+                    killer = f"{t} (exit {rc})"
+                    break
+            rows.append((mid, "killed" if killer else "SURVIVED", killer or f"passed: {'; '.join(tests)}", total))
+            bad += killer is None
+        p.write_text(text)
+        print(f"  {rows[-1][0]:<22} {rows[-1][1]:<9} {rows[-1][3]:6.0f} s  {rows[-1][2]}", flush=True)
+    sh("make -j2 all", scratch, 3600)  # leave the scratch build unmutated
+    print()
+    print("| mutation | what it breaks | result | caught by |")
+    print("| --- | --- | --- | --- |")
+    for (mid, path, old, new, what, tests), (_, res, det, _) in zip(todo, rows):
+        print(f"| `{mid}` ({path}) | {what} | {res} | {det} |")
+    killed = sum(r[1] == "killed" for r in rows)
+    print(f"\nmutants: {killed} of {len(rows)} killed")
+    if not args.keep:
+        shutil.rmtree(scratch, ignore_errors=True)
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()
