@@ -20,6 +20,7 @@
 #include "backend/cuda/cuda_test.h"
 #include "model/model.h"
 #include "parity.h"
+#include "quant/quant.h"
 #include "synth.h"
 
 static FILE *g_json;
@@ -73,6 +74,68 @@ static int run_rows(ls_cuda_fwd *g, ls_cuda_kv *kv, const int32_t *const *tables
     free(sq);
     free(nd);
     return rc;
+}
+
+/* ---- the matmul kernels alone -------------------------------------------------------------- */
+static void bench_kernels(void) {
+    printf("\n== matmul kernels alone (8B-shaped matrices, copies rotated past the L2; mean of 40 launches)\n");
+    static const struct { uint32_t t; int N, K; const char *what; } mats[] = {
+        {LS_TYPE_Q4_0, 4096, 4096, "Q4_0 4096 x 4096 (wq, wo)"},
+        {LS_TYPE_Q4_0, 6144, 4096, "Q4_0 6144 x 4096 (q|k|v)"},
+        {LS_TYPE_Q4_0, 28672, 4096, "Q4_0 28672 x 4096 (gate|up)"},
+        {LS_TYPE_Q4_0, 4096, 14336, "Q4_0 4096 x 14336 (down)"},
+        {LS_TYPE_Q6_K, 128256, 4096, "Q6_K 128256 x 4096 (head)"},
+        {LS_TYPE_Q4_K, 28672, 4096, "Q4_K 28672 x 4096"},
+        {LS_TYPE_Q8_0, 4096, 4096, "Q8_0 4096 x 4096"},
+    };
+    for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
+        void *w = malloc(synth_bytes(mats[i].t, mats[i].N, mats[i].K));
+        synth_weights(mats[i].t, 5 + i, mats[i].N, mats[i].K, 0.02f, w);
+        ls_err err;
+        double ms, gbs;
+        for (int nw = 1; nw <= 4; nw *= 2)
+            for (int pdl = 0; pdl < 2; pdl++) {
+                if (ls_cuda_test_mm_bench(mats[i].t, mats[i].N, mats[i].K, w, 1, LS_CUDA_K_GEMV, nw, pdl, 40, &ms, &gbs, &err)) {
+                    printf("   %s: %s\n", mats[i].what, err.msg);
+                    continue;
+                }
+                printf("   %-30s M = 1, warp kernel, %d row(s)/warp, PDL %d: %8.2f us, %6.0f GB/s (%.1f%% of copy)\n",
+                       mats[i].what, nw, pdl, ms * 1e3, gbs, 100.0 * gbs / g_copy_gbs);
+                JSON("{\"bench\":\"kernel\",\"mat\":\"%s\",\"M\":1,\"kernel\":\"gemv\",\"nw\":%d,\"pdl\":%d,\"us\":%.2f,\"gbs\":%.1f}",
+                     mats[i].what, nw, pdl, ms * 1e3, gbs);
+            }
+        if (i < 4 && !g_quick) {
+            static const int Ms[] = {2, 4, 8, 16, 32};
+            for (int mi = 0; mi < 5; mi++)
+                for (int k = 0; k < 2; k++) {
+                    if (k == 0 && Ms[mi] > 8) continue;
+                    if (ls_cuda_test_mm_bench(mats[i].t, mats[i].N, mats[i].K, w, Ms[mi], k, 0, 1, 20, &ms, &gbs, &err)) continue;
+                    printf("   %-30s M = %2d, %s: %8.2f us, %6.0f GB/s of weights\n", mats[i].what, Ms[mi],
+                           k ? "tensor-core GEMM (split K)" : "warp kernel", ms * 1e3, gbs);
+                    JSON("{\"bench\":\"kernel\",\"mat\":\"%s\",\"M\":%d,\"kernel\":\"%s\",\"us\":%.2f,\"gbs\":%.1f}",
+                         mats[i].what, Ms[mi], k ? "mma" : "gemv", ms * 1e3, gbs);
+                }
+            for (int k = 1; k <= 3; k += 2) {
+                if (ls_cuda_test_mm_bench(mats[i].t, mats[i].N, mats[i].K, w, 512, k, 0, 1, 10, &ms, &gbs, &err)) continue;
+                const double tops = 2.0 * mats[i].N * (double)mats[i].K * 512 / (ms * 1e-3) / 1e12;
+                printf("   %-30s M = 512, tensor-core GEMM%s: %8.2f us, %5.0f TOPS\n", mats[i].what,
+                       k == 3 ? " (2 blocks/SM)" : "", ms * 1e3, tops);
+                JSON("{\"bench\":\"kernel\",\"mat\":\"%s\",\"M\":512,\"kernel\":\"mma%s\",\"us\":%.2f,\"tops\":%.1f}",
+                     mats[i].what, k == 3 ? "_minb2" : "", ms * 1e3, tops);
+            }
+        }
+        free(w);
+    }
+}
+
+static void print_profile(ls_cuda_fwd *g, int steps) {
+    const char *names[32];
+    double ms[32], tot = 0;
+    const int n = ls_cuda_fwd_profile(g, names, ms, 32);
+    for (int i = 0; i < n; i++) tot += ms[i];
+    for (int i = 0; i < n; i++)
+        printf("      %-26s %9.3f ms/step  %5.1f%%\n", names[i], ms[i] / steps, 100.0 * ms[i] / tot);
+    printf("      %-26s %9.3f ms/step (kernels one by one, no graph, no PDL)\n", "total", tot / steps);
 }
 
 /* ---- decode and batched decode -------------------------------------------------------- */
@@ -134,16 +197,53 @@ static void bench_decode(ls_model *m, const char *name) {
          "\"gbs\":%.1f,\"copy_gbs\":%.1f,\"read_gbs\":%.1f,\"pct_copy\":%.2f,\"graph\":%d}",
          name, STEPS, gm, wm, (unsigned long long)st.step_bytes, gbs, g_copy_gbs, g_read_gbs, 100.0 * gbs / g_copy_gbs,
          st.graph);
+    { /* the same steps under other options: PDL off, graphs off, the profile */
+        static const struct { int pdl, graphs, profile, nw; const char *what; } alt[] = {
+            {0, 1, 0, 2, "graph, no PDL"}, {1, 0, 0, 2, "PDL, no graph"}, {1, 1, 0, 1, "1 row per warp"},
+            {1, 1, 0, 4, "4 rows per warp"}, {0, 0, 1, 2, "profile"}};
+        for (size_t a = 0; a < sizeof alt / sizeof alt[0]; a++) {
+            ls_cuda_opts o, o0;
+            ls_cuda_fwd_get_opts(g, &o0);
+            o = o0;
+            o.pdl = alt[a].pdl;
+            o.graphs = alt[a].graphs;
+            o.profile = alt[a].profile;
+            o.gemv_nw = alt[a].nw;
+            ls_cuda_fwd_set_opts(g, &o);
+            const int S2 = 16;
+            double *v = malloc(sizeof(double) * S2);
+            for (int i = 0; i < S2 + 4; i++) {
+                tok[0] = (int32_t)(synth_next(&rs) % (uint64_t)V);
+                pos[0] = P + i;
+                sq[0] = 0;
+                if (i == 4 && alt[a].profile) ls_cuda_fwd_set_opts(g, &o); /* the profile counts the timed steps */
+                if (run_rows(g, kv, (const int32_t *const *)tabs, BMAX, sq, tok, pos, 1, 1, 0, logits, &st)) return;
+                if (i >= 4) v[i - 4] = st.gpu_ms;
+            }
+            const double m2 = median(v, S2), g2 = (double)st.step_bytes / (m2 * 1e-3) / 1e9;
+            printf("   %-16s %.3f ms/step -> %.0f GB/s = %.1f%% of copy\n", alt[a].what, m2, g2, 100.0 * g2 / g_copy_gbs);
+            JSON("{\"bench\":\"decode_b1_alt\",\"model\":\"%s\",\"variant\":\"%s\",\"gpu_ms\":%.4f,\"pct_copy\":%.2f}", name,
+                 alt[a].what, m2, 100.0 * g2 / g_copy_gbs);
+            if (alt[a].profile) print_profile(g, S2);
+            free(v);
+            ls_cuda_fwd_set_opts(g, &o0);
+        }
+    }
     /* batched decode: B sequences one row each, exact vs fast */
     static const int Bs[] = {1, 2, 4, 8, 12, 16, 24, 32};
     printf("\n== batched decode, %s: device ms per step (tok/s), exact vs fast family\n", name);
-    printf("   %4s  %18s  %18s  %6s\n", "B", "exact", "fast", "fast/exact tok/s");
+    printf("   %4s  %18s  %18s  %18s  %6s\n", "B", "exact", "exact (GEMM B>1)", "fast", "fast/exact tok/s");
     const int NS = g_quick ? 8 : 24;
     for (size_t bi = 0; bi < sizeof Bs / sizeof Bs[0]; bi++) {
         const int B = Bs[bi];
-        double res[2];
-        int graph[2];
-        for (int fam = 0; fam < 2; fam++) {
+        double res[3];
+        int graph[3];
+        for (int fam = 0; fam < 3; fam++) {
+            ls_cuda_opts o, o0;
+            ls_cuda_fwd_get_opts(g, &o0);
+            o = o0;
+            if (fam == 1) o.gemv_max_rows = 1;
+            ls_cuda_fwd_set_opts(g, &o);
             double *v = malloc(sizeof(double) * NS);
             for (int i = 0; i < NS + 4; i++) {
                 for (int s = 0; s < B; s++) {
@@ -151,18 +251,20 @@ static void bench_decode(ls_model *m, const char *name) {
                     pos[s] = P + STEPS + (i < 4 ? i : i - 4); /* all at the same depth */
                     sq[s] = s;
                 }
-                if (run_rows(g, kv, (const int32_t *const *)tabs, BMAX, sq, tok, pos, B, fam == 0, 0, logits, &st)) return;
+                if (run_rows(g, kv, (const int32_t *const *)tabs, BMAX, sq, tok, pos, B, fam < 2, 0, logits, &st)) return;
                 if (i >= 4) v[i - 4] = st.gpu_ms;
             }
             res[fam] = median(v, NS);
             graph[fam] = st.graph;
             free(v);
+            ls_cuda_fwd_set_opts(g, &o0);
         }
-        printf("   %4d  %8.3f (%7.0f)  %8.3f (%7.0f)  %6.2fx%s\n", B, res[0], B * 1e3 / res[0], res[1], B * 1e3 / res[1],
-               res[0] / res[1], graph[1] ? "" : " (fast: cuBLAS, no graph)");
-        JSON("{\"bench\":\"batched_decode\",\"model\":\"%s\",\"B\":%d,\"exact_ms\":%.4f,\"fast_ms\":%.4f,"
+        const double best = res[0] < res[1] ? res[0] : res[1];
+        printf("   %4d  %8.3f (%7.0f)  %8.3f (%7.0f)  %8.3f (%7.0f)  %6.2fx%s\n", B, res[0], B * 1e3 / res[0], res[1],
+               B * 1e3 / res[1], res[2], B * 1e3 / res[2], best / res[2], graph[2] ? "" : " (fast: cuBLAS, no graph)");
+        JSON("{\"bench\":\"batched_decode\",\"model\":\"%s\",\"B\":%d,\"exact_ms\":%.4f,\"exact_gemm_ms\":%.4f,\"fast_ms\":%.4f,"
              "\"exact_tok_s\":%.1f,\"fast_tok_s\":%.1f,\"fast_graph\":%d}",
-             name, B, res[0], res[1], B * 1e3 / res[0], B * 1e3 / res[1], graph[1]);
+             name, B, res[0], res[1], res[2], B * 1e3 / best, B * 1e3 / res[2], graph[2]);
     }
     free(gms);
     free(wms);
@@ -201,17 +303,33 @@ static void bench_prefill(ls_model *m, const char *name) {
     static const int Ns[] = {512, 2048};
     for (int ni = 0; ni < 2; ni++) {
         const int n = Ns[ni];
-        double res[2];
-        for (int fam = 0; fam < 2; fam++) {
+        double res[3];
+        for (int fam = 0; fam < 3; fam++) { /* exact, exact with the 2-blocks-per-SM tile, fast */
             const int R = g_quick ? 2 : 4;
             double v[8];
             ls_cuda_stats st;
+            ls_cuda_opts o, o0;
+            ls_cuda_fwd_get_opts(g, &o0);
+            o = o0;
+            o.mma_minblocks = fam == 1 ? 2 : 1;
+            ls_cuda_fwd_set_opts(g, &o);
             for (int i = 0; i < R + 1; i++) {
-                if (run_rows(g, kv, tabs, 1, sq, tok, pos, n, fam == 0, 1, logits, &st)) return;
+                if (run_rows(g, kv, tabs, 1, sq, tok, pos, n, fam < 2, 1, logits, &st)) return;
                 if (i >= 1) v[i - 1] = st.gpu_ms;
             }
             res[fam] = median(v, R);
+            if (fam == 0 && n == 512) {
+                o.profile = 1;
+                ls_cuda_fwd_set_opts(g, &o);
+                if (run_rows(g, kv, tabs, 1, sq, tok, pos, n, 1, 1, logits, &st)) return;
+                printf("   pp512 exact, profile:\n");
+                print_profile(g, 1);
+            }
+            ls_cuda_fwd_set_opts(g, &o0);
         }
+        printf("   pp%-5d exact with the capped tile: %8.2f ms (%7.0f tok/s)\n", n, res[1], n * 1e3 / res[1]);
+        if (res[1] < res[0]) res[0] = res[1];
+        res[1] = res[2];
         const double tops_e = 2.0 * params * n / (res[0] * 1e-3) / 1e12, tops_f = 2.0 * params * n / (res[1] * 1e-3) / 1e12;
         printf("   pp%-5d exact %8.2f ms (%7.0f tok/s, %5.0f TOPS)   fast %8.2f ms (%7.0f tok/s, %5.0f TFLOPS)   "
                "exact/fast time %.2fx\n",
@@ -255,7 +373,7 @@ static void bench_parity(ls_model *m, const char *name, int nseq, int min_len, i
         const double frac = pass == 2 ? 0.4 : 0.0;
         const size_t d = parity_run_mix(&r, g, kv, seed + 11 * (uint64_t)pass, frac, pass == 1 ? 8 : 32, &cmp, &rows, &fe);
         printf("   pass %d: %zu rows in random batch mixes (B = 1..%d%s): %zu differing bytes of %zu%s\n", pass, rows,
-               pass == 1 ? 8 : 32, frac > 0 ? ", 40% of turns on the fast family, not compared" : "", d, cmp,
+               pass == 1 ? 8 : 32, frac > 0 ? ", 40% of the sequences on the fast family, not compared" : "", d, cmp,
                frac > 0 ? "" : "");
         if (frac > 0) printf("           fast rows' relative L2 error vs the CPU: %.2e\n", fe);
         JSON("{\"bench\":\"parity\",\"model\":\"%s\",\"pass\":%d,\"rows\":%zu,\"bytes_compared\":%zu,\"bytes_differing\":%zu,"
@@ -294,6 +412,7 @@ int main(int argc, char **argv) {
     printf("gpu: %s\ncopy bandwidth (4 GiB device-to-device, read + written bytes, median of 9): %.0f GB/s; "
            "read-only kernel: %.0f GB/s\n", name, g_copy_gbs, g_read_gbs);
     JSON("{\"bench\":\"bandwidth\",\"gpu\":\"%s\",\"copy_gbs\":%.1f,\"read_gbs\":%.1f}", name, g_copy_gbs, g_read_gbs);
+    if (!getenv("LS_BENCH_NO_KERNELS")) bench_kernels();
 
     /* name, vocab, embd, layers, heads, kv heads, ff, ctx; q k v o gate up down; embd; out; rope base */
     const synth_cfg c1 = {"1B-shaped Q4_K_M-style (Llama-3.2-1B shapes, tied Q6_K)", 128256, 2048, 16, 32, 8, 8192, 8192,

@@ -89,6 +89,10 @@ size_t parity_run_mix(const parity_refs *r, ls_cuda_fwd *g, ls_cuda_kv *kv, uint
         perm[j] = t;
     }
     for (int q = 0; q < nseq; q++) tables[q] = perm + (size_t)q * bps;
+    /* the parity need is a request's, so a property of the whole sequence: a sequence on the
+     * fast family writes inexact K/V, which its own later rows read */
+    uint8_t *seq_fast = calloc((size_t)nseq, 1);
+    for (int q = 1; q < nseq; q++) seq_fast[q] = synth_unif(&s) < fast_frac;
     float *logits = malloc((size_t)bmax * V * 4);
     int32_t *tok = malloc(4 * (size_t)bmax), *pos = malloc(4 * (size_t)bmax), *seq = malloc(4 * (size_t)bmax),
             *lr = malloc(4 * (size_t)bmax);
@@ -115,7 +119,7 @@ size_t parity_run_mix(const parity_refs *r, ls_cuda_fwd *g, ls_cuda_kv *kv, uint
             int c = u < 5 ? 1 : u < 8 ? 2 + (int)(synth_next(&s) % 8) : 1 + (int)(synth_next(&s) % 33);
             if (c > r->len[q] - cur[q]) c = r->len[q] - cur[q];
             if (c > cap - n) c = cap - n;
-            const bool fast = synth_unif(&s) < fast_frac;
+            const bool fast = seq_fast[q];
             for (int i = 0; i < c; i++, n++) {
                 tok[n] = r->tok[q][cur[q] + i];
                 pos[n] = cur[q] + i;
@@ -158,5 +162,6 @@ size_t parity_run_mix(const parity_refs *r, ls_cuda_fwd *g, ls_cuda_kv *kv, uint
     free(seq);
     free(lr);
     free(need);
+    free(seq_fast);
     return diff;
 }

@@ -26,7 +26,7 @@ void parity_refs_free(parity_refs *r);
 /* Runs every sequence to its end on the GPU in random batch mixes of up to bmax rows
  * (decode rows, verify blocks of 2..9 rows, prefill chunks of up to 33), each sequence on
  * shuffled blocks of kv (which needs nseq * nctx / 16 blocks); a share fast_frac of the
- * sequences' turns runs without a parity need.  Returns the differing bytes of the rows
+ * sequences (never sequence 0) runs without a parity need, all their rows.  Returns the differing bytes of the rows
  * with a parity need (*cmp: bytes compared; *rows: rows run; *fast_err: the fast rows'
  * relative L2 error, or 0). */
 size_t parity_run_mix(const parity_refs *r, ls_cuda_fwd *g, ls_cuda_kv *kv, uint64_t seed, double fast_frac, int bmax,

@@ -297,7 +297,7 @@ static void test_model(const synth_cfg *c, uint64_t seed) {
         double fe = 0;
         const size_t d = parity_run_mix(&fx, g, kv, seed + 99, 0.4, 64, &cmp, &rows, &fe);
         char what[200];
-        snprintf(what, sizeof what, "%s: %zu rows, B = 1..64, 40%% of the sequences' rows on the fast family (the "
+        snprintf(what, sizeof what, "%s: %zu rows, B = 1..64, 40%% of the sequences on the fast family (the "
                  "others compared; fast rows' relative error %.2e)", c->name, rows, fe);
         report(what, d, cmp);
     }

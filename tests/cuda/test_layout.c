@@ -242,6 +242,13 @@ int main(void) {
         en++;
     }
     printf("lsc_expf: %zu of %zu results differ from ls_expf\n", ebad, en);
+    size_t ibad = 0;
+    for (int32_t i = -(1 << 22) + 1; i < (1 << 22); i++) {
+        float a = (float)i, b = lsc_i2f_small(i);
+        ibad += memcmp(&a, &b, 4) != 0;
+    }
+    printf("lsc_i2f_small: %zu of %d conversions differ from (float)i\n", ibad, (1 << 23) - 1);
+    ebad += ibad;
     printf("test_layout: %zu differing bytes of %zu (matmul), %s\n", bad, total, bad || ebad ? "FAIL" : "ok");
     return bad || ebad ? 1 : 0;
 }

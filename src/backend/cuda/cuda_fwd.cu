@@ -22,6 +22,10 @@ extern "C" {
 }
 #include "backend/cuda/cuda_internal.h"
 
+thread_local int lsc_pdl = 0;
+thread_local int lsc_gemv_nw1 = 2;
+thread_local int lsc_mma_minb = 1;
+
 /* ---- errors ------------------------------------------------------------------- */
 static ls_status cuda_fail(ls_err *err, cudaError_t e, const char *what, int line) {
     return ls_err_set(err, e == cudaErrorMemoryAllocation ? LS_E_NOMEM : LS_E_IO, "CUDA %s (%s) in %s (cuda_fwd.cu:%d)",
@@ -436,7 +440,24 @@ struct ls_cuda_fwd {
     GraphEnt graphs[LSC_GRAPHS];
     uint64_t graph_clock;
     int E, QD, KVD, QKVD, F, V;
+    float *part;        /* split-K partial trees of the tensor-core GEMM */
+    size_t part_floats;
+    /* profiling (opts.profile) */
+    cudaEvent_t pev[1024];
+    const char *pname[1024];
+    int pn, nkinds;
+    const char *kind[32];
+    double kind_ms[32];
 };
+
+#define PROF(f, name)                                                            \
+    do {                                                                         \
+        if ((f)->opts.profile && (f)->pn < 1024) {                              \
+            if (!(f)->pev[(f)->pn]) cudaEventCreate(&(f)->pev[(f)->pn]);         \
+            (f)->pname[(f)->pn] = (name);                                        \
+            cudaEventRecord((f)->pev[(f)->pn++], (f)->st);                        \
+        }                                                                        \
+    } while (0)
 
 /* staging layout for M rows (4-byte words): x_in (M E), pos (M), tbl_off (M), out_idx (M), tables (M maxblk) */
 struct Stage {
@@ -465,7 +486,10 @@ void ls_cuda_fwd_free(ls_cuda_fwd *f) {
     if (!f) return;
     if (f->st) cudaStreamSynchronize(f->st);
     graphs_clear(f);
-    void *dev[] = {f->xn, f->qkv, f->att, f->h, f->tbuf, f->logits_d, f->cs, f->sn, f->xq, f->dxs, f->stage_d, f->wh, f->xh};
+    for (cudaEvent_t e : f->pev)
+        if (e) cudaEventDestroy(e);
+    void *dev[] = {f->xn, f->qkv, f->att, f->h, f->tbuf, f->logits_d, f->cs, f->sn, f->xq, f->dxs, f->stage_d, f->wh, f->xh,
+                   f->part};
     for (void *p : dev) cudaFree(p);
     cudaFreeHost(f->stage_h);
     cudaFreeHost(f->logits_h);
@@ -514,9 +538,11 @@ ls_cuda_fwd *ls_cuda_fwd_create(const ls_model *m, const ls_fwd_params *p, ls_er
     f->n_ctx = p->n_ctx;
     f->maxblk = (p->n_ctx + LS_KV_BLOCK - 1) / LS_KV_BLOCK;
     f->opts.fast = 1;
-    f->opts.fast_min_rows = 16;
+    f->opts.fast_min_rows = 64;
     f->opts.gemv_max_rows = 8;
     f->opts.graphs = 1;
+    f->opts.pdl = 1;
+    f->opts.gemv_nw = 2;
     ls_status st = LS_OK;
     cudaError_t e;
     int dev = 0;
@@ -579,6 +605,8 @@ ls_cuda_fwd *ls_cuda_fwd_create(const ls_model *m, const ls_fwd_params *p, ls_er
             (st = dalloc((void **)&f->tbuf, R * 2 * f->F * 4, err)) ||
             (st = dalloc((void **)&f->xq, R * xs * 32, err)) || (st = dalloc((void **)&f->dxs, R * xs * 8, err)))
             goto fail;
+        f->part_floats = (size_t)8 * (R < 64 ? R : 64) * 16896;
+        if ((st = dalloc((void **)&f->part, f->part_floats * 4, err))) goto fail;
         const Stage sl = stage_layout(f, p->n_rows);
         f->stage_cap = sl.words * 4;
         if ((st = dalloc((void **)&f->stage_d, f->stage_cap, err))) goto fail;
@@ -631,7 +659,15 @@ fail:
 void ls_cuda_fwd_get_opts(const ls_cuda_fwd *f, ls_cuda_opts *o) { *o = f->opts; }
 void ls_cuda_fwd_set_opts(ls_cuda_fwd *f, const ls_cuda_opts *o) {
     f->opts = *o;
+    f->nkinds = 0;
     graphs_clear(f);
+}
+int ls_cuda_fwd_profile(const ls_cuda_fwd *f, const char **names, double *ms, int cap) {
+    for (int i = 0; i < f->nkinds && i < cap; i++) {
+        names[i] = f->kind[i];
+        ms[i] = f->kind_ms[i];
+    }
+    return f->nkinds;
 }
 void ls_cuda_fwd_stats(const ls_cuda_fwd *f, ls_cuda_stats *s) { *s = f->stats; }
 
@@ -688,7 +724,7 @@ static ls_status mm(ls_cuda_fwd *f, const DMat &d, const std::vector<Run> &runs,
         if (r.n <= f->opts.gemv_max_rows)
             CK(lsc_gemv(w, ar, r.n, yr, ldy, mode, f->st));
         else
-            CK(lsc_mma(w, ar, r.n, yr, ldy, mode, f->st));
+            CK(lsc_mma(w, ar, r.n, yr, ldy, mode, f->part, f->part_floats, f->st));
     }
     return LS_OK;
 }
@@ -698,7 +734,12 @@ static ls_status enqueue(ls_cuda_fwd *f, ls_cuda_kv *kv, const Plan &pl, ls_err 
     const int M = pl.M, E = f->E, F = f->F, D = s->head_dim;
     const Stage sl = stage_layout(f, M);
     cudaStream_t st = f->st;
+    lsc_gemv_nw1 = f->opts.gemv_nw;
+    lsc_mma_minb = f->opts.mma_minblocks == 2 ? 2 : 1;
+    lsc_pdl = 0; /* the first kernel follows a copy */
     CK(cudaMemcpyAsync(f->stage_d, f->stage_h, sl.words * 4, cudaMemcpyHostToDevice, st));
+    PROF(f, "upload");
+    const int pdl = f->opts.pdl && !f->opts.profile;
     float *x = (float *)f->stage_d + sl.x; /* the residual stream lives in the staged embeddings */
     const int32_t *pos = (const int32_t *)f->stage_d + sl.pos, *tbl_off = (const int32_t *)f->stage_d + sl.tbl_off,
                   *out_idx = (const int32_t *)f->stage_d + sl.out_idx, *tbl = (const int32_t *)f->stage_d + sl.tbl;
@@ -707,10 +748,13 @@ static ls_status enqueue(ls_cuda_fwd *f, ls_cuda_kv *kv, const Plan &pl, ls_err 
     for (int l : f->layers) {
         const WLayer &L = f->w->L[l];
         CK(lsc_rmsnorm_quant(x, E, NULL, L.attn_norm, s->norm_eps, M, E, f->xn, E, f->xq, f->dxs, xsE, st));
+        lsc_pdl = pdl;
+        PROF(f, "rmsnorm+quant");
         const lsc_act aE = {f->xq, f->dxs, xsE};
         for (int i = 0; i < L.n_qkv; i++)
             if ((rs = mm(f, L.qkv[i], pl.rows, f->xn, E, aE, f->qkv + L.qkv_col[i], f->QKVD, LSC_MODE_STORE, err)))
                 return rs;
+        PROF(f, "matmul qkv");
         lsc_kvargs ka;
         ka.kv = kv->d;
         ka.block_floats = kv->block_floats;
@@ -719,12 +763,16 @@ static ls_status enqueue(ls_cuda_fwd *f, ls_cuda_kv *kv, const Plan &pl, ls_err 
         ka.tbl_off = tbl_off;
         ka.pos = pos;
         CK(lsc_rope_kv(f->qkv, f->QKVD, M, s->n_head, s->n_head_kv, D, s->rope_dim, s->rope_neox, f->cs, f->sn, ka, st));
+        PROF(f, "rope+kv write");
         const bool q_att = !lsc_is_float(L.wo.m.type);
         CK(lsc_attention(f->qkv, f->QKVD, M, s->n_head, s->n_head_kv, D, s->attn_scale, ka, pl.max_keys, f->att,
                          q_att ? f->xq : NULL, f->dxs, xsQ, st));
+        PROF(f, "attention(+quant)");
         const lsc_act aQ = {f->xq, f->dxs, xsQ};
         if ((rs = mm(f, L.wo, pl.rows, f->att, f->QD, aQ, x, E, LSC_MODE_ADD, err))) return rs;
+        PROF(f, "matmul wo(+add)");
         CK(lsc_rmsnorm_quant(x, E, NULL, L.ffn_norm, s->norm_eps, M, E, f->xn, E, f->xq, f->dxs, xsE, st));
+        PROF(f, "rmsnorm+quant");
         if (L.n_gu == 1) {
             if ((rs = mm(f, L.gu[0], pl.rows, f->xn, E, aE, f->h, F, LSC_MODE_SWIGLU, err))) return rs;
         } else {
@@ -733,15 +781,22 @@ static ls_status enqueue(ls_cuda_fwd *f, ls_cuda_kv *kv, const Plan &pl, ls_err 
                 return rs;
             CK(lsc_swiglu(f->tbuf, f->tbuf + F, 2 * F, M, F, f->h, F, st));
         }
+        PROF(f, "matmul gate/up(+swiglu)");
         if (!lsc_is_float(L.down.m.type)) CK(lsc_quant(f->h, F, M, F, f->xq, f->dxs, xsF, st));
+        PROF(f, "quant");
         const lsc_act aF = {f->xq, f->dxs, xsF};
         if ((rs = mm(f, L.down, pl.rows, f->h, F, aF, x, E, LSC_MODE_ADD, err))) return rs;
+        PROF(f, "matmul down(+add)");
     }
     if (pl.n_out > 0) { /* the head: the rows that need logits, gathered in row order */
         CK(lsc_rmsnorm_quant(x, E, out_idx, f->w->out_norm, s->norm_eps, pl.n_out, E, f->xn, E, f->xq, f->dxs, xsE, st));
+        lsc_pdl = pdl;
+        PROF(f, "rmsnorm+quant");
         const lsc_act aE = {f->xq, f->dxs, xsE};
         if ((rs = mm(f, f->w->output, pl.head, f->xn, E, aE, f->logits_d, f->V, LSC_MODE_STORE, err))) return rs;
+        PROF(f, "matmul head");
     }
+    lsc_pdl = 0;
     return LS_OK;
 }
 
@@ -843,7 +898,8 @@ ls_status ls_cuda_fwd_run(ls_cuda_fwd *f, ls_cuda_kv *kv, const ls_batch *b, flo
     for (const Run &r : pl.head) pl.blas_used = pl.blas_used || (r.fast && f->blas && r.n >= f->opts.fast_min_rows);
     lsc_embed_rows(f->model, b->token, b->n, (float *)f->stage_h + sl.x);
 
-    const bool use_graph = f->opts.graphs && b->n <= LSC_GRAPH_ROWS && !pl.blas_used;
+    const bool use_graph = f->opts.graphs && !f->opts.profile && b->n <= LSC_GRAPH_ROWS && !pl.blas_used;
+    f->pn = 0;
     if (use_graph) { /* attention's shared memory is sized by a power-of-two bucket of keys */
         int bucket = 256;
         while (bucket < max_pos + 1) bucket *= 2;
@@ -874,6 +930,18 @@ ls_status ls_cuda_fwd_run(ls_cuda_fwd *f, ls_cuda_kv *kv, const ls_batch *b, flo
     CK(cudaGetLastError());
     float ms = 0.0f;
     CK(cudaEventElapsedTime(&ms, f->ev0, f->ev1));
+    for (int i = 0; i < f->pn; i++) { /* opts.profile: the time since the previous mark, by kind */
+        float d = 0.0f;
+        CK(cudaEventElapsedTime(&d, i ? f->pev[i - 1] : f->ev0, f->pev[i]));
+        int k = 0;
+        while (k < f->nkinds && strcmp(f->kind[k], f->pname[i])) k++;
+        if (k == f->nkinds && k < 32) {
+            f->kind[k] = f->pname[i];
+            f->kind_ms[k] = 0;
+            f->nkinds++;
+        }
+        if (k < 32) f->kind_ms[k] += d;
+    }
     if (pl.n_out) memcpy(logits, f->logits_h, (size_t)pl.n_out * f->V * 4);
     if (pl.hidden) memcpy(b->hidden_out, f->hidden_h, (size_t)b->n * f->E * 4);
     for (const Run &r : pl.rows) (r.fast ? f->stats.rows_fast : f->stats.rows_exact) += (uint64_t)r.n;
@@ -970,10 +1038,17 @@ ls_status ls_cuda_test_matmul(uint32_t type, int64_t N, int64_t K, const void *w
     } else {
         T_CK(lsc_quant(dx, (int)K, M, (int)K, dq, dd, xs, 0));
         const lsc_act a = {dq, dd, xs};
-        if (kernel == LS_CUDA_K_GEMV)
+        if (kernel == LS_CUDA_K_GEMV) {
             T_CK(lsc_gemv(d.m, a, M, dy, (int)N, LSC_MODE_STORE, 0));
-        if (kernel == LS_CUDA_K_MMA)
-            T_CK(lsc_mma(d.m, a, M, dy, (int)N, LSC_MODE_STORE, 0));
+        }
+        if (kernel == LS_CUDA_K_MMA) {
+            float *part = NULL;
+            const size_t pf = (size_t)8 * M * N;
+            T_CK(cudaMalloc((void **)&part, pf * 4));
+            T_CK(lsc_mma(d.m, a, M, dy, (int)N, LSC_MODE_STORE, part, pf, 0));
+            T_CK(cudaDeviceSynchronize());
+            cudaFree(part);
+        }
     }
     T_CK(cudaDeviceSynchronize());
     T_CK(cudaMemcpy(y, dy, (size_t)M * N * 4, cudaMemcpyDeviceToHost));
@@ -1032,5 +1107,84 @@ done:
     if (e0) cudaEventDestroy(e0);
     if (e1) cudaEventDestroy(e1);
     free(ms);
+    return st;
+}
+
+ls_status ls_cuda_test_mm_bench(uint32_t type, int64_t N, int64_t K, const void *w, int M, int kernel, int nw, int pdl,
+                                int reps, double *ms, double *gbs, ls_err *err) {
+    lsc_mma_minb = kernel == 3 ? 2 : 1;
+    if (kernel == 3) kernel = LS_CUDA_K_MMA;
+    cudaError_t e = lsc_mma_init();
+    if (e != cudaSuccess) return cuda_fail(err, e, "lsc_mma_init", __LINE__);
+    DMat d[16];
+    memset(d, 0, sizeof d);
+    int nc = 0;
+    ls_status st = LS_OK;
+    uint8_t *tmp = NULL;
+    float *dx = NULL, *dy = NULL, *part = NULL;
+    int8_t *dq = NULL;
+    float2 *dd = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    const int xs = (int)lsc_nbp(K / 32 + 1);
+    const size_t pf = (size_t)8 * M * N;
+    lsc_mat_src s;
+    s.type = type;
+    s.N = N;
+    s.K = K;
+    s.data = (const uint8_t *)w;
+    s.row_bytes = (size_t)(K / lsc_blk_elems((int)type)) * lsc_blk_bytes((int)type);
+    s.nbytes = s.row_bytes * (uint64_t)N;
+    T_CK(cudaMalloc((void **)&tmp, s.nbytes));
+    for (nc = 0; nc < 16; nc++) { /* copies of the matrix until they outgrow the L2 four times over */
+        if ((st = dmat_alloc(&d[nc], (int)type, N, K, err)) || (st = dmat_fill(&d[nc], &s, 0, 1 << 30, 0, tmp, err))) goto done;
+        if ((uint64_t)(nc + 1) * d[0].bytes > ((uint64_t)256 << 20)) {
+            nc++;
+            break;
+        }
+    }
+    T_CK(cudaMalloc((void **)&dx, (size_t)M * K * 4));
+    T_CK(cudaMalloc((void **)&dy, (size_t)M * N * 4));
+    T_CK(cudaMalloc((void **)&dq, (size_t)M * xs * 32));
+    T_CK(cudaMalloc((void **)&dd, (size_t)M * xs * 8));
+    T_CK(cudaMalloc((void **)&part, pf * 4));
+    T_CK(cudaMemset(dx, 0, (size_t)M * K * 4));
+    T_CK(lsc_quant(dx, (int)K, M, (int)K, dq, dd, xs, 0));
+    T_CK(cudaEventCreate(&e0));
+    T_CK(cudaEventCreate(&e1));
+    {
+        const lsc_act a = {dq, dd, xs};
+        lsc_gemv_nw1 = nw ? nw : 2;
+        for (int pass = 0; pass < 2; pass++) { /* a warm-up pass, then the timed one */
+            T_CK(cudaEventRecord(e0, 0));
+            for (int i = 0; i < reps; i++) {
+                lsc_pdl = pdl && i > 0;
+                if (kernel == LS_CUDA_K_GEMV) {
+                    T_CK(lsc_gemv(d[i % nc].m, a, M, dy, (int)N, LSC_MODE_STORE, 0));
+                } else {
+                    T_CK(lsc_mma(d[i % nc].m, a, M, dy, (int)N, LSC_MODE_STORE, part, pf, 0));
+                }
+            }
+            lsc_pdl = 0;
+            T_CK(cudaEventRecord(e1, 0));
+            T_CK(cudaEventSynchronize(e1));
+        }
+        lsc_gemv_nw1 = 2;
+        float t = 0;
+        T_CK(cudaEventElapsedTime(&t, e0, e1));
+        *ms = t / reps;
+        *gbs = (double)d[0].bytes / (*ms * 1e-3) / 1e9;
+    }
+done:
+    lsc_pdl = 0;
+    lsc_mma_minb = 1;
+    for (int i = 0; i < 16; i++) dmat_free(&d[i]);
+    cudaFree(tmp);
+    cudaFree(dx);
+    cudaFree(dy);
+    cudaFree(dq);
+    cudaFree(dd);
+    cudaFree(part);
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
     return st;
 }

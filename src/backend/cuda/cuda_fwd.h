@@ -59,10 +59,16 @@ ls_status ls_cuda_fwd_run(ls_cuda_fwd *f, ls_cuda_kv *kv, const ls_batch *b, flo
 /* ---- knobs (tests, benchmarks) ----------------------------------------------- */
 typedef struct {
     int fast;          /* 1: rows with need_parity == 0 may take the fast family (default 1) */
-    int fast_min_rows; /* the fast family uses cuBLAS for runs of at least this many rows (default 16) */
+    int fast_min_rows; /* the fast family uses cuBLAS for runs of at least this many rows (default 64;
+                        * shorter fast runs take the exact kernels) */
     int gemv_max_rows; /* exact runs of up to this many rows take the warp-per-output kernel,
                         * longer ones the int8 tensor-core GEMM (default 8; 0 = always the GEMM) */
     int graphs;        /* 1: batches of up to 64 rows replay a captured CUDA graph (default 1) */
+    int pdl;           /* 1: programmatic dependent launch between the kernels (default 1) */
+    int gemv_nw;       /* weight rows per warp of the one-row warp kernel: 1, 2 (default) or 4 */
+    int profile;       /* 1: time every kernel with events (no graphs, no PDL); ls_cuda_fwd_profile */
+    int mma_minblocks; /* 2: the 64 x 64 tensor-core tile capped at 128 registers, two blocks per SM
+                        * (spills a little); 1 (default): uncapped, one block per SM */
 } ls_cuda_opts;
 void ls_cuda_fwd_get_opts(const ls_cuda_fwd *f, ls_cuda_opts *o);
 void ls_cuda_fwd_set_opts(ls_cuda_fwd *f, const ls_cuda_opts *o);
@@ -77,6 +83,9 @@ typedef struct {
     uint64_t rows_exact, rows_fast; /* rows of forwards so far whose matmuls ran each family */
 } ls_cuda_stats;
 void ls_cuda_fwd_stats(const ls_cuda_fwd *f, ls_cuda_stats *s);
+/* With opts.profile: device ms per kernel kind summed over the runs since the options were
+ * set; returns the number of kinds (names[i], ms[i] for i < min(it, cap)). */
+int ls_cuda_fwd_profile(const ls_cuda_fwd *f, const char **names, double *ms, int cap);
 
 #ifdef __cplusplus
 }

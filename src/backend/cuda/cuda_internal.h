@@ -6,6 +6,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include <utility>
+
 #include "backend/cuda/cuda_recipe.h"
 
 /* A matrix on the device (by value in kernel parameters).  Quantized: the arrays of
@@ -30,9 +32,51 @@ enum { LSC_MODE_STORE = 0, LSC_MODE_ADD = 1, LSC_MODE_SWIGLU = 2 };
  * row 8c + i, 16c + 8 + i is up row 8c + i (i < 8); output o = silu(gate o) * up o. */
 #define LSC_GU_CHUNK 8
 
-/* Exact family.  y: output rows (row r at y + r * ldy), n_out outputs (SWIGLU: N / 2). */
+/* ---- launches ---------------------------------------------------------------------
+ * Kernels of a forward are launched with programmatic dependent launch (Hopper) when
+ * lsc_pdl is set: each kernel lets its successor start at once (lsc_pdl_trigger) and
+ * waits for its predecessor's results (lsc_pdl_wait) only after the work that reads none
+ * of them (the matmuls' first weight loads).  Without the attribute both are no-ops. */
+extern thread_local int lsc_pdl;
+extern thread_local int lsc_gemv_nw1; /* weight rows per warp of the one-row warp kernel (1, 2, 4) */
+extern thread_local int lsc_mma_minb; /* 2: the 64 x 64 GEMM tile capped at 128 registers (two blocks per SM) */
+
+#ifdef __CUDACC__
+__device__ __forceinline__ void lsc_pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void lsc_pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+#endif
+
+template <typename... K, typename... A>
+static inline cudaError_t lsc_launch(void (*k)(K...), dim3 g, dim3 b, size_t smem, cudaStream_t s, A &&...args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = g;
+    cfg.blockDim = b;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = lsc_pdl ? 1 : 0;
+    cudaError_t e = cudaLaunchKernelEx(&cfg, k, std::forward<A>(args)...);
+    return e != cudaSuccess ? e : cudaGetLastError();
+}
+
+/* Exact family.  y: output rows (row r at y + r * ldy), n_out outputs (SWIGLU: N / 2).
+ * lsc_mma splits K over up to 8 blocks when the grid would be small (few rows): each
+ * block's pairs form an aligned subtree of the recipe's tree, written to `part` (at most
+ * part_floats floats) and joined by the same tree in a second kernel. */
 cudaError_t lsc_gemv(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy, int mode, cudaStream_t s);
-cudaError_t lsc_mma(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy, int mode, cudaStream_t s);
+cudaError_t lsc_mma(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy, int mode, float *part,
+                    size_t part_floats, cudaStream_t s);
 cudaError_t lsc_gemv_float(const lsc_mat &w, const float *x, int ldx, int rows, float *y, int ldy, int mode,
                            cudaStream_t s);
 cudaError_t lsc_mma_init(void); /* shared-memory limits of the GEMM kernels (once) */

@@ -18,6 +18,8 @@
  * in increasing b, only 2 running sums S live per output, and the tree is built as the
  * pairs complete (a binary counter of 4 pending left subtrees over the 16 pair nodes).
  */
+#include <cuda_fp16.h>
+
 #include "backend/cuda/cuda_internal.h"
 
 namespace lsc {
@@ -87,7 +89,11 @@ __global__ void __launch_bounds__(256) k_gemv(const lsc_mat w, const int8_t *__r
     const int lane = threadIdx.x & 31;
     const int no = mode == LSC_MODE_SWIGLU ? NW / 2 : NW;
     const int o0 = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 5) * no;
-    if (o0 >= n_out) return; /* warp-uniform */
+    lsc_pdl_trigger();
+    if (o0 >= n_out) { /* warp-uniform */
+        lsc_pdl_wait();
+        return;
+    }
     int wr[NW];
 #pragma unroll
     for (int i = 0; i < NW; i++) {
@@ -115,6 +121,7 @@ __global__ void __launch_bounds__(256) k_gemv(const lsc_mat w, const int8_t *__r
     if (lane < nb)
 #pragma unroll
         for (int i = 0; i < NW; i++) raw_load<T>(w, wr[i], lane, cur[i]);
+    lsc_pdl_wait(); /* the weights are in flight; the activations come from the previous kernel */
     for (int b = lane; b < nb; b += 32) {
         RawU nxt[NW];
         if (b + 32 < nb) /* the next unit's weights are in flight while this one computes */
@@ -181,14 +188,20 @@ __global__ void __launch_bounds__(256) k_gemv(const lsc_mat w, const int8_t *__r
         }
 }
 
+template <int T, int R, int NW>
+cudaError_t launch_gemv_nw(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy, int mode, cudaStream_t s) {
+    const int n_out = mode == LSC_MODE_SWIGLU ? w.N / 2 : w.N;
+    const int no = mode == LSC_MODE_SWIGLU ? (NW / 2 > 0 ? NW / 2 : 1) : NW;
+    const int warps = (n_out + no - 1) / no;
+    return lsc_launch(k_gemv<T, R, NW>, dim3((warps + 7) / 8), dim3(256), 0, s, w, a.q, a.dxs,
+                      a.xs, rows, y, ldy, n_out, mode);
+}
+
 template <int T, int R>
 cudaError_t launch_gemv(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy, int mode, cudaStream_t s) {
-    constexpr int NW = R == 1 ? 2 : 4;
-    const int n_out = mode == LSC_MODE_SWIGLU ? w.N / 2 : w.N;
-    const int no = mode == LSC_MODE_SWIGLU ? NW / 2 : NW;
-    const int warps = (n_out + no - 1) / no;
-    k_gemv<T, R, NW><<<(warps + 7) / 8, 256, 0, s>>>(w, a.q, a.dxs, a.xs, rows, y, ldy, n_out, mode);
-    return cudaGetLastError();
+    if (R == 1 && mode != LSC_MODE_SWIGLU && lsc_gemv_nw1 == 1) return launch_gemv_nw<T, R, 1>(w, a, rows, y, ldy, mode, s);
+    if (R == 1 && lsc_gemv_nw1 == 4) return launch_gemv_nw<T, R, 4>(w, a, rows, y, ldy, mode, s);
+    return launch_gemv_nw<T, R, R == 1 ? 2 : 4>(w, a, rows, y, ldy, mode, s);
 }
 
 template <int T>
@@ -253,10 +266,11 @@ template <int T, int BM, int BN> struct MmaSmem {
 /* units of pair p's stages: n_i(p) = |{i : 2p + 32 i < nb}| */
 __device__ __forceinline__ int pair_stages(int nb, int p) { return nb > 2 * p ? (nb - 2 * p + 31) / 32 : 0; }
 
-template <int T, int MT, int WM, int NT, int WN>
-__global__ void __launch_bounds__(32 * WM * WN) k_mma(const lsc_mat w, const int8_t *__restrict__ xq,
+template <int T, int MT, int WM, int NT, int WN, int MINB>
+__global__ void __launch_bounds__(32 * WM * WN, MINB) k_mma(const lsc_mat w, const int8_t *__restrict__ xq,
                                                       const float2 *__restrict__ dxs, int xs, int rows,
-                                                      float *__restrict__ y, int ldy, int mode) {
+                                                      float *__restrict__ y, int ldy, int mode,
+                                                      float *__restrict__ part) {
     constexpr int BM = 16 * MT * WM, BN = 8 * NT * WN, NTHR = 32 * WM * WN;
     using L = MmaSmem<T, BM, BN>;
     extern __shared__ __align__(16) uint8_t smem[];
@@ -264,9 +278,13 @@ __global__ void __launch_bounds__(32 * WM * WN) k_mma(const lsc_mat w, const int
     const int wm = warp / WN, wn = warp % WN;
     const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
     const int nb = w.nb, nbp = w.nbp;
+    /* split z of gridDim.z runs pairs [p0, p1): an aligned subtree of 16 / gridDim.z pair nodes */
+    const int pps = 16 / (int)gridDim.z, p0 = (int)blockIdx.z * pps, p1 = p0 + pps;
+    lsc_pdl_trigger();
+    lsc_pdl_wait();
 
     int ns = 0;
-    for (int p = 0; p < 16; p++) ns += pair_stages(nb, p);
+    for (int p = p0; p < p1; p++) ns += pair_stages(nb, p);
 
     /* producer: stage (lp, li) into buffer `buf` */
     auto load = [&](int lp, int li, int buf) {
@@ -351,7 +369,7 @@ __global__ void __launch_bounds__(32 * WM * WN) k_mma(const lsc_mat w, const int
                 }
     };
 
-    int lp = 0, li = 0; /* next stage to load */
+    int lp = p0, li = 0; /* next stage to load */
 #pragma unroll
     for (int s = 0; s < LSC_STAGES - 1; s++) {
         if (s < ns) {
@@ -360,7 +378,7 @@ __global__ void __launch_bounds__(32 * WM * WN) k_mma(const lsc_mat w, const int
         }
         cp_commit();
     }
-    int cp = 0, ci = 0; /* the stage computed next */
+    int cp = p0, ci = 0; /* the stage computed next */
     for (int it = 0; it < ns; it++) {
         cp_wait<LSC_STAGES - 2>();
         __syncthreads();
@@ -433,14 +451,29 @@ __global__ void __launch_bounds__(32 * WM * WN) k_mma(const lsc_mat w, const int
             }
         }
         if (++ci == pair_stages(nb, cp)) {
-            push(cp);
+            push(cp - p0);
             cp++;
             ci = 0;
         }
     }
-    for (; cp < 16; cp++) push(cp); /* pairs that received no unit: +0 leaves */
+    for (; cp < p1; cp++) push(cp - p0); /* pairs that received no unit: +0 leaves */
     cp_wait<0>();
 
+    if (gridDim.z > 1) { /* this split's subtree root: Tr[3] for 8 or 16 pairs, else Tr[log2 pairs] */
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int r = m0 + wm * MT * 16 + mt * 16 + grp + 8 * (e >> 1);
+                    const int n = n0 + wn * NT * 8 + nt * 8 + 2 * t4 + (e & 1);
+                    const float v = pps >= 8 ? Tr[3][mt][nt][e] : pps == 4 ? Tr[2][mt][nt][e]
+                                  : pps == 2 ? Tr[1][mt][nt][e] : Tr[0][mt][nt][e];
+                    if (r < rows && n < w.N) part[((size_t)blockIdx.z * rows + r) * w.N + n] = v;
+                }
+        return;
+    }
     /* epilogue: Tr[3] holds y */
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
@@ -463,34 +496,112 @@ __global__ void __launch_bounds__(32 * WM * WN) k_mma(const lsc_mat w, const int
             }
 }
 
-template <int T, int MT, int WM, int NT, int WN>
-cudaError_t launch_mma(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy, int mode, cudaStream_t s) {
-    constexpr int BM = 16 * MT * WM, BN = 8 * NT * WN;
-    using L = MmaSmem<T, BM, BN>;
-    dim3 grid((w.N + BN - 1) / BN, (rows + BM - 1) / BM);
-    k_mma<T, MT, WM, NT, WN><<<grid, 32 * WM * WN, L::BYTES, s>>>(w, a.q, a.dxs, a.xs, rows, y, ldy, mode);
-    return cudaGetLastError();
+/* the splits' roots joined by the adjacent pairwise tree (the top levels of the recipe's tree) */
+static __global__ void k_combine(const float *__restrict__ part, int split, int rows, int N, float *__restrict__ y, int ldy,
+                          int mode) {
+    lsc_pdl_trigger();
+    lsc_pdl_wait();
+    const int r = blockIdx.y;
+    const int n_out = mode == LSC_MODE_SWIGLU ? N / 2 : N;
+    for (int o = blockIdx.x * blockDim.x + threadIdx.x; o < n_out; o += gridDim.x * blockDim.x) {
+        float v[2];
+        for (int k = 0; k < (mode == LSC_MODE_SWIGLU ? 2 : 1); k++) {
+            const int n = mode == LSC_MODE_SWIGLU ? 2 * LSC_GU_CHUNK * (o / LSC_GU_CHUNK) + o % LSC_GU_CHUNK + k * LSC_GU_CHUNK : o;
+            float t[8];
+            for (int z = 0; z < split; z++) t[z] = part[((size_t)z * rows + r) * N + n];
+            for (int m = split; m > 1; m /= 2)
+                for (int i = 0; i < m / 2; i++) t[i] = lsc_add(t[2 * i], t[2 * i + 1]);
+            v[k] = t[0];
+        }
+        float *yp = y + (size_t)r * ldy + o;
+        if (mode == LSC_MODE_SWIGLU) *yp = silu_mul(v[0], v[1]);
+        else *yp = mode == LSC_MODE_ADD ? lsc_add(*yp, v[0]) : v[0];
+    }
 }
 
-template <int T, int MT, int WM, int NT, int WN>
+template <int T, int MT, int WM, int NT, int WN, int MINB = 1>
+cudaError_t launch_mma(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy, int mode, float *part,
+                       size_t part_floats, cudaStream_t s) {
+    constexpr int BM = 16 * MT * WM, BN = 8 * NT * WN;
+    using L = MmaSmem<T, BM, BN>;
+    const int gx = (w.N + BN - 1) / BN, gy = (rows + BM - 1) / BM;
+    int split = 1; /* enough blocks for two waves of 132 multiprocessors */
+    while (split < 8 && gx * gy * split < 264 && (size_t)(2 * split) * rows * w.N <= part_floats && part) split *= 2;
+    cudaError_t e = lsc_launch(k_mma<T, MT, WM, NT, WN, MINB>, dim3(gx, gy, split), dim3(32 * WM * WN), (size_t)L::BYTES, s,
+                               w, a.q, a.dxs, a.xs, rows, y, ldy, mode, part);
+    if (e != cudaSuccess || split == 1) return e;
+    const int n_out = mode == LSC_MODE_SWIGLU ? w.N / 2 : w.N;
+    return lsc_launch(k_combine, dim3((n_out + 255) / 256, rows), dim3(256), 0, s, (const float *)part, split, rows, w.N,
+                      y, ldy, mode);
+}
+
+template <int T, int MT, int WM, int NT, int WN, int MINB = 1>
 cudaError_t init_mma() {
     constexpr int BM = 16 * MT * WM, BN = 8 * NT * WN;
-    return cudaFuncSetAttribute(k_mma<T, MT, WM, NT, WN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    return cudaFuncSetAttribute(k_mma<T, MT, WM, NT, WN, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 MmaSmem<T, BM, BN>::BYTES);
 }
 
 /* configurations by run length: 16 x 64, 32 x 64, 64 x 64 tiles */
 template <int T>
-cudaError_t mma_t(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy, int mode, cudaStream_t s) {
-    if (rows <= 16) return launch_mma<T, 1, 1, 2, 4>(w, a, rows, y, ldy, mode, s);
-    if (rows <= 32) return launch_mma<T, 2, 1, 2, 4>(w, a, rows, y, ldy, mode, s);
-    return launch_mma<T, 2, 2, 2, 4>(w, a, rows, y, ldy, mode, s);
+cudaError_t mma_t(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy, int mode, float *part, size_t pf,
+                  cudaStream_t s) {
+    if (rows <= 16) return launch_mma<T, 1, 1, 2, 4>(w, a, rows, y, ldy, mode, part, pf, s);
+    if (rows <= 32) return launch_mma<T, 2, 1, 2, 4>(w, a, rows, y, ldy, mode, part, pf, s);
+    if (lsc_mma_minb == 2) return launch_mma<T, 2, 2, 2, 4, 2>(w, a, rows, y, ldy, mode, part, pf, s);
+    return launch_mma<T, 2, 2, 2, 4>(w, a, rows, y, ldy, mode, part, pf, s);
+}
+
+/* ---- the fast family's weights: fp16, row-major [N][K] (any rounding will do) ---------- */
+template <int T>
+__global__ void k_dequant_half(const lsc_mat w, __half *__restrict__ out) {
+    lsc_pdl_trigger();
+    lsc_pdl_wait();
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (int64_t)w.N * w.nb) return;
+    const int n = (int)(t / w.nb), b = (int)(t % w.nb);
+    RawU r;
+    raw_load<T>(w, n, b, r);
+    lsc_unit u;
+    raw_expand<T>(r, u);
+    float a0 = u.d, a1 = u.d, c = 0.0f;
+    if (T == LSC_Q4_1 || T == LSC_Q5_1) c = u.m;
+    if (T == LSC_Q4_K || T == LSC_Q5_K) {
+        a0 = a1 = u.d * (float)u.s0;
+        c = -(u.m * (float)u.s1);
+    }
+    if (T == LSC_Q6_K) {
+        a0 = u.d * (float)u.s0;
+        a1 = u.d * (float)u.s1;
+    }
+    uint4 *o = (uint4 *)(out + (size_t)n * w.K + (size_t)b * 32);
+#pragma unroll
+    for (int q = 0; q < 4; q++) { /* elements 8q..8q+7: words 2q, 2q+1 */
+        uint32_t h[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const uint32_t word = u.w[2 * q + j / 2];
+            const int i0 = 8 * q + 2 * j;
+            const float s = i0 < 16 ? a0 : a1;
+            const float v0 = s * (float)(int8_t)(word >> (16 * (j & 1))) + c;
+            const float v1 = s * (float)(int8_t)(word >> (16 * (j & 1) + 8)) + c;
+            const __half2 hv = __floats2half2_rn(v0, v1);
+            h[j] = *(const uint32_t *)&hv;
+        }
+        o[q] = make_uint4(h[0], h[1], h[2], h[3]);
+    }
+}
+template <int T>
+cudaError_t dequant_t(const lsc_mat &w, void *out, cudaStream_t s) {
+    const int64_t n = (int64_t)w.N * w.nb;
+    return lsc_launch(k_dequant_half<T>, dim3((unsigned)((n + 255) / 256)), dim3(256), 0, s, w, (__half *)out);
 }
 template <int T>
 cudaError_t mma_init_t() {
     cudaError_t e;
     if ((e = init_mma<T, 1, 1, 2, 4>()) != cudaSuccess) return e;
     if ((e = init_mma<T, 2, 1, 2, 4>()) != cudaSuccess) return e;
+    if ((e = init_mma<T, 2, 2, 2, 4, 2>()) != cudaSuccess) return e;
     return init_mma<T, 2, 2, 2, 4>();
 }
 
@@ -499,6 +610,7 @@ cudaError_t mma_init_t() {
 #define LSC_MM_INSTANTIATE(T)                                                                                   \
     namespace lsc {                                                                                             \
     template cudaError_t gemv_t<T>(const lsc_mat &, lsc_act, int, float *, int, int, cudaStream_t);             \
-    template cudaError_t mma_t<T>(const lsc_mat &, lsc_act, int, float *, int, int, cudaStream_t);              \
+    template cudaError_t mma_t<T>(const lsc_mat &, lsc_act, int, float *, int, int, float *, size_t, cudaStream_t); \
     template cudaError_t mma_init_t<T>();                                                                       \
+    template cudaError_t dequant_t<T>(const lsc_mat &, void *, cudaStream_t);                                  \
     }

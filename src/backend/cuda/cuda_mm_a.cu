@@ -8,8 +8,10 @@ LSC_MM_INSTANTIATE(LSC_MXFP4)
 namespace lsc { /* defined in cuda_mm_b.cu and cuda_mm_c.cu */
 #define LSC_MM_EXTERN(T)                                                                                     \
     extern template cudaError_t gemv_t<T>(const lsc_mat &, lsc_act, int, float *, int, int, cudaStream_t);   \
-    extern template cudaError_t mma_t<T>(const lsc_mat &, lsc_act, int, float *, int, int, cudaStream_t);    \
-    extern template cudaError_t mma_init_t<T>();
+    extern template cudaError_t mma_t<T>(const lsc_mat &, lsc_act, int, float *, int, int, float *, size_t,  \
+                                         cudaStream_t);                                                        \
+    extern template cudaError_t mma_init_t<T>();                                                               \
+    extern template cudaError_t dequant_t<T>(const lsc_mat &, void *, cudaStream_t);
 LSC_MM_EXTERN(LSC_Q5_0)
 LSC_MM_EXTERN(LSC_Q5_1)
 LSC_MM_EXTERN(LSC_Q8_0)
@@ -30,10 +32,11 @@ cudaError_t lsc_gemv(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy, i
     }
 }
 
-cudaError_t lsc_mma(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy, int mode, cudaStream_t s) {
+cudaError_t lsc_mma(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy, int mode, float *part, size_t pf,
+                    cudaStream_t s) {
     if (rows <= 0) return cudaSuccess;
     switch (w.type) {
-#define X(T) case T: return lsc::mma_t<T>(w, a, rows, y, ldy, mode, s);
+#define X(T) case T: return lsc::mma_t<T>(w, a, rows, y, ldy, mode, part, pf, s);
         LSC_TYPES(X)
 #undef X
     default: return cudaErrorInvalidValue;
@@ -46,4 +49,13 @@ cudaError_t lsc_mma_init(void) {
     LSC_TYPES(X)
 #undef X
     return cudaSuccess;
+}
+
+cudaError_t lsc_dequant_half(const lsc_mat &w, void *out, cudaStream_t s) {
+    switch (w.type) {
+#define X(T) case T: return lsc::dequant_t<T>(w, out, s);
+        LSC_TYPES(X)
+#undef X
+    default: return cudaErrorInvalidValue;
+    }
 }

@@ -45,6 +45,8 @@ __global__ void k_rmsnorm_quant(const float *__restrict__ x, int ldx, const int3
                                 const float *__restrict__ w, float eps, int n, float *__restrict__ xn, int ldxn,
                                 int8_t *__restrict__ q, float2 *__restrict__ dxs, int xs) {
     extern __shared__ float buf[]; /* the row, then the normed row */
+    lsc_pdl_trigger();
+    lsc_pdl_wait();
     __shared__ float scale_s;
     const int r = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nw = blockDim.x >> 5;
     const float *xr = x + (size_t)(rowidx ? rowidx[r] : r) * ldx;
@@ -85,6 +87,8 @@ __global__ void k_rmsnorm_quant(const float *__restrict__ x, int ldx, const int3
 
 __global__ void k_quant(const float *__restrict__ x, int ldx, int n, int8_t *__restrict__ q,
                         float2 *__restrict__ dxs, int xs) {
+    lsc_pdl_trigger();
+    lsc_pdl_wait();
     const int r = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     for (int b = warp; b < n / 32; b += nw)
         quant_unit(x[(size_t)r * ldx + 32 * b + lane], lane, q + ((size_t)r * xs + b) * 32, dxs + (size_t)r * xs + b);
@@ -92,6 +96,8 @@ __global__ void k_quant(const float *__restrict__ x, int ldx, int n, int8_t *__r
 
 __global__ void k_swiglu(const float *__restrict__ g, const float *__restrict__ u, int ld, int n,
                          float *__restrict__ out, int ldo) {
+    lsc_pdl_trigger();
+    lsc_pdl_wait();
     const int r = blockIdx.y;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
         out[(size_t)r * ldo + i] = silu_mul_o(g[(size_t)r * ld + i], u[(size_t)r * ld + i]);
@@ -100,6 +106,8 @@ __global__ void k_swiglu(const float *__restrict__ g, const float *__restrict__ 
 /* ---- RoPE + K/V into the paged store ------------------------------------------ */
 __global__ void k_rope_kv(float *__restrict__ qkv, int ldq, int n_head, int n_kv, int D, int rope_dim, int neox,
                           const float *__restrict__ cs, const float *__restrict__ sn, lsc_kvargs kv) {
+    lsc_pdl_trigger();
+    lsc_pdl_wait();
     const int r = blockIdx.x, half = rope_dim / 2;
     const int p = kv.pos[r];
     float *row = qkv + (size_t)r * ldq;
@@ -140,6 +148,8 @@ __global__ void k_attn(const float *__restrict__ qkv, int ldq, int n_head, int n
                        lsc_kvargs kv, int max_keys, float *__restrict__ out, int8_t *__restrict__ q8,
                        float2 *__restrict__ dxs, int xs) {
     extern __shared__ float sm[];
+    lsc_pdl_trigger();
+    lsc_pdl_wait();
     const int r = blockIdx.x, kvh = blockIdx.y, nq = n_head / n_kv;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nw = blockDim.x >> 5;
     const AttnLayout L = attn_layout(max_keys);
@@ -152,21 +162,49 @@ __global__ void k_attn(const float *__restrict__ qkv, int ldq, int n_head, int n
     const float *qr = qkv + (size_t)r * ldq + (size_t)kvh * nq * D;
     for (int i = tid; i < nq * D; i += blockDim.x) qs[i] = qr[i];
     __syncthreads();
-    /* 1. s_j = dot16(q, k_j) * scale: 16 threads per (head, key) */
+    /* 1. s_j = dot16(q, k_j) * scale */
     const int total = nq * nk;
-    for (int base = warp * 2; base < total; base += nw * 2) {
-        const int pr = base + (lane >> 4), l = lane & 15;
-        const bool ok = pr < total;
-        const int hh = ok ? pr / nk : 0, j = ok ? pr % nk : 0;
-        float acc = 0.0f;
-        if (ok) {
-            const float *kr = kb + (size_t)table[j >> 4] * bf + (size_t)(j & 15) * D;
+    if (D % 16 == 0) { /* one thread per (head, key): the 16 recipe lanes in registers, then the tree */
+        for (int t = tid; t < total; t += blockDim.x) {
+            const int hh = t / nk, j = t % nk;
+            const float4 *kr = (const float4 *)(kb + (size_t)table[j >> 4] * bf + (size_t)(j & 15) * D);
             const float *qh = qs + hh * D;
-            for (int d = l; d < D; d += 16) acc = lsc_fma(qh[d], kr[d], acc);
-        }
+            float acc[16];
 #pragma unroll
-        for (int off = 1; off <= 8; off <<= 1) acc = lsc_add(acc, __shfl_xor_sync(FULL, acc, off));
-        if (ok && l == 0) sc[(size_t)hh * L.nka + j] = lsc_mul(acc, scale);
+            for (int l = 0; l < 16; l++) acc[l] = 0.0f;
+            for (int d0 = 0; d0 < D; d0 += 16) {
+                float4 k4[4];
+#pragma unroll
+                for (int i = 0; i < 4; i++) k4[i] = __ldg(kr + d0 / 4 + i);
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    acc[4 * i + 0] = lsc_fma(qh[d0 + 4 * i + 0], k4[i].x, acc[4 * i + 0]);
+                    acc[4 * i + 1] = lsc_fma(qh[d0 + 4 * i + 1], k4[i].y, acc[4 * i + 1]);
+                    acc[4 * i + 2] = lsc_fma(qh[d0 + 4 * i + 2], k4[i].z, acc[4 * i + 2]);
+                    acc[4 * i + 3] = lsc_fma(qh[d0 + 4 * i + 3], k4[i].w, acc[4 * i + 3]);
+                }
+            }
+#pragma unroll
+            for (int n = 16; n > 1; n /= 2)
+#pragma unroll
+                for (int i = 0; i < n / 2; i++) acc[i] = lsc_add(acc[2 * i], acc[2 * i + 1]);
+            sc[(size_t)hh * L.nka + j] = lsc_mul(acc[0], scale);
+        }
+    } else { /* 16 threads per (head, key), the tree as the xor butterfly 1, 2, 4, 8 */
+        for (int base = warp * 2; base < total; base += nw * 2) {
+            const int pr = base + (lane >> 4), l = lane & 15;
+            const bool ok = pr < total;
+            const int hh = ok ? pr / nk : 0, j = ok ? pr % nk : 0;
+            float acc = 0.0f;
+            if (ok) {
+                const float *kr = kb + (size_t)table[j >> 4] * bf + (size_t)(j & 15) * D;
+                const float *qh = qs + hh * D;
+                for (int d = l; d < D; d += 16) acc = lsc_fma(qh[d], kr[d], acc);
+            }
+#pragma unroll
+            for (int off = 1; off <= 8; off <<= 1) acc = lsc_add(acc, __shfl_xor_sync(FULL, acc, off));
+            if (ok && l == 0) sc[(size_t)hh * L.nka + j] = lsc_mul(acc, scale);
+        }
     }
     __syncthreads();
     /* 2. mx = max_j s_j (s > m ? s : m from s_0: the same value in any order) */
@@ -212,18 +250,29 @@ __global__ void k_attn(const float *__restrict__ qkv, int ldq, int n_head, int n
         const int hh = t / D, d = t % D;
         const float *p = sc + (size_t)hh * L.nka;
         float acc = 0.0f;
-        int j0 = 0;
-        for (; j0 + 16 <= nk; j0 += 16) {
-            const float *vr = vb + (size_t)table[j0 >> 4] * bf + d;
-            float v[16];
+        /* the key blocks' 16 V rows: the next block's loads are in flight while this one adds */
+        float v[16], vn[16];
+        {
+            const float *vr = vb + (size_t)table[0] * bf + d;
 #pragma unroll
             for (int jj = 0; jj < 16; jj++) v[jj] = vr[(size_t)jj * D];
-#pragma unroll
-            for (int jj = 0; jj < 16; jj++) acc = lsc_fma(p[j0 + jj], v[jj], acc);
         }
-        if (j0 < nk) {
-            const float *vr = vb + (size_t)table[j0 >> 4] * bf + d;
-            for (int jj = 0; j0 + jj < nk; jj++) acc = lsc_fma(p[j0 + jj], vr[(size_t)jj * D], acc);
+        for (int j0 = 0; j0 < nk; j0 += 16) {
+            if (j0 + 16 < nk) {
+                const float *vr = vb + (size_t)table[(j0 + 16) >> 4] * bf + d;
+#pragma unroll
+                for (int jj = 0; jj < 16; jj++) vn[jj] = vr[(size_t)jj * D];
+            }
+            if (j0 + 16 <= nk) {
+#pragma unroll
+                for (int jj = 0; jj < 16; jj++) acc = lsc_fma(p[j0 + jj], v[jj], acc);
+            } else {
+#pragma unroll
+                for (int jj = 0; jj < 16; jj++)
+                    if (j0 + jj < nk) acc = lsc_fma(p[j0 + jj], v[jj], acc);
+            }
+#pragma unroll
+            for (int jj = 0; jj < 16; jj++) v[jj] = vn[jj];
         }
         const float o = lsc_mul(acc, inv[hh]);
         const size_t col = (size_t)kvh * nq * D + t;
@@ -253,6 +302,8 @@ __device__ __forceinline__ float4 load_w4(const void *f, size_t off) {
 template <int WT, int R>
 __global__ void __launch_bounds__(256) k_gemv_f(const lsc_mat w, const float *__restrict__ x, int ldx, int rows,
                                                 float *__restrict__ y, int ldy, int mode) {
+    lsc_pdl_trigger();
+    lsc_pdl_wait();
     const int lane = threadIdx.x & 31, t = lane & 3;
     const int o = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 5) * 8 + (lane >> 2);
     if ((o & ~7) >= w.N) return; /* warp-uniform */
@@ -297,11 +348,11 @@ static cudaError_t gemv_f_t(const lsc_mat &w, const float *x, int ldx, int rows,
         const int n = rows - m0 < 4 ? rows - m0 : 4;
         const float *xm = x + (size_t)m0 * ldx;
         float *ym = y + (size_t)m0 * ldy;
+        cudaError_t e;
         if (n == 1)
-            k_gemv_f<WT, 1><<<blocks, 256, 0, s>>>(w, xm, ldx, n, ym, ldy, mode);
+            e = lsc_launch(k_gemv_f<WT, 1>, dim3(blocks), dim3(256), 0, s, w, xm, ldx, n, ym, ldy, mode);
         else
-            k_gemv_f<WT, 4><<<blocks, 256, 0, s>>>(w, xm, ldx, n, ym, ldy, mode);
-        cudaError_t e = cudaGetLastError();
+            e = lsc_launch(k_gemv_f<WT, 4>, dim3(blocks), dim3(256), 0, s, w, xm, ldx, n, ym, ldy, mode);
         if (e != cudaSuccess) return e;
     }
     return cudaSuccess;
@@ -323,36 +374,17 @@ __global__ void k_repack(lsc_mat w, const uint8_t *__restrict__ src, int n_src, 
 }
 
 /* ---- fast family helpers --------------------------------------------------------- */
-__global__ void k_dequant_half(lsc_mat w, __half *__restrict__ out) {
-    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= (int64_t)w.N * w.nb) return;
-    const int n = (int)(t / w.nb), b = (int)(t % w.nb);
-    lsc_unit u;
-    lsc_load_unit(w.type, w.codes + (size_t)n * w.nbp * lsc_cb(w.type),
-                  w.hi ? w.hi + (size_t)n * w.nbp * lsc_hb(w.type) : NULL, w.sc + (size_t)n * w.nbp * lsc_scb(w.type),
-                  w.sb ? w.sb + (size_t)n * (w.nbp / 8) * 4 : NULL, b, &u);
-    float a = u.d, c = 0.0f;
-    if (w.type == LSC_Q4_1 || w.type == LSC_Q5_1) c = u.m;
-    if (w.type == LSC_Q4_K || w.type == LSC_Q5_K) {
-        a = u.d * (float)u.s0;
-        c = -(u.m * (float)u.s1);
-    }
-    __half *o = out + (size_t)n * w.K + (size_t)b * 32;
-    for (int i = 0; i < 32; i++) {
-        const float v = (float)(int8_t)(u.w[i / 4] >> (8 * (i % 4)));
-        float s = a;
-        if (w.type == LSC_Q6_K) s = u.d * (float)(i < 16 ? u.s0 : u.s1);
-        o[i] = __float2half_rn(s * v + c);
-    }
-}
-
 __global__ void k_f2h(const float *__restrict__ x, int ldx, int n, __half *__restrict__ out) {
+    lsc_pdl_trigger();
+    lsc_pdl_wait();
     const int r = blockIdx.y;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
         out[(size_t)r * n + i] = __float2half_rn(x[(size_t)r * ldx + i]);
 }
 
 __global__ void k_epilogue(const float *__restrict__ t, int N, float *__restrict__ y, int ldy, int mode) {
+    lsc_pdl_trigger();
+    lsc_pdl_wait();
     const int r = blockIdx.y;
     const int n_out = mode == LSC_MODE_SWIGLU ? N / 2 : N;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n_out; i += gridDim.x * blockDim.x) {
@@ -370,6 +402,8 @@ __global__ void k_epilogue(const float *__restrict__ t, int N, float *__restrict
 __global__ void k_gather(const float *__restrict__ x, int ld, const int32_t *__restrict__ idx, int n,
                          float *__restrict__ out) {
     const int r = blockIdx.x;
+    lsc_pdl_trigger();
+    lsc_pdl_wait();
     for (int i = threadIdx.x; i < n; i += blockDim.x) out[(size_t)r * n + i] = x[(size_t)idx[r] * ld + i];
 }
 
@@ -419,8 +453,8 @@ cudaError_t lsc_rmsnorm_quant(const float *x, int ldx, const int32_t *rowidx, co
     if (rows <= 0) return cudaSuccess;
     const size_t smem = (size_t)n * sizeof(float);
     if (smem > 160 * 1024) return cudaErrorInvalidValue;
-    k_rmsnorm_quant<<<rows, 256, smem, s>>>(x, ldx, rowidx, w, eps, n, xn, ldxn, (n % 32) ? NULL : q, dxs, xs);
-    return cudaGetLastError();
+    return lsc_launch(k_rmsnorm_quant, dim3(rows), dim3(256), smem, s, x, ldx, rowidx, w, eps, n, xn, ldxn,
+                      (n % 32) ? (int8_t *)NULL : q, dxs, xs);
 }
 
 cudaError_t lsc_ops_init(void) {
@@ -429,22 +463,19 @@ cudaError_t lsc_ops_init(void) {
 
 cudaError_t lsc_quant(const float *x, int ldx, int rows, int n, int8_t *q, float2 *dxs, int xs, cudaStream_t s) {
     if (rows <= 0) return cudaSuccess;
-    k_quant<<<rows, 256, 0, s>>>(x, ldx, n, q, dxs, xs);
-    return cudaGetLastError();
+    return lsc_launch(k_quant, dim3(rows), dim3(256), 0, s, x, ldx, n, q, dxs, xs);
 }
 
 cudaError_t lsc_swiglu(const float *g, const float *u, int ld, int rows, int n, float *out, int ldo, cudaStream_t s) {
     if (rows <= 0) return cudaSuccess;
     dim3 grid((n + 255) / 256 < 64 ? (n + 255) / 256 : 64, rows);
-    k_swiglu<<<grid, 256, 0, s>>>(g, u, ld, n, out, ldo);
-    return cudaGetLastError();
+    return lsc_launch(k_swiglu, grid, dim3(256), 0, s, g, u, ld, n, out, ldo);
 }
 
 cudaError_t lsc_rope_kv(float *qkv, int ldq, int rows, int n_head, int n_kv, int D, int rope_dim, int neox,
                         const float *cs, const float *sn, lsc_kvargs kv, cudaStream_t s) {
     if (rows <= 0) return cudaSuccess;
-    k_rope_kv<<<rows, 256, 0, s>>>(qkv, ldq, n_head, n_kv, D, rope_dim, neox, cs, sn, kv);
-    return cudaGetLastError();
+    return lsc_launch(k_rope_kv, dim3(rows), dim3(256), 0, s, qkv, ldq, n_head, n_kv, D, rope_dim, neox, cs, sn, kv);
 }
 
 size_t lsc_attn_smem(int n_head, int n_kv, int D, int max_keys) {
@@ -467,35 +498,26 @@ cudaError_t lsc_attention(const float *qkv, int ldq, int rows, int n_head, int n
     const int thr = nq * D <= 1024 ? ((nq * D + 31) / 32) * 32 : 1024;
     const bool fuse = q && thr == nq * D && D % 32 == 0;
     dim3 grid(rows, n_kv);
-    k_attn<<<grid, thr, smem, s>>>(qkv, ldq, n_head, n_kv, D, scale, kv, max_keys, out, fuse ? q : NULL, dxs, xs);
-    cudaError_t e = cudaGetLastError();
+    cudaError_t e = lsc_launch(k_attn, grid, dim3(thr), smem, s, qkv, ldq, n_head, n_kv, D, scale, kv, max_keys, out,
+                               fuse ? q : (int8_t *)NULL, dxs, xs);
     if (e != cudaSuccess || !q || fuse) return e;
     return lsc_quant(out, n_head * D, rows, n_head * D, q, dxs, xs, s);
-}
-
-cudaError_t lsc_dequant_half(const lsc_mat &w, void *out_half, cudaStream_t s) {
-    const int64_t n = (int64_t)w.N * w.nb;
-    k_dequant_half<<<(unsigned)((n + 255) / 256), 256, 0, s>>>(w, (__half *)out_half);
-    return cudaGetLastError();
 }
 
 cudaError_t lsc_f2h(const float *x, int ldx, int rows, int n, void *out_half, cudaStream_t s) {
     if (rows <= 0) return cudaSuccess;
     dim3 grid((n + 255) / 256 < 64 ? (n + 255) / 256 : 64, rows);
-    k_f2h<<<grid, 256, 0, s>>>(x, ldx, n, (__half *)out_half);
-    return cudaGetLastError();
+    return lsc_launch(k_f2h, grid, dim3(256), 0, s, x, ldx, n, (__half *)out_half);
 }
 
 cudaError_t lsc_epilogue(const float *t, int N, int rows, float *y, int ldy, int mode, cudaStream_t s) {
     if (rows <= 0) return cudaSuccess;
     const int n_out = mode == LSC_MODE_SWIGLU ? N / 2 : N;
     dim3 grid((n_out + 255) / 256 < 128 ? (n_out + 255) / 256 : 128, rows);
-    k_epilogue<<<grid, 256, 0, s>>>(t, N, y, ldy, mode);
-    return cudaGetLastError();
+    return lsc_launch(k_epilogue, grid, dim3(256), 0, s, t, N, y, ldy, mode);
 }
 
 cudaError_t lsc_gather(const float *x, int ld, const int32_t *idx, int rows, int n, float *out, cudaStream_t s) {
     if (rows <= 0) return cudaSuccess;
-    k_gather<<<rows, 256, 0, s>>>(x, ld, idx, n, out);
-    return cudaGetLastError();
+    return lsc_launch(k_gather, dim3(rows), dim3(256), 0, s, x, ld, idx, n, out);
 }
