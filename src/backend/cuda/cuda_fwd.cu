@@ -23,7 +23,7 @@ extern "C" {
 #include "backend/cuda/cuda_internal.h"
 
 thread_local int lsc_pdl = 0;
-thread_local int lsc_gemv_nw1 = 2;
+thread_local int lsc_gemv_nw1 = 1;
 thread_local int lsc_mma_minb = 1;
 
 /* ---- errors ------------------------------------------------------------------- */
@@ -424,8 +424,8 @@ struct ls_cuda_fwd {
     cudaEvent_t ev0, ev1;
     /* device */
     float *xn, *qkv, *att, *h, *tbuf, *logits_d, *cs, *sn;
-    int8_t *xq;
-    float2 *dxs;
+    int8_t *xq, *xq2; /* quantized activations; xq2: h (the down matmul's input, written by the SwiGLU matmul) */
+    float2 *dxs, *dxs2;
     uint8_t *stage_d;
     int32_t logits_rows; /* rows logits_d/logits_h hold */
     /* host (pinned) */
@@ -488,8 +488,8 @@ void ls_cuda_fwd_free(ls_cuda_fwd *f) {
     graphs_clear(f);
     for (cudaEvent_t e : f->pev)
         if (e) cudaEventDestroy(e);
-    void *dev[] = {f->xn, f->qkv, f->att, f->h, f->tbuf, f->logits_d, f->cs, f->sn, f->xq, f->dxs, f->stage_d, f->wh, f->xh,
-                   f->part};
+    void *dev[] = {f->xn, f->qkv, f->att, f->h, f->tbuf, f->logits_d, f->cs, f->sn, f->xq, f->dxs, f->xq2, f->dxs2,
+                   f->stage_d, f->wh, f->xh, f->part};
     for (void *p : dev) cudaFree(p);
     cudaFreeHost(f->stage_h);
     cudaFreeHost(f->logits_h);
@@ -542,7 +542,8 @@ ls_cuda_fwd *ls_cuda_fwd_create(const ls_model *m, const ls_fwd_params *p, ls_er
     f->opts.gemv_max_rows = 8;
     f->opts.graphs = 1;
     f->opts.pdl = 1;
-    f->opts.gemv_nw = 2;
+    f->opts.gemv_nw = 1;
+    f->opts.mma_minblocks = 2;
     ls_status st = LS_OK;
     cudaError_t e;
     int dev = 0;
@@ -603,7 +604,8 @@ ls_cuda_fwd *ls_cuda_fwd_create(const ls_model *m, const ls_fwd_params *p, ls_er
         if ((st = dalloc((void **)&f->xn, R * f->E * 4, err)) || (st = dalloc((void **)&f->qkv, R * f->QKVD * 4, err)) ||
             (st = dalloc((void **)&f->att, R * f->QD * 4, err)) || (st = dalloc((void **)&f->h, R * f->F * 4, err)) ||
             (st = dalloc((void **)&f->tbuf, R * 2 * f->F * 4, err)) ||
-            (st = dalloc((void **)&f->xq, R * xs * 32, err)) || (st = dalloc((void **)&f->dxs, R * xs * 8, err)))
+            (st = dalloc((void **)&f->xq, R * xs * 32, err)) || (st = dalloc((void **)&f->dxs, R * xs * 8, err)) ||
+            (st = dalloc((void **)&f->xq2, R * xs * 32, err)) || (st = dalloc((void **)&f->dxs2, R * xs * 8, err)))
             goto fail;
         f->part_floats = (size_t)8 * (R < 64 ? R : 64) * 16896;
         if ((st = dalloc((void **)&f->part, f->part_floats * 4, err))) goto fail;
@@ -705,7 +707,7 @@ static ls_status mm_fast(ls_cuda_fwd *f, const DMat &d, const float *xf, int ldx
 
 /* One matrix over the plan's runs.  xf: float activations (ldxf), a: their quantization. */
 static ls_status mm(ls_cuda_fwd *f, const DMat &d, const std::vector<Run> &runs, const float *xf, int ldxf, lsc_act a,
-                    float *y, int ldy, int mode, ls_err *err) {
+                    float *y, int ldy, int mode, ls_err *err, lsc_qout qo = lsc_qout{NULL, NULL, 0}) {
     const lsc_mat &w = d.m;
     for (const Run &r : runs) {
         float *yr = y + (size_t)r.m0 * ldy;
@@ -722,7 +724,7 @@ static ls_status mm(ls_cuda_fwd *f, const DMat &d, const std::vector<Run> &runs,
         ar.q = a.q + (size_t)r.m0 * a.xs * 32;
         ar.dxs = a.dxs + (size_t)r.m0 * a.xs;
         if (r.n <= f->opts.gemv_max_rows)
-            CK(lsc_gemv(w, ar, r.n, yr, ldy, mode, f->st));
+            CK(lsc_gemv(w, ar, r.n, yr, ldy, mode, f->st, qo));
         else
             CK(lsc_mma(w, ar, r.n, yr, ldy, mode, f->part, f->part_floats, f->st));
     }
@@ -773,8 +775,12 @@ static ls_status enqueue(ls_cuda_fwd *f, ls_cuda_kv *kv, const Plan &pl, ls_err 
         PROF(f, "matmul wo(+add)");
         CK(lsc_rmsnorm_quant(x, E, NULL, L.ffn_norm, s->norm_eps, M, E, f->xn, E, f->xq, f->dxs, xsE, st));
         PROF(f, "rmsnorm+quant");
+        /* one exact warp-kernel run (decode): the SwiGLU matmul quantizes h itself */
+        const bool fuse_q = L.n_gu == 1 && !lsc_is_float(L.down.m.type) && pl.rows.size() == 1 && !pl.rows[0].fast &&
+                            M == 1 && f->opts.gemv_max_rows >= 1 && F % 32 == 0;
         if (L.n_gu == 1) {
-            if ((rs = mm(f, L.gu[0], pl.rows, f->xn, E, aE, f->h, F, LSC_MODE_SWIGLU, err))) return rs;
+            const lsc_qout qo = {fuse_q ? f->xq2 : (int8_t *)NULL, f->dxs2, xsF};
+            if ((rs = mm(f, L.gu[0], pl.rows, f->xn, E, aE, f->h, F, LSC_MODE_SWIGLU, err, qo))) return rs;
         } else {
             if ((rs = mm(f, L.gu[0], pl.rows, f->xn, E, aE, f->tbuf, 2 * F, LSC_MODE_STORE, err)) ||
                 (rs = mm(f, L.gu[1], pl.rows, f->xn, E, aE, f->tbuf + F, 2 * F, LSC_MODE_STORE, err)))
@@ -782,9 +788,11 @@ static ls_status enqueue(ls_cuda_fwd *f, ls_cuda_kv *kv, const Plan &pl, ls_err 
             CK(lsc_swiglu(f->tbuf, f->tbuf + F, 2 * F, M, F, f->h, F, st));
         }
         PROF(f, "matmul gate/up(+swiglu)");
-        if (!lsc_is_float(L.down.m.type)) CK(lsc_quant(f->h, F, M, F, f->xq, f->dxs, xsF, st));
-        PROF(f, "quant");
-        const lsc_act aF = {f->xq, f->dxs, xsF};
+        if (!lsc_is_float(L.down.m.type) && !fuse_q) {
+            CK(lsc_quant(f->h, F, M, F, f->xq2, f->dxs2, xsF, st));
+            PROF(f, "quant");
+        }
+        const lsc_act aF = {f->xq2, f->dxs2, xsF};
         if ((rs = mm(f, L.down, pl.rows, f->h, F, aF, x, E, LSC_MODE_ADD, err))) return rs;
         PROF(f, "matmul down(+add)");
     }
@@ -1153,7 +1161,7 @@ ls_status ls_cuda_test_mm_bench(uint32_t type, int64_t N, int64_t K, const void 
     T_CK(cudaEventCreate(&e1));
     {
         const lsc_act a = {dq, dd, xs};
-        lsc_gemv_nw1 = nw ? nw : 2;
+        lsc_gemv_nw1 = nw ? nw : 1;
         for (int pass = 0; pass < 2; pass++) { /* a warm-up pass, then the timed one */
             T_CK(cudaEventRecord(e0, 0));
             for (int i = 0; i < reps; i++) {
@@ -1168,7 +1176,7 @@ ls_status ls_cuda_test_mm_bench(uint32_t type, int64_t N, int64_t K, const void 
             T_CK(cudaEventRecord(e1, 0));
             T_CK(cudaEventSynchronize(e1));
         }
-        lsc_gemv_nw1 = 2;
+        lsc_gemv_nw1 = 1;
         float t = 0;
         T_CK(cudaEventElapsedTime(&t, e0, e1));
         *ms = t / reps;

@@ -65,10 +65,11 @@ typedef struct {
                         * longer ones the int8 tensor-core GEMM (default 8; 0 = always the GEMM) */
     int graphs;        /* 1: batches of up to 64 rows replay a captured CUDA graph (default 1) */
     int pdl;           /* 1: programmatic dependent launch between the kernels (default 1) */
-    int gemv_nw;       /* weight rows per warp of the one-row warp kernel: 1, 2 (default) or 4 */
+    int gemv_nw;       /* weight rows per warp of the one-row warp kernel: 1 (default), 2 or 4
+                        * (the SwiGLU matmul always takes a gate and an up row per output) */
     int profile;       /* 1: time every kernel with events (no graphs, no PDL); ls_cuda_fwd_profile */
-    int mma_minblocks; /* 2: the 64 x 64 tensor-core tile capped at 128 registers, two blocks per SM
-                        * (spills a little); 1 (default): uncapped, one block per SM */
+    int mma_minblocks; /* 2 (default): the 64 x 64 tensor-core tile capped at 128 registers, two blocks
+                        * per SM (spills a little; measured 12% faster); 1: uncapped, one block per SM */
 } ls_cuda_opts;
 void ls_cuda_fwd_get_opts(const ls_cuda_fwd *f, ls_cuda_opts *o);
 void ls_cuda_fwd_set_opts(ls_cuda_fwd *f, const ls_cuda_opts *o);

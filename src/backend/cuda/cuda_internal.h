@@ -74,7 +74,14 @@ static inline cudaError_t lsc_launch(void (*k)(K...), dim3 g, dim3 b, size_t sme
  * lsc_mma splits K over up to 8 blocks when the grid would be small (few rows): each
  * block's pairs form an aligned subtree of the recipe's tree, written to `part` (at most
  * part_floats floats) and joined by the same tree in a second kernel. */
-cudaError_t lsc_gemv(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy, int mode, cudaStream_t s);
+/* where a SWIGLU warp-kernel matmul also writes its outputs' quantization (q == NULL: not) */
+struct lsc_qout {
+    int8_t *q;
+    float2 *dxs;
+    int xs;
+};
+cudaError_t lsc_gemv(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy, int mode, cudaStream_t s,
+                     lsc_qout qo = lsc_qout{NULL, NULL, 0});
 cudaError_t lsc_mma(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy, int mode, float *part,
                     size_t part_floats, cudaStream_t s);
 cudaError_t lsc_gemv_float(const lsc_mat &w, const float *x, int ldx, int rows, float *y, int ldy, int mode,

@@ -36,6 +36,29 @@ __device__ __forceinline__ float silu_mul(float g, float u) {
     return lsc_mul(silu, u);
 }
 
+/* step 1 for one unit, lane i holding element i (the same as cuda_ops.cu's quant_unit) */
+__device__ __forceinline__ void quant_unit_mm(float x, int lane, int8_t *q, float2 *dxs) {
+    const float a = fabsf(x);
+    const bool fin = __all_sync(0xffffffffu, a <= 3.402823466e38f);
+    float amax = a;
+#pragma unroll
+    for (int off = 16; off >= 1; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    int qi = 0;
+    float d = 0.0f;
+    if (fin && amax >= 0x1p-100f) {
+        d = lsc_div(amax, 127.0f);
+        const float id = lsc_div(127.0f, amax);
+        qi = __float2int_rn(lsc_mul(x, id));
+    } else if (!fin) {
+        d = __uint_as_float(0x7fc00000u);
+    }
+    int s = qi;
+#pragma unroll
+    for (int off = 16; off >= 1; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+    q[lane] = (int8_t)qi;
+    if (lane == 0) *dxs = make_float2(d, lsc_mul(d, lsc_i2f(s)));
+}
+
 /* ---- one unit: raw loads, then expansion ------------------------------------- */
 struct RawU {
     uint4 c, c2;
@@ -82,15 +105,16 @@ __device__ __forceinline__ void raw_expand(const RawU &r, lsc_unit &u) {
 /* ---- k_gemv ------------------------------------------------------------------ */
 /* NW weight rows per warp (SWIGLU: NW/2 outputs, each a gate and an up row), R activation
  * rows (rows >= `rows` repeat the last one and are not stored). */
-template <int T, int R, int NW>
-__global__ void __launch_bounds__(256) k_gemv(const lsc_mat w, const int8_t *__restrict__ xq,
-                                              const float2 *__restrict__ dxs, int xs, int rows,
-                                              float *__restrict__ y, int ldy, int n_out, int mode) {
+template <int T, int R, int NW, bool FQ>
+__global__ void __launch_bounds__(FQ ? 1024 : 256) k_gemv(const lsc_mat w, const int8_t *__restrict__ xq,
+                                               const float2 *__restrict__ dxs, int xs, int rows,
+                                               float *__restrict__ y, int ldy, int n_out, int mode,
+                                               int8_t *__restrict__ q8, float2 *__restrict__ qd, int qxs) {
     const int lane = threadIdx.x & 31;
     const int no = mode == LSC_MODE_SWIGLU ? NW / 2 : NW;
     const int o0 = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 5) * no;
     lsc_pdl_trigger();
-    if (o0 >= n_out) { /* warp-uniform */
+    if (o0 >= n_out && !FQ) { /* warp-uniform (fused: the grid covers n_out exactly) */
         lsc_pdl_wait();
         return;
     }
@@ -115,6 +139,7 @@ __global__ void __launch_bounds__(256) k_gemv(const lsc_mat w, const int8_t *__r
     for (int i = 0; i < NW; i++)
 #pragma unroll
         for (int r = 0; r < R; r++) S[i][r] = 0.0f;
+    __shared__ float hq[FQ ? R : 1][32]; /* SWIGLU with q8: the block's outputs, per row */
 
     const int nb = w.nb;
     RawU cur[NW];
@@ -178,7 +203,11 @@ __global__ void __launch_bounds__(256) k_gemv(const lsc_mat w, const int8_t *__r
             if (lane != (i * R + r) % 32 || r >= rows) continue;
             if (mode == LSC_MODE_SWIGLU) {
                 const int o = o0 + i / 2;
-                if ((i & 1) == 0 && o < n_out) y[(size_t)r * ldy + o] = silu_mul(S[i][r], S[i + 1][r]);
+                if ((i & 1) == 0 && o < n_out) {
+                    const float h = silu_mul(S[i][r], S[i + 1][r]);
+                    y[(size_t)r * ldy + o] = h;
+                    if (FQ) hq[FQ ? r : 0][threadIdx.x >> 5] = h;
+                }
             } else {
                 const int o = o0 + i;
                 if (o >= n_out) continue;
@@ -186,36 +215,56 @@ __global__ void __launch_bounds__(256) k_gemv(const lsc_mat w, const int8_t *__r
                 *yp = mode == LSC_MODE_ADD ? lsc_add(*yp, S[i][r]) : S[i][r];
             }
         }
+    if (FQ) { /* the block's 32 warps made the 32 outputs of one activation unit of the next matmul */
+        __syncthreads();
+        const int wi = threadIdx.x >> 5, b = blockIdx.x;
+        if (wi < R && wi < rows) quant_unit_mm(hq[wi][lane], lane, q8 + ((size_t)wi * qxs + b) * 32, qd + (size_t)wi * qxs + b);
+    }
 }
 
 template <int T, int R, int NW>
-cudaError_t launch_gemv_nw(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy, int mode, cudaStream_t s) {
+cudaError_t launch_gemv_nw(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy, int mode, lsc_qout qo,
+                           cudaStream_t s) {
     const int n_out = mode == LSC_MODE_SWIGLU ? w.N / 2 : w.N;
     const int no = mode == LSC_MODE_SWIGLU ? (NW / 2 > 0 ? NW / 2 : 1) : NW;
     const int warps = (n_out + no - 1) / no;
-    return lsc_launch(k_gemv<T, R, NW>, dim3((warps + 7) / 8), dim3(256), 0, s, w, a.q, a.dxs,
-                      a.xs, rows, y, ldy, n_out, mode);
+    if (qo.q) { /* 32 warps of one gate and one up row each = one unit of h per block (R = 1: 64 registers) */
+        if constexpr (R == 1) {
+            if (mode != LSC_MODE_SWIGLU || NW != 2 || n_out % 32) return cudaErrorInvalidValue;
+            return lsc_launch(k_gemv<T, R, 2, true>, dim3(n_out / 32), dim3(1024), 0, s, w, a.q, a.dxs, a.xs, rows, y,
+                              ldy, n_out, mode, qo.q, qo.dxs, qo.xs);
+        }
+        return cudaErrorInvalidValue;
+    }
+    return lsc_launch(k_gemv<T, R, NW, false>, dim3((warps + 7) / 8), dim3(256), 0, s, w, a.q, a.dxs, a.xs, rows, y, ldy,
+                      n_out, mode, (int8_t *)NULL, (float2 *)NULL, 0);
 }
 
 template <int T, int R>
-cudaError_t launch_gemv(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy, int mode, cudaStream_t s) {
-    if (R == 1 && mode != LSC_MODE_SWIGLU && lsc_gemv_nw1 == 1) return launch_gemv_nw<T, R, 1>(w, a, rows, y, ldy, mode, s);
-    if (R == 1 && lsc_gemv_nw1 == 4) return launch_gemv_nw<T, R, 4>(w, a, rows, y, ldy, mode, s);
-    return launch_gemv_nw<T, R, R == 1 ? 2 : 4>(w, a, rows, y, ldy, mode, s);
+cudaError_t launch_gemv(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy, int mode, lsc_qout qo, cudaStream_t s) {
+    if (R == 1 && mode != LSC_MODE_SWIGLU && lsc_gemv_nw1 == 1) return launch_gemv_nw<T, R, 1>(w, a, rows, y, ldy, mode, qo, s);
+    if (R == 1 && mode != LSC_MODE_SWIGLU && lsc_gemv_nw1 == 4) return launch_gemv_nw<T, R, 4>(w, a, rows, y, ldy, mode, qo, s);
+    if (mode == LSC_MODE_SWIGLU) return launch_gemv_nw<T, R, 2>(w, a, rows, y, ldy, mode, qo, s);
+    return launch_gemv_nw<T, R, R == 1 ? 2 : 4>(w, a, rows, y, ldy, mode, qo, s);
 }
 
 template <int T>
-cudaError_t gemv_t(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy, int mode, cudaStream_t s) {
+cudaError_t gemv_t(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy, int mode, lsc_qout qo, cudaStream_t s) {
     for (int m0 = 0; m0 < rows;) { /* runs of up to 8 rows; each row's bits do not depend on the split */
         const int n = rows - m0 > 8 ? 8 : rows - m0;
         lsc_act am = a;
         am.q = a.q + (size_t)m0 * a.xs * 32;
         am.dxs = a.dxs + (size_t)m0 * a.xs;
+        lsc_qout qm = qo;
+        if (qo.q) {
+            qm.q = qo.q + (size_t)m0 * qo.xs * 32;
+            qm.dxs = qo.dxs + (size_t)m0 * qo.xs;
+        }
         float *ym = y + (size_t)m0 * ldy;
-        cudaError_t e = n == 1   ? launch_gemv<T, 1>(w, am, n, ym, ldy, mode, s)
-                        : n == 2 ? launch_gemv<T, 2>(w, am, n, ym, ldy, mode, s)
-                        : n <= 4 ? launch_gemv<T, 4>(w, am, n, ym, ldy, mode, s)
-                                 : launch_gemv<T, 8>(w, am, n, ym, ldy, mode, s);
+        cudaError_t e = n == 1   ? launch_gemv<T, 1>(w, am, n, ym, ldy, mode, qm, s)
+                        : n == 2 ? launch_gemv<T, 2>(w, am, n, ym, ldy, mode, qm, s)
+                        : n <= 4 ? launch_gemv<T, 4>(w, am, n, ym, ldy, mode, qm, s)
+                                 : launch_gemv<T, 8>(w, am, n, ym, ldy, mode, qm, s);
         if (e != cudaSuccess) return e;
         m0 += n;
     }
@@ -609,7 +658,7 @@ cudaError_t mma_init_t() {
 
 #define LSC_MM_INSTANTIATE(T)                                                                                   \
     namespace lsc {                                                                                             \
-    template cudaError_t gemv_t<T>(const lsc_mat &, lsc_act, int, float *, int, int, cudaStream_t);             \
+    template cudaError_t gemv_t<T>(const lsc_mat &, lsc_act, int, float *, int, int, lsc_qout, cudaStream_t);   \
     template cudaError_t mma_t<T>(const lsc_mat &, lsc_act, int, float *, int, int, float *, size_t, cudaStream_t); \
     template cudaError_t mma_init_t<T>();                                                                       \
     template cudaError_t dequant_t<T>(const lsc_mat &, void *, cudaStream_t);                                  \

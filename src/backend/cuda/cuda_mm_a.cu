@@ -7,7 +7,7 @@ LSC_MM_INSTANTIATE(LSC_MXFP4)
 
 namespace lsc { /* defined in cuda_mm_b.cu and cuda_mm_c.cu */
 #define LSC_MM_EXTERN(T)                                                                                     \
-    extern template cudaError_t gemv_t<T>(const lsc_mat &, lsc_act, int, float *, int, int, cudaStream_t);   \
+    extern template cudaError_t gemv_t<T>(const lsc_mat &, lsc_act, int, float *, int, int, lsc_qout, cudaStream_t); \
     extern template cudaError_t mma_t<T>(const lsc_mat &, lsc_act, int, float *, int, int, float *, size_t,  \
                                          cudaStream_t);                                                        \
     extern template cudaError_t mma_init_t<T>();                                                               \
@@ -22,10 +22,10 @@ LSC_MM_EXTERN(LSC_Q6_K)
 
 #define LSC_TYPES(X) X(LSC_Q4_0) X(LSC_Q4_1) X(LSC_MXFP4) X(LSC_Q5_0) X(LSC_Q5_1) X(LSC_Q8_0) X(LSC_Q4_K) X(LSC_Q5_K) X(LSC_Q6_K)
 
-cudaError_t lsc_gemv(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy, int mode, cudaStream_t s) {
+cudaError_t lsc_gemv(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy, int mode, cudaStream_t s, lsc_qout qo) {
     if (rows <= 0) return cudaSuccess;
     switch (w.type) {
-#define X(T) case T: return lsc::gemv_t<T>(w, a, rows, y, ldy, mode, s);
+#define X(T) case T: return lsc::gemv_t<T>(w, a, rows, y, ldy, mode, qo, s);
         LSC_TYPES(X)
 #undef X
     default: return cudaErrorInvalidValue;

@@ -56,12 +56,12 @@ __global__ void k_rmsnorm_quant(const float *__restrict__ x, int ldx, const int3
         float acc = 0.0f;
         if (lane < 16) {
             int k = lane;
-            for (; k + 16 * 7 < n; k += 16 * 8) {
-                float v[8];
+            for (; k + 16 * 15 < n; k += 16 * 16) { /* the loads run ahead of the fma chain */
+                float v[16];
 #pragma unroll
-                for (int j = 0; j < 8; j++) v[j] = buf[k + 16 * j];
+                for (int j = 0; j < 16; j++) v[j] = buf[k + 16 * j];
 #pragma unroll
-                for (int j = 0; j < 8; j++) acc = lsc_fma(v[j], v[j], acc);
+                for (int j = 0; j < 16; j++) acc = lsc_fma(v[j], v[j], acc);
             }
             for (; k < n; k += 16) acc = lsc_fma(buf[k], buf[k], acc);
         }
@@ -89,9 +89,9 @@ __global__ void k_quant(const float *__restrict__ x, int ldx, int n, int8_t *__r
                         float2 *__restrict__ dxs, int xs) {
     lsc_pdl_trigger();
     lsc_pdl_wait();
-    const int r = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    for (int b = warp; b < n / 32; b += nw)
-        quant_unit(x[(size_t)r * ldx + 32 * b + lane], lane, q + ((size_t)r * xs + b) * 32, dxs + (size_t)r * xs + b);
+    const int r = blockIdx.y, lane = threadIdx.x & 31, b = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (b >= n / 32) return; /* warp-uniform */
+    quant_unit(x[(size_t)r * ldx + 32 * b + lane], lane, q + ((size_t)r * xs + b) * 32, dxs + (size_t)r * xs + b);
 }
 
 __global__ void k_swiglu(const float *__restrict__ g, const float *__restrict__ u, int ld, int n,
@@ -108,28 +108,39 @@ __global__ void k_rope_kv(float *__restrict__ qkv, int ldq, int n_head, int n_kv
                           const float *__restrict__ cs, const float *__restrict__ sn, lsc_kvargs kv) {
     lsc_pdl_trigger();
     lsc_pdl_wait();
-    const int r = blockIdx.x, half = rope_dim / 2;
+    /* block (row r, head h): h < n_head a query head (rotated in place), else kv head h - n_head:
+     * its key rotated into the store and its value copied */
+    const int r = blockIdx.x, h = blockIdx.y, half = rope_dim / 2;
     const int p = kv.pos[r];
     float *row = qkv + (size_t)r * ldq;
+    float *xh = row + (size_t)h * D;
     const float *c = cs + (size_t)p * half, *s = sn + (size_t)p * half;
-    for (int t = threadIdx.x; t < (n_head + n_kv) * half; t += blockDim.x) { /* q heads, then k heads */
-        const int h = t / half, i = t % half;
-        float *xh = row + (size_t)h * D;
+    float *kd = NULL, *vd = NULL;
+    const float *vsrc = NULL;
+    if (h >= n_head) {
+        const int kh = h - n_head;
+        const int blk = kv.tbl[kv.tbl_off[r] + (p >> 4)];
+        float *base = kv.kv + (size_t)blk * kv.block_floats + kv.layer_off;
+        const size_t off = (size_t)kh * 16 * D + (size_t)(p & 15) * D;
+        kd = base + off;
+        vd = base + (size_t)16 * n_kv * D + off;
+        vsrc = row + (size_t)(n_head + n_kv) * D + (size_t)kh * D;
+    }
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
         const int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
         const float x0 = xh[i0], x1 = xh[i1], ci = c[i], si = s[i];
-        xh[i0] = lsc_fma(x0, ci, -lsc_mul(x1, si));
-        xh[i1] = lsc_fma(x0, si, lsc_mul(x1, ci));
+        const float y0 = lsc_fma(x0, ci, -lsc_mul(x1, si)), y1 = lsc_fma(x0, si, lsc_mul(x1, ci));
+        if (kd) {
+            kd[i0] = y0;
+            kd[i1] = y1;
+        } else {
+            xh[i0] = y0;
+            xh[i1] = y1;
+        }
     }
-    __syncthreads();
-    const int blk = kv.tbl[kv.tbl_off[r] + (p >> 4)];
-    float *base = kv.kv + (size_t)blk * kv.block_floats + kv.layer_off;
-    const int KVD = n_kv * D;
-    const float *k = row + (size_t)n_head * D, *v = k + KVD;
-    for (int t = threadIdx.x; t < KVD; t += blockDim.x) { /* head-major: kv head h's 16 rows are one run */
-        const int h = t / D, d = t % D;
-        const size_t off = (size_t)h * 16 * D + (size_t)(p & 15) * D + d;
-        base[off] = k[t];
-        base[(size_t)16 * KVD + off] = v[t];
+    if (kd) {
+        for (int d = rope_dim + threadIdx.x; d < D; d += blockDim.x) kd[d] = xh[d]; /* dims past rope_dim */
+        for (int d = threadIdx.x; d < D; d += blockDim.x) vd[d] = vsrc[d];
     }
 }
 
@@ -281,6 +292,168 @@ __global__ void k_attn(const float *__restrict__ qkv, int ldq, int n_head, int n
             const size_t b = col / 32;
             quant_unit(o, lane, q8 + ((size_t)r * xs + b) * 32, dxs + (size_t)r * xs + b);
         }
+    }
+}
+
+/* The same recipe with the keys streamed through shared memory in chunks of ATT_CH keys,
+ * a ring of ATT_ST chunks filled by cp.async (for D % 16 == 0, nq * D <= 1024): the scores
+ * (4 threads per (head, key), each 4 of the 16 recipe lanes; the tree's first two levels in
+ * the thread, the last two as xor 1, 2), then, after the max, exp and sums, the V rows
+ * through the same ring for the fma chain of each (head, dim) in key order. */
+#define ATT_CH 32
+#define ATT_ST 4
+
+__device__ __forceinline__ void att_cp16(void *dst, const void *src) {
+    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
+}
+__device__ __forceinline__ void att_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void att_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(ATT_ST - 2)); }
+
+/* chunk c of the keys (or values) of kv head base `b` into ring slot `ring` */
+__device__ __forceinline__ void att_load(float *ring, const float *b, const int32_t *table, size_t bf, int D, int nk,
+                                         int c) {
+    const int j0 = c * ATT_CH, n = nk - j0 < ATT_CH ? nk - j0 : ATT_CH, per = D / 4;
+    for (int t = threadIdx.x; t < n * per; t += blockDim.x) {
+        const int jj = t / per, q = t % per, j = j0 + jj;
+        att_cp16(ring + (size_t)jj * D + 4 * q, b + (size_t)table[j >> 4] * bf + (size_t)(j & 15) * D + 4 * q);
+    }
+}
+
+__global__ void k_attn2(const float *__restrict__ qkv, int ldq, int n_head, int n_kv, int D, float scale,
+                        lsc_kvargs kv, int max_keys, float *__restrict__ out, int8_t *__restrict__ q8,
+                        float2 *__restrict__ dxs, int xs) {
+    extern __shared__ __align__(16) float sm[];
+    lsc_pdl_trigger();
+    lsc_pdl_wait();
+    const int r = blockIdx.x, kvh = blockIdx.y, nq = n_head / n_kv;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nw = blockDim.x >> 5;
+    const AttnLayout L = attn_layout(max_keys);
+    float *ring = sm; /* ATT_ST x ATT_CH x D */
+    float *qs = ring + ATT_ST * ATT_CH * D, *sc = qs + nq * D, *part = sc + (size_t)nq * L.nka,
+          *mx = part + (size_t)nq * L.nca, *inv = mx + nq;
+    const int nk = kv.pos[r] + 1, nchunk = (nk + ATT_CH - 1) / ATT_CH;
+    const int32_t *table = kv.tbl + kv.tbl_off[r];
+    const size_t bf = kv.block_floats, KVD = (size_t)n_kv * D;
+    const float *kb = kv.kv + kv.layer_off + (size_t)kvh * 16 * D, *vb = kb + 16 * KVD;
+    const float *qr = qkv + (size_t)r * ldq + (size_t)kvh * nq * D;
+    for (int i = tid; i < nq * D; i += blockDim.x) qs[i] = qr[i];
+    /* 1. scores */
+#pragma unroll
+    for (int c = 0; c < ATT_ST - 1; c++) {
+        if (c < nchunk) att_load(ring + (size_t)c * ATT_CH * D, kb, table, bf, D, nk, c);
+        att_commit();
+    }
+    for (int c = 0; c < nchunk; c++) {
+        att_wait();
+        __syncthreads();
+        if (c + ATT_ST - 1 < nchunk)
+            att_load(ring + (size_t)((c + ATT_ST - 1) % ATT_ST) * ATT_CH * D, kb, table, bf, D, nk, c + ATT_ST - 1);
+        att_commit();
+        const float *kc = ring + (size_t)(c % ATT_ST) * ATT_CH * D;
+        const int j0 = c * ATT_CH, n = nk - j0 < ATT_CH ? nk - j0 : ATT_CH;
+        for (int base = 0; base < nq * ATT_CH; base += blockDim.x / 4) { /* (head, key) tasks, 4 threads each */
+            const int task = base + tid / 4, t = tid & 3;
+            const int hh = task / ATT_CH, jj = task % ATT_CH;
+            const bool ok = task < nq * ATT_CH && jj < n;
+            float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+            if (ok) {
+                const float *kr = kc + (size_t)jj * D, *qh = qs + hh * D;
+                for (int d = 4 * t; d < D; d += 16) {
+                    const float4 k4 = *(const float4 *)(kr + d), q4 = *(const float4 *)(qh + d);
+                    a0 = lsc_fma(q4.x, k4.x, a0);
+                    a1 = lsc_fma(q4.y, k4.y, a1);
+                    a2 = lsc_fma(q4.z, k4.z, a2);
+                    a3 = lsc_fma(q4.w, k4.w, a3);
+                }
+            }
+            float a = lsc_add(lsc_add(a0, a1), lsc_add(a2, a3));
+            a = lsc_add(a, __shfl_xor_sync(FULL, a, 1));
+            a = lsc_add(a, __shfl_xor_sync(FULL, a, 2));
+            if (ok && t == 0) sc[(size_t)hh * L.nka + j0 + jj] = lsc_mul(a, scale);
+        }
+    }
+    __syncthreads();
+    /* the V ring's first chunks load while the softmax runs */
+#pragma unroll
+    for (int c = 0; c < ATT_ST - 1; c++) {
+        if (c < nchunk) att_load(ring + (size_t)c * ATT_CH * D, vb, table, bf, D, nk, c);
+        att_commit();
+    }
+    /* 2. max, 3. exp, 4. sums: as k_attn */
+    for (int hh = warp; hh < nq; hh += nw) {
+        const float *sh = sc + (size_t)hh * L.nka;
+        float m = sh[0];
+        for (int j = lane; j < nk; j += 32) m = sh[j] > m ? sh[j] : m;
+#pragma unroll
+        for (int off = 16; off >= 1; off >>= 1) {
+            const float o = __shfl_xor_sync(FULL, m, off);
+            m = o > m ? o : m;
+        }
+        if (lane == 0) mx[hh] = m;
+    }
+    __syncthreads();
+    const int total = nq * nk;
+    for (int t = tid; t < total; t += blockDim.x) {
+        const int hh = t / nk, j = t % nk;
+        float *sp = sc + (size_t)hh * L.nka + j;
+        *sp = lsc_expf(lsc_sub(*sp, mx[hh]));
+    }
+    __syncthreads();
+    const int nch = (nk + 63) / 64;
+    for (int t = tid; t < nq * nch; t += blockDim.x) {
+        const int hh = t / nch, c = t % nch;
+        const float *sh = sc + (size_t)hh * L.nka;
+        const int e = (c + 1) * 64 < nk ? (c + 1) * 64 : nk;
+        float a = 0.0f;
+        int j = c * 64;
+        for (; j + 16 <= e; j += 16) {
+            float v[16];
+#pragma unroll
+            for (int i = 0; i < 16; i++) v[i] = sh[j + i];
+#pragma unroll
+            for (int i = 0; i < 16; i++) a = lsc_add(a, v[i]);
+        }
+        for (; j < e; j++) a = lsc_add(a, sh[j]);
+        part[(size_t)hh * L.nca + c] = a;
+    }
+    __syncthreads();
+    if (tid < nq) {
+        float a = 0.0f;
+        for (int c = 0; c < nch; c++) a = lsc_add(a, part[(size_t)tid * L.nca + c]);
+        inv[tid] = lsc_div(1.0f, a);
+    }
+    /* 5. acc_d = fma(p_j, v_j[d], acc_d) in key order, thread (head, dim) */
+    const int hh = tid / D, d = tid % D;
+    const bool act = tid < nq * D;
+    const float *ph = sc + (size_t)(act ? hh : 0) * L.nka;
+    float acc = 0.0f;
+    for (int c = 0; c < nchunk; c++) {
+        att_wait();
+        __syncthreads();
+        if (c + ATT_ST - 1 < nchunk)
+            att_load(ring + (size_t)((c + ATT_ST - 1) % ATT_ST) * ATT_CH * D, vb, table, bf, D, nk, c + ATT_ST - 1);
+        att_commit();
+        const float *vc = ring + (size_t)(c % ATT_ST) * ATT_CH * D;
+        const int j0 = c * ATT_CH, n = nk - j0 < ATT_CH ? nk - j0 : ATT_CH;
+        if (act) {
+            if (n == ATT_CH) {
+#pragma unroll
+                for (int jj = 0; jj < ATT_CH; jj++) acc = lsc_fma(ph[j0 + jj], vc[(size_t)jj * D + d], acc);
+            } else {
+                for (int jj = 0; jj < n; jj++) acc = lsc_fma(ph[j0 + jj], vc[(size_t)jj * D + d], acc);
+            }
+        }
+    }
+    asm volatile("cp.async.wait_group 0;\n" ::);
+    if (!act) return; /* whole warps: nq * D is a multiple of 32 when fused */
+    /* 6. out = acc * (1 / sum) */
+    const float o = lsc_mul(acc, inv[hh]);
+    const size_t col = (size_t)kvh * nq * D + tid;
+    out[(size_t)r * n_head * D + col] = o;
+    if (q8) {
+        const size_t b = col / 32;
+        quant_unit(o, lane, q8 + ((size_t)r * xs + b) * 32, dxs + (size_t)r * xs + b);
     }
 }
 
@@ -453,7 +626,7 @@ cudaError_t lsc_rmsnorm_quant(const float *x, int ldx, const int32_t *rowidx, co
     if (rows <= 0) return cudaSuccess;
     const size_t smem = (size_t)n * sizeof(float);
     if (smem > 160 * 1024) return cudaErrorInvalidValue;
-    return lsc_launch(k_rmsnorm_quant, dim3(rows), dim3(256), smem, s, x, ldx, rowidx, w, eps, n, xn, ldxn,
+    return lsc_launch(k_rmsnorm_quant, dim3(rows), dim3(1024), smem, s, x, ldx, rowidx, w, eps, n, xn, ldxn,
                       (n % 32) ? (int8_t *)NULL : q, dxs, xs);
 }
 
@@ -463,7 +636,7 @@ cudaError_t lsc_ops_init(void) {
 
 cudaError_t lsc_quant(const float *x, int ldx, int rows, int n, int8_t *q, float2 *dxs, int xs, cudaStream_t s) {
     if (rows <= 0) return cudaSuccess;
-    return lsc_launch(k_quant, dim3(rows), dim3(256), 0, s, x, ldx, n, q, dxs, xs);
+    return lsc_launch(k_quant, dim3((n / 32 + 7) / 8, rows), dim3(256), 0, s, x, ldx, n, q, dxs, xs);
 }
 
 cudaError_t lsc_swiglu(const float *g, const float *u, int ld, int rows, int n, float *out, int ldo, cudaStream_t s) {
@@ -475,18 +648,25 @@ cudaError_t lsc_swiglu(const float *g, const float *u, int ld, int rows, int n, 
 cudaError_t lsc_rope_kv(float *qkv, int ldq, int rows, int n_head, int n_kv, int D, int rope_dim, int neox,
                         const float *cs, const float *sn, lsc_kvargs kv, cudaStream_t s) {
     if (rows <= 0) return cudaSuccess;
-    return lsc_launch(k_rope_kv, dim3(rows), dim3(256), 0, s, qkv, ldq, n_head, n_kv, D, rope_dim, neox, cs, sn, kv);
+    const int thr = D / 2 < 32 ? 32 : ((D / 2 + 31) / 32) * 32;
+    return lsc_launch(k_rope_kv, dim3(rows, n_head + n_kv), dim3(thr > 256 ? 256 : thr), 0, s, qkv, ldq, n_head, n_kv,
+                      D, rope_dim, neox, cs, sn, kv);
 }
+
+static bool attn_ring(int n_head, int n_kv, int D) { return D % 16 == 0 && (n_head / n_kv) * D <= 1024; }
 
 size_t lsc_attn_smem(int n_head, int n_kv, int D, int max_keys) {
     const int nq = n_head / n_kv;
     const AttnLayout L = attn_layout(max_keys);
-    return sizeof(float) * ((size_t)nq * D + (size_t)nq * L.nka + (size_t)nq * L.nca + 2 * (size_t)nq);
+    const size_t ring = attn_ring(n_head, n_kv, D) ? (size_t)ATT_ST * ATT_CH * D : 0;
+    return sizeof(float) * (ring + (size_t)nq * D + (size_t)nq * L.nka + (size_t)nq * L.nca + 2 * (size_t)nq);
 }
 
 cudaError_t lsc_attn_init(size_t max_smem) {
     g_attn_smem_max = max_smem;
-    return cudaFuncSetAttribute(k_attn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)max_smem);
+    cudaError_t e = cudaFuncSetAttribute(k_attn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)max_smem);
+    if (e != cudaSuccess) return e;
+    return cudaFuncSetAttribute(k_attn2, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)max_smem);
 }
 
 cudaError_t lsc_attention(const float *qkv, int ldq, int rows, int n_head, int n_kv, int D, float scale,
@@ -495,11 +675,13 @@ cudaError_t lsc_attention(const float *qkv, int ldq, int rows, int n_head, int n
     const int nq = n_head / n_kv;
     const size_t smem = lsc_attn_smem(n_head, n_kv, D, max_keys);
     if (smem > g_attn_smem_max) return cudaErrorInvalidValue;
+    const bool ring = attn_ring(n_head, n_kv, D);
     const int thr = nq * D <= 1024 ? ((nq * D + 31) / 32) * 32 : 1024;
-    const bool fuse = q && thr == nq * D && D % 32 == 0;
+    /* fused quantization: every warp holds 32 consecutive outputs of one unit */
+    const bool fuse = q && D % 32 == 0 && (ring || thr == nq * D);
     dim3 grid(rows, n_kv);
-    cudaError_t e = lsc_launch(k_attn, grid, dim3(thr), smem, s, qkv, ldq, n_head, n_kv, D, scale, kv, max_keys, out,
-                               fuse ? q : (int8_t *)NULL, dxs, xs);
+    cudaError_t e = lsc_launch(ring ? k_attn2 : k_attn, grid, dim3(ring && thr < 128 ? 128 : thr), smem, s, qkv, ldq,
+                               n_head, n_kv, D, scale, kv, max_keys, out, fuse ? q : (int8_t *)NULL, dxs, xs);
     if (e != cudaSuccess || !q || fuse) return e;
     return lsc_quant(out, n_head * D, rows, n_head * D, q, dxs, xs, s);
 }
