@@ -142,16 +142,8 @@ __global__ void __launch_bounds__(FQ ? 1024 : 256) k_gemv(const lsc_mat w, const
     __shared__ float hq[FQ ? R : 1][32]; /* SWIGLU with q8: the block's outputs, per row */
 
     const int nb = w.nb;
-    RawU cur[NW];
-    if (lane < nb)
-#pragma unroll
-        for (int i = 0; i < NW; i++) raw_load<T>(w, wr[i], lane, cur[i]);
-    lsc_pdl_wait(); /* the weights are in flight; the activations come from the previous kernel */
-    for (int b = lane; b < nb; b += 32) {
-        RawU nxt[NW];
-        if (b + 32 < nb) /* the next unit's weights are in flight while this one computes */
-#pragma unroll
-            for (int i = 0; i < NW; i++) raw_load<T>(w, wr[i], b + 32, nxt[i]);
+    /* one unit of every weight row against every activation row (steps 2-3) */
+    auto step = [&](const RawU *cu, int b) {
         uint4 a0[R], a1[R];
         float2 ds[R];
 #pragma unroll
@@ -164,7 +156,7 @@ __global__ void __launch_bounds__(FQ ? 1024 : 256) k_gemv(const lsc_mat w, const
 #pragma unroll
         for (int i = 0; i < NW; i++) {
             lsc_unit u;
-            raw_expand<T>(cur[i], u);
+            raw_expand<T>(cu[i], u);
 #pragma unroll
             for (int r = 0; r < R; r++) {
                 int32_t lo = lsc_dp4a(u.w[0], a0[r].x, 0);
@@ -178,6 +170,31 @@ __global__ void __launch_bounds__(FQ ? 1024 : 256) k_gemv(const lsc_mat w, const
                 S[i][r] = lsc_add(S[i][r], lsc_contrib(T, &u, lo, hi, ds[r].x, ds[r].y));
             }
         }
+    };
+    /* The first PRE units of each lane, and the one after, are requested before waiting for the
+     * previous kernel (weights never change during a forward): with programmatic dependent launch
+     * the weight stream overlaps the tail of the kernel that produces the activations. */
+    constexpr int PRE = FQ ? 1 : (NW == 1 && R == 1) ? 4 : R <= 2 ? 2 : 1;
+    RawU pre[PRE][NW], cur[NW];
+#pragma unroll
+    for (int k = 0; k < PRE; k++)
+        if (lane + 32 * k < nb)
+#pragma unroll
+            for (int i = 0; i < NW; i++) raw_load<T>(w, wr[i], lane + 32 * k, pre[k][i]);
+    const int bs = lane + 32 * PRE; /* the first unit of the stream */
+    if (bs < nb)
+#pragma unroll
+        for (int i = 0; i < NW; i++) raw_load<T>(w, wr[i], bs, cur[i]);
+    lsc_pdl_wait(); /* the activations come from the previous kernel */
+#pragma unroll
+    for (int k = 0; k < PRE; k++)
+        if (lane + 32 * k < nb) step(pre[k], lane + 32 * k);
+    for (int b = bs; b < nb; b += 32) {
+        RawU nxt[NW];
+        if (b + 32 < nb) /* the next unit's weights are in flight while this one computes */
+#pragma unroll
+            for (int i = 0; i < NW; i++) raw_load<T>(w, wr[i], b + 32, nxt[i]);
+        step(cur, b);
 #pragma unroll
         for (int i = 0; i < NW; i++) cur[i] = nxt[i];
     }

@@ -50,7 +50,7 @@ __global__ void k_rmsnorm_quant(const float *__restrict__ x, int ldx, const int3
     __shared__ float scale_s;
     const int r = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nw = blockDim.x >> 5;
     const float *xr = x + (size_t)(rowidx ? rowidx[r] : r) * ldx;
-    for (int i = tid; i < n; i += blockDim.x) buf[i] = xr[i];
+    for (int i = tid; i < n / 4; i += blockDim.x) ((float4 *)buf)[i] = ((const float4 *)xr)[i]; /* n % 4 == 0 */
     __syncthreads();
     if (warp == 0) { /* dot16(x, x): lane l < 16 sums k = l, l + 16, ... in order */
         float acc = 0.0f;
@@ -74,10 +74,12 @@ __global__ void k_rmsnorm_quant(const float *__restrict__ x, int ldx, const int3
     }
     __syncthreads();
     const float scale = scale_s;
-    for (int i = tid; i < n; i += blockDim.x) {
-        const float v = lsc_mul(lsc_mul(buf[i], scale), w[i]);
-        buf[i] = v;
-        if (xn) xn[(size_t)r * ldxn + i] = v;
+    for (int i = tid; i < n / 4; i += blockDim.x) {
+        const float4 a = ((const float4 *)buf)[i], g = __ldg((const float4 *)w + i);
+        const float4 v = make_float4(lsc_mul(lsc_mul(a.x, scale), g.x), lsc_mul(lsc_mul(a.y, scale), g.y),
+                                     lsc_mul(lsc_mul(a.z, scale), g.z), lsc_mul(lsc_mul(a.w, scale), g.w));
+        ((float4 *)buf)[i] = v;
+        if (xn) ((float4 *)(xn + (size_t)r * ldxn))[i] = v;
     }
     if (!q) return;
     __syncthreads();
