@@ -19,8 +19,9 @@ LDLIBS  = $(shell pkg-config --libs libpcre2-8 2>/dev/null || echo -lpcre2-8) -l
 MODEL   ?= models/SmolLM2-135M-Instruct.Q4_1.gguf
 
 # The library is everything under src/ but the two programs built on its public header
-# (include/lockstep.h): the command line (src/cli) and the HTTP server (src/server).
-LIB_SRC  := $(shell find src -name '*.c' -not -path 'src/cli/*' -not -path 'src/server/*' | sort)
+# (include/lockstep.h): the command line (src/cli) and the HTTP server (src/server); the
+# CUDA backend (src/backend/cuda) joins it only in a CUDA build (below).
+LIB_SRC  := $(shell find src -name '*.c' -not -path 'src/cli/*' -not -path 'src/server/*' -not -path 'src/backend/cuda/*' | sort)
 CLI_SRC  := $(shell find src/cli src/server -name '*.c' | sort)
 BENCH_SRC := $(sort $(wildcard bench/cli/*.c)) src/cli/args.c
 TEST_SRC := $(sort $(wildcard tests/unit/test_*.c))
@@ -186,6 +187,76 @@ BENCH_FLAGS ?=
 bench: cli bench-tools model
 	@bash scripts/install-deps.sh --bench
 	$(PYTHON) bench/suites.py --lockstep $(BUILD)/lockstep --bench-tool $(BUILD)/lockstep-bench --docs docs/benchmarks.md $(BENCH_FLAGS)
+
+# ---- CUDA backend (docs/cuda.md) --------------------------------------------
+# Built only when asked: `make cuda` (the library and its test and bench programs),
+# `make test-cuda` / `make bench-cuda` (build, then run on the GPU), or CUDA=1, which
+# adds `cuda` to `all`.  `make test` and the CPU build never need a CUDA toolkit: CI
+# machines may have nvcc but no GPU, so finding nvcc alone turns nothing on.
+CUDA       ?= 0
+NVCC       ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc),nvcc)
+CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_ARCH  ?= -gencode=arch=compute_90,code=sm_90
+# -fmad=false: no contraction anywhere (the kernels also spell every rounding out with
+# __fmul_rn/__fadd_rn/__fmaf_rn); never --use_fast_math; IEEE division and sqrt.
+NVCCFLAGS  ?= -std=c++17 -O3 -g -lineinfo -fmad=false -prec-div=true -prec-sqrt=true -ftz=false
+CUDA_DEFS  ?=
+CUDA_CU    := $(sort $(wildcard src/backend/cuda/*.cu))
+CUDA_OBJ   := $(CUDA_CU:%.cu=$(BUILD)/cuda/obj/%.o) $(BUILD)/cuda/obj/src/backend/cuda/cuda_src.o
+CUDA_MUT_OBJ := $(filter-out $(BUILD)/cuda/obj/src/backend/cuda/cuda_mm_%,$(CUDA_OBJ)) \
+                $(patsubst %.cu,$(BUILD)/cuda/mut/%.o,$(filter src/backend/cuda/cuda_mm_%,$(CUDA_CU)))
+# CUDA runtime linked statically; cuBLAS (the fast family) is opened at run time.
+CUDA_LDLIBS ?= -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -Wl,-Bstatic -lstdc++ -Wl,-Bdynamic -static-libgcc $(LDLIBS)
+CUDA_TESTS := $(BUILD)/cuda/test_layout $(BUILD)/cuda/test_cuda $(BUILD)/cuda/test_cuda_mut $(BUILD)/cuda/bench_cuda
+
+.PHONY: cuda test-cuda bench-cuda
+ifeq ($(CUDA),1)
+all: cuda
+endif
+cuda: $(BUILD)/liblockstep_cuda.a $(CUDA_TESTS)
+
+$(BUILD)/cuda/obj/%.o: %.cu src/backend/cuda/cuda_internal.h src/backend/cuda/cuda_recipe.h src/backend/cuda/cuda_mm.cuh
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $(CUDA_ARCH) $(CUDA_DEFS) -Iinclude -Isrc -Xcompiler -ffp-contract=off,-fPIC,-Wall -c $< -o $@
+$(BUILD)/cuda/mut/%.o: %.cu src/backend/cuda/cuda_internal.h src/backend/cuda/cuda_recipe.h src/backend/cuda/cuda_mm.cuh
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $(CUDA_ARCH) -DLS_CUDA_MUTATE_TREE -Iinclude -Isrc -Xcompiler -ffp-contract=off,-fPIC -c $< -o $@
+$(BUILD)/cuda/obj/src/backend/cuda/cuda_src.o: src/backend/cuda/cuda_src.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/liblockstep_cuda.a: $(CUDA_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+$(BUILD)/cuda/liblockstep_cuda_mut.a: $(CUDA_MUT_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+CUDA_TEST_DEPS = tests/cuda/synth.c tests/cuda/synth.h tests/cuda/parity.c tests/cuda/parity.h
+$(BUILD)/cuda/test_layout: tests/cuda/test_layout.c $(CUDA_TEST_DEPS) src/backend/cuda/cuda_recipe.h $(BUILD)/liblockstep.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Itests/cuda -o $@ $< tests/cuda/synth.c $(BUILD)/liblockstep.a $(LDLIBS)
+$(BUILD)/cuda/test_cuda: tests/cuda/test_cuda.c $(CUDA_TEST_DEPS) $(BUILD)/liblockstep_cuda.a $(BUILD)/liblockstep.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Itests/cuda -o $@ $< tests/cuda/synth.c tests/cuda/parity.c $(BUILD)/liblockstep_cuda.a $(BUILD)/liblockstep.a $(CUDA_LDLIBS)
+$(BUILD)/cuda/test_cuda_mut: tests/cuda/test_cuda.c $(CUDA_TEST_DEPS) $(BUILD)/cuda/liblockstep_cuda_mut.a $(BUILD)/liblockstep.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Itests/cuda -o $@ $< tests/cuda/synth.c tests/cuda/parity.c $(BUILD)/cuda/liblockstep_cuda_mut.a $(BUILD)/liblockstep.a $(CUDA_LDLIBS)
+$(BUILD)/cuda/bench_cuda: bench/cuda/bench_cuda.c $(CUDA_TEST_DEPS) $(BUILD)/liblockstep_cuda.a $(BUILD)/liblockstep.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Itests/cuda -o $@ $< tests/cuda/synth.c tests/cuda/parity.c $(BUILD)/liblockstep_cuda.a $(BUILD)/liblockstep.a $(CUDA_LDLIBS)
+
+# On a machine with a GPU: the host-side layout test, the GPU parity suite, and the
+# deliberately broken build (its final tree in the wrong order), which must fail.
+test-cuda: cuda
+	$(BUILD)/cuda/test_layout
+	$(BUILD)/cuda/test_cuda
+	@if $(BUILD)/cuda/test_cuda_mut --quick > $(BUILD)/cuda/mutant.log 2>&1; then \
+	    echo "test-cuda: the mutant (wrong tree order) passed: the parity tests cannot fail"; exit 1; \
+	else echo "test-cuda: the mutant (wrong tree order) fails, as it must ($$(grep -c FAIL $(BUILD)/cuda/mutant.log) failing checks)"; fi
+bench-cuda: cuda
+	@mkdir -p bench/results/cuda
+	$(BUILD)/cuda/bench_cuda --out bench/results/cuda
 
 clean:
 	rm -rf $(BUILD) build-asan build-tsan build-fuzz

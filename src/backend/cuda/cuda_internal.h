@@ -1,0 +1,132 @@
+/* cuda_internal.h - shared by the backend's .cu files only: device matrices, the
+ * launchers of every kernel, and error plumbing. */
+#ifndef LS_BACKEND_CUDA_INTERNAL_H
+#define LS_BACKEND_CUDA_INTERNAL_H
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include <utility>
+
+#include "backend/cuda/cuda_recipe.h"
+
+/* A matrix on the device (by value in kernel parameters).  Quantized: the arrays of
+ * cuda_recipe.h; float types: f, row-major [N][K] of F32/F16/BF16. */
+struct lsc_mat {
+    int type;
+    int N, K, nb, nbp;
+    const uint8_t *codes, *hi, *sc, *sb;
+    const void *f;
+};
+
+/* Quantized activations of a run of rows: q [rows][xs*32], dxs [rows][xs] (xs = nbp of K). */
+struct lsc_act {
+    const int8_t *q;
+    const float2 *dxs;
+    int xs;
+};
+
+/* matmul epilogues */
+enum { LSC_MODE_STORE = 0, LSC_MODE_ADD = 1, LSC_MODE_SWIGLU = 2 };
+/* SWIGLU: the stacked gate/up matrix interleaves 8-row chunks: stacked row 16c + i is gate
+ * row 8c + i, 16c + 8 + i is up row 8c + i (i < 8); output o = silu(gate o) * up o. */
+#define LSC_GU_CHUNK 8
+
+/* ---- launches ---------------------------------------------------------------------
+ * Kernels of a forward are launched with programmatic dependent launch (Hopper) when
+ * lsc_pdl is set: each kernel lets its successor start at once (lsc_pdl_trigger) and
+ * waits for its predecessor's results (lsc_pdl_wait) only after the work that reads none
+ * of them (the matmuls' first weight loads).  Without the attribute both are no-ops. */
+extern thread_local int lsc_pdl;
+extern thread_local int lsc_gemv_nw1; /* weight rows per warp of the one-row warp kernel (1, 2, 4) */
+extern thread_local int lsc_mma_minb; /* 2: the 64 x 64 GEMM tile capped at 128 registers (two blocks per SM) */
+
+#ifdef __CUDACC__
+__device__ __forceinline__ void lsc_pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void lsc_pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+#endif
+
+template <typename... K, typename... A>
+static inline cudaError_t lsc_launch(void (*k)(K...), dim3 g, dim3 b, size_t smem, cudaStream_t s, A &&...args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = g;
+    cfg.blockDim = b;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = lsc_pdl ? 1 : 0;
+    cudaError_t e = cudaLaunchKernelEx(&cfg, k, std::forward<A>(args)...);
+    return e != cudaSuccess ? e : cudaGetLastError();
+}
+
+/* Exact family.  y: output rows (row r at y + r * ldy), n_out outputs (SWIGLU: N / 2).
+ * lsc_mma splits K over up to 8 blocks when the grid would be small (few rows): each
+ * block's pairs form an aligned subtree of the recipe's tree, written to `part` (at most
+ * part_floats floats) and joined by the same tree in a second kernel. */
+/* where a SWIGLU warp-kernel matmul also writes its outputs' quantization (q == NULL: not) */
+struct lsc_qout {
+    int8_t *q;
+    float2 *dxs;
+    int xs;
+};
+cudaError_t lsc_gemv(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy, int mode, cudaStream_t s,
+                     lsc_qout qo = lsc_qout{NULL, NULL, 0});
+cudaError_t lsc_mma(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy, int mode, float *part,
+                    size_t part_floats, cudaStream_t s);
+cudaError_t lsc_gemv_float(const lsc_mat &w, const float *x, int ldx, int rows, float *y, int ldy, int mode,
+                           cudaStream_t s);
+cudaError_t lsc_mma_init(void); /* shared-memory limits of the GEMM kernels (once) */
+
+/* repacking on the device: ggml rows src[n] (row_bytes apart) of a quantized matrix into
+ * destination rows dst_row(n) = base + (n / chunk) * cstride + n % chunk of w. */
+cudaError_t lsc_repack(const lsc_mat &w, const uint8_t *src, int n_src, size_t row_bytes, int base, int chunk,
+                       int cstride, cudaStream_t s);
+
+/* per-row operations (docs/numerics.md) */
+/* out rows: xn = rmsnorm(x[rowidx[r]] or x[r]) (optional), quantized into a (q, dxs). */
+cudaError_t lsc_rmsnorm_quant(const float *x, int ldx, const int32_t *rowidx, const float *w, float eps, int rows,
+                              int n, float *xn, int ldxn, int8_t *q, float2 *dxs, int xs, cudaStream_t s);
+cudaError_t lsc_ops_init(void); /* shared-memory limits (once, outside graph capture) */
+cudaError_t lsc_quant(const float *x, int ldx, int rows, int n, int8_t *q, float2 *dxs, int xs, cudaStream_t s);
+cudaError_t lsc_swiglu(const float *g, const float *u, int ld, int rows, int n, float *out, int ldo, cudaStream_t s);
+
+/* RoPE + K/V into the paged cache for rows: qkv row r holds q (n_head heads), k, v
+ * (n_kv heads each) at column offsets 0, qd, qd + kvd. */
+struct lsc_kvargs {
+    float *kv;                 /* the store */
+    size_t block_floats;       /* one block, all layers */
+    size_t layer_off;          /* floats from a block's start to this layer's K */
+    const int32_t *tbl;        /* flattened block tables */
+    const int32_t *tbl_off;    /* (rows) where row r's table starts in tbl */
+    const int32_t *pos;        /* (rows) */
+};
+cudaError_t lsc_rope_kv(float *qkv, int ldq, int rows, int n_head, int n_kv, int D, int rope_dim, int neox,
+                        const float *cs, const float *sn, lsc_kvargs kv, cudaStream_t s);
+/* attention per (row, kv head): out (rows x n_head*D) and, when q != NULL, its quantized
+ * activations (fused when D % 32 == 0 and n_head/n_kv*D <= 1024; else a separate pass) */
+size_t lsc_attn_smem(int n_head, int n_kv, int D, int max_keys);
+cudaError_t lsc_attention(const float *qkv, int ldq, int rows, int n_head, int n_kv, int D, float scale,
+                          lsc_kvargs kv, int max_keys, float *out, int8_t *q, float2 *dxs, int xs,
+                          cudaStream_t s);
+cudaError_t lsc_attn_init(size_t max_smem);
+
+/* fast family helpers */
+cudaError_t lsc_dequant_half(const lsc_mat &w, void *out_half, cudaStream_t s); /* [N][K] fp16 */
+cudaError_t lsc_f2h(const float *x, int ldx, int rows, int n, void *out_half, cudaStream_t s);
+/* y (rows x ldy) from a dense fp32 result t (rows x N): STORE/ADD copy, SWIGLU de-interleaves */
+cudaError_t lsc_epilogue(const float *t, int N, int rows, float *y, int ldy, int mode, cudaStream_t s);
+cudaError_t lsc_read_probe(const void *p, size_t bytes, unsigned *out, int blocks, cudaStream_t s);
+cudaError_t lsc_gather(const float *x, int ld, const int32_t *idx, int rows, int n, float *out, cudaStream_t s);
+
+#endif

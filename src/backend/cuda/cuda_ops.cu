@@ -1,0 +1,707 @@
+/* cuda_ops.cu - the per-row operations (RMSNorm, activation quantization, RoPE, SwiGLU,
+ * attention over paged KV), the float-weight matmul, weight repacking and the fast
+ * family's helpers.  Each exact kernel performs docs/numerics.md's operations in its
+ * order; where the recipe has 16 lanes (dot16) a lane is a thread and the tree the xor
+ * butterfly 1, 2, 4, 8 over 16 consecutive threads. */
+#include <cuda_fp16.h>
+#include <float.h>
+
+#include "backend/cuda/cuda_internal.h"
+
+namespace lsc {
+
+#define FULL 0xffffffffu
+
+__device__ __forceinline__ float silu_mul_o(float g, float u) {
+    float silu = lsc_div(g, lsc_add(1.0f, lsc_expf(-g)));
+    return lsc_mul(silu, u);
+}
+
+/* Step 1 for one unit: lane i holds element i.  Writes q (32 bytes) and dxs. */
+__device__ __forceinline__ void quant_unit(float x, int lane, int8_t *q, float2 *dxs) {
+    const float a = fabsf(x);
+    const bool fin = __all_sync(FULL, a <= FLT_MAX); /* false for inf and NaN */
+    float amax = a;
+#pragma unroll
+    for (int off = 16; off >= 1; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(FULL, amax, off));
+    int qi = 0;
+    float d = 0.0f;
+    if (fin && amax >= 0x1p-100f) {
+        d = lsc_div(amax, 127.0f);
+        const float id = lsc_div(127.0f, amax);
+        qi = __float2int_rn(lsc_mul(x, id)); /* round half to even, |x * id| <= 127 (1 + 2^-23) */
+    } else if (!fin) {
+        d = __uint_as_float(0x7fc00000u);
+    }
+    int s = qi;
+#pragma unroll
+    for (int off = 16; off >= 1; off >>= 1) s += __shfl_xor_sync(FULL, s, off);
+    q[lane] = (int8_t)qi;
+    if (lane == 0) *dxs = make_float2(d, lsc_mul(d, lsc_i2f(s)));
+}
+
+/* ---- RMSNorm (+ quantization) --------------------------------------------------- */
+__global__ void k_rmsnorm_quant(const float *__restrict__ x, int ldx, const int32_t *__restrict__ rowidx,
+                                const float *__restrict__ w, float eps, int n, float *__restrict__ xn, int ldxn,
+                                int8_t *__restrict__ q, float2 *__restrict__ dxs, int xs) {
+    extern __shared__ float buf[]; /* the row, then the normed row */
+    lsc_pdl_trigger();
+    lsc_pdl_wait();
+    __shared__ float scale_s;
+    const int r = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nw = blockDim.x >> 5;
+    const float *xr = x + (size_t)(rowidx ? rowidx[r] : r) * ldx;
+    for (int i = tid; i < n / 4; i += blockDim.x) ((float4 *)buf)[i] = ((const float4 *)xr)[i]; /* n % 4 == 0 */
+    __syncthreads();
+    if (warp == 0) { /* dot16(x, x): lane l < 16 sums k = l, l + 16, ... in order */
+        float acc = 0.0f;
+        if (lane < 16) {
+            int k = lane;
+            for (; k + 16 * 15 < n; k += 16 * 16) { /* the loads run ahead of the fma chain */
+                float v[16];
+#pragma unroll
+                for (int j = 0; j < 16; j++) v[j] = buf[k + 16 * j];
+#pragma unroll
+                for (int j = 0; j < 16; j++) acc = lsc_fma(v[j], v[j], acc);
+            }
+            for (; k < n; k += 16) acc = lsc_fma(buf[k], buf[k], acc);
+        }
+#pragma unroll
+        for (int off = 1; off <= 8; off <<= 1) acc = lsc_add(acc, __shfl_xor_sync(FULL, acc, off));
+        if (lane == 0) {
+            const float mean = lsc_div(acc, (float)n);
+            scale_s = lsc_div(1.0f, __fsqrt_rn(lsc_add(mean, eps)));
+        }
+    }
+    __syncthreads();
+    const float scale = scale_s;
+    for (int i = tid; i < n / 4; i += blockDim.x) {
+        const float4 a = ((const float4 *)buf)[i], g = __ldg((const float4 *)w + i);
+        const float4 v = make_float4(lsc_mul(lsc_mul(a.x, scale), g.x), lsc_mul(lsc_mul(a.y, scale), g.y),
+                                     lsc_mul(lsc_mul(a.z, scale), g.z), lsc_mul(lsc_mul(a.w, scale), g.w));
+        ((float4 *)buf)[i] = v;
+        if (xn) ((float4 *)(xn + (size_t)r * ldxn))[i] = v;
+    }
+    if (!q) return;
+    __syncthreads();
+    for (int b = warp; b < n / 32; b += nw)
+        quant_unit(buf[32 * b + lane], lane, q + ((size_t)r * xs + b) * 32, dxs + (size_t)r * xs + b);
+}
+
+__global__ void k_quant(const float *__restrict__ x, int ldx, int n, int8_t *__restrict__ q,
+                        float2 *__restrict__ dxs, int xs) {
+    lsc_pdl_trigger();
+    lsc_pdl_wait();
+    const int r = blockIdx.y, lane = threadIdx.x & 31, b = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (b >= n / 32) return; /* warp-uniform */
+    quant_unit(x[(size_t)r * ldx + 32 * b + lane], lane, q + ((size_t)r * xs + b) * 32, dxs + (size_t)r * xs + b);
+}
+
+__global__ void k_swiglu(const float *__restrict__ g, const float *__restrict__ u, int ld, int n,
+                         float *__restrict__ out, int ldo) {
+    lsc_pdl_trigger();
+    lsc_pdl_wait();
+    const int r = blockIdx.y;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        out[(size_t)r * ldo + i] = silu_mul_o(g[(size_t)r * ld + i], u[(size_t)r * ld + i]);
+}
+
+/* ---- RoPE + K/V into the paged store ------------------------------------------ */
+__global__ void k_rope_kv(float *__restrict__ qkv, int ldq, int n_head, int n_kv, int D, int rope_dim, int neox,
+                          const float *__restrict__ cs, const float *__restrict__ sn, lsc_kvargs kv) {
+    lsc_pdl_trigger();
+    lsc_pdl_wait();
+    /* block (row r, head h): h < n_head a query head (rotated in place), else kv head h - n_head:
+     * its key rotated into the store and its value copied */
+    const int r = blockIdx.x, h = blockIdx.y, half = rope_dim / 2;
+    const int p = kv.pos[r];
+    float *row = qkv + (size_t)r * ldq;
+    float *xh = row + (size_t)h * D;
+    const float *c = cs + (size_t)p * half, *s = sn + (size_t)p * half;
+    float *kd = NULL, *vd = NULL;
+    const float *vsrc = NULL;
+    if (h >= n_head) {
+        const int kh = h - n_head;
+        const int blk = kv.tbl[kv.tbl_off[r] + (p >> 4)];
+        float *base = kv.kv + (size_t)blk * kv.block_floats + kv.layer_off;
+        const size_t off = (size_t)kh * 16 * D + (size_t)(p & 15) * D;
+        kd = base + off;
+        vd = base + (size_t)16 * n_kv * D + off;
+        vsrc = row + (size_t)(n_head + n_kv) * D + (size_t)kh * D;
+    }
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        const int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+        const float x0 = xh[i0], x1 = xh[i1], ci = c[i], si = s[i];
+        const float y0 = lsc_fma(x0, ci, -lsc_mul(x1, si)), y1 = lsc_fma(x0, si, lsc_mul(x1, ci));
+        if (kd) {
+            kd[i0] = y0;
+            kd[i1] = y1;
+        } else {
+            xh[i0] = y0;
+            xh[i1] = y1;
+        }
+    }
+    if (kd) {
+        for (int d = rope_dim + threadIdx.x; d < D; d += blockDim.x) kd[d] = xh[d]; /* dims past rope_dim */
+        for (int d = threadIdx.x; d < D; d += blockDim.x) vd[d] = vsrc[d];
+    }
+}
+
+/* ---- attention: one block per (row, kv head), its nq = n_head / n_kv query heads ---- */
+struct AttnLayout {
+    int nka, nca; /* score slots per head (max keys rounded up to 4), chunk partials per head */
+};
+__host__ __device__ inline AttnLayout attn_layout(int max_keys) {
+    AttnLayout a;
+    a.nka = (max_keys + 3) & ~3;
+    a.nca = ((max_keys + 63) / 64 + 3) & ~3;
+    return a;
+}
+
+__global__ void k_attn(const float *__restrict__ qkv, int ldq, int n_head, int n_kv, int D, float scale,
+                       lsc_kvargs kv, int max_keys, float *__restrict__ out, int8_t *__restrict__ q8,
+                       float2 *__restrict__ dxs, int xs) {
+    extern __shared__ float sm[];
+    lsc_pdl_trigger();
+    lsc_pdl_wait();
+    const int r = blockIdx.x, kvh = blockIdx.y, nq = n_head / n_kv;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nw = blockDim.x >> 5;
+    const AttnLayout L = attn_layout(max_keys);
+    float *qs = sm, *sc = qs + nq * D, *part = sc + (size_t)nq * L.nka, *mx = part + (size_t)nq * L.nca,
+          *inv = mx + nq;
+    const int nk = kv.pos[r] + 1;
+    const int32_t *table = kv.tbl + kv.tbl_off[r];
+    const size_t bf = kv.block_floats, KVD = (size_t)n_kv * D;
+    const float *kb = kv.kv + kv.layer_off + (size_t)kvh * 16 * D, *vb = kb + 16 * KVD;
+    const float *qr = qkv + (size_t)r * ldq + (size_t)kvh * nq * D;
+    for (int i = tid; i < nq * D; i += blockDim.x) qs[i] = qr[i];
+    __syncthreads();
+    /* 1. s_j = dot16(q, k_j) * scale */
+    const int total = nq * nk;
+    if (D % 16 == 0) { /* one thread per (head, key): the 16 recipe lanes in registers, then the tree */
+        for (int t = tid; t < total; t += blockDim.x) {
+            const int hh = t / nk, j = t % nk;
+            const float4 *kr = (const float4 *)(kb + (size_t)table[j >> 4] * bf + (size_t)(j & 15) * D);
+            const float *qh = qs + hh * D;
+            float acc[16];
+#pragma unroll
+            for (int l = 0; l < 16; l++) acc[l] = 0.0f;
+            for (int d0 = 0; d0 < D; d0 += 16) {
+                float4 k4[4];
+#pragma unroll
+                for (int i = 0; i < 4; i++) k4[i] = __ldg(kr + d0 / 4 + i);
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    acc[4 * i + 0] = lsc_fma(qh[d0 + 4 * i + 0], k4[i].x, acc[4 * i + 0]);
+                    acc[4 * i + 1] = lsc_fma(qh[d0 + 4 * i + 1], k4[i].y, acc[4 * i + 1]);
+                    acc[4 * i + 2] = lsc_fma(qh[d0 + 4 * i + 2], k4[i].z, acc[4 * i + 2]);
+                    acc[4 * i + 3] = lsc_fma(qh[d0 + 4 * i + 3], k4[i].w, acc[4 * i + 3]);
+                }
+            }
+#pragma unroll
+            for (int n = 16; n > 1; n /= 2)
+#pragma unroll
+                for (int i = 0; i < n / 2; i++) acc[i] = lsc_add(acc[2 * i], acc[2 * i + 1]);
+            sc[(size_t)hh * L.nka + j] = lsc_mul(acc[0], scale);
+        }
+    } else { /* 16 threads per (head, key), the tree as the xor butterfly 1, 2, 4, 8 */
+        for (int base = warp * 2; base < total; base += nw * 2) {
+            const int pr = base + (lane >> 4), l = lane & 15;
+            const bool ok = pr < total;
+            const int hh = ok ? pr / nk : 0, j = ok ? pr % nk : 0;
+            float acc = 0.0f;
+            if (ok) {
+                const float *kr = kb + (size_t)table[j >> 4] * bf + (size_t)(j & 15) * D;
+                const float *qh = qs + hh * D;
+                for (int d = l; d < D; d += 16) acc = lsc_fma(qh[d], kr[d], acc);
+            }
+#pragma unroll
+            for (int off = 1; off <= 8; off <<= 1) acc = lsc_add(acc, __shfl_xor_sync(FULL, acc, off));
+            if (ok && l == 0) sc[(size_t)hh * L.nka + j] = lsc_mul(acc, scale);
+        }
+    }
+    __syncthreads();
+    /* 2. mx = max_j s_j (s > m ? s : m from s_0: the same value in any order) */
+    for (int hh = warp; hh < nq; hh += nw) {
+        const float *s = sc + (size_t)hh * L.nka;
+        float m = s[0];
+        for (int j = lane; j < nk; j += 32) m = s[j] > m ? s[j] : m;
+#pragma unroll
+        for (int off = 16; off >= 1; off >>= 1) {
+            const float o = __shfl_xor_sync(FULL, m, off);
+            m = o > m ? o : m;
+        }
+        if (lane == 0) mx[hh] = m;
+    }
+    __syncthreads();
+    /* 3. p_j = ls_expf(s_j - mx) */
+    for (int t = tid; t < total; t += blockDim.x) {
+        const int hh = t / nk, j = t % nk;
+        float *s = sc + (size_t)hh * L.nka + j;
+        *s = lsc_expf(lsc_sub(*s, mx[hh]));
+    }
+    __syncthreads();
+    /* 4. sum: chunks of 64 keys summed in order, then the chunks in order */
+    const int nch = (nk + 63) / 64;
+    for (int t = tid; t < nq * nch; t += blockDim.x) {
+        const int hh = t / nch, c = t % nch;
+        const float *s = sc + (size_t)hh * L.nka;
+        const int e = (c + 1) * 64 < nk ? (c + 1) * 64 : nk;
+        float a = 0.0f;
+        for (int j = c * 64; j < e; j++) a = lsc_add(a, s[j]);
+        part[(size_t)hh * L.nca + c] = a;
+    }
+    __syncthreads();
+    if (tid < nq) {
+        float a = 0.0f;
+        for (int c = 0; c < nch; c++) a = lsc_add(a, part[(size_t)tid * L.nca + c]);
+        inv[tid] = lsc_div(1.0f, a);
+    }
+    __syncthreads();
+    /* 5, 6. acc_d = fma(p_j, v_j[d], acc_d) in key order; out = acc * (1 / sum) */
+    const bool fuse = q8 && blockDim.x == nq * D && D % 32 == 0;
+    for (int t = tid; t < nq * D; t += blockDim.x) {
+        const int hh = t / D, d = t % D;
+        const float *p = sc + (size_t)hh * L.nka;
+        float acc = 0.0f;
+        /* the key blocks' 16 V rows: the next block's loads are in flight while this one adds */
+        float v[16], vn[16];
+        {
+            const float *vr = vb + (size_t)table[0] * bf + d;
+#pragma unroll
+            for (int jj = 0; jj < 16; jj++) v[jj] = vr[(size_t)jj * D];
+        }
+        for (int j0 = 0; j0 < nk; j0 += 16) {
+            if (j0 + 16 < nk) {
+                const float *vr = vb + (size_t)table[(j0 + 16) >> 4] * bf + d;
+#pragma unroll
+                for (int jj = 0; jj < 16; jj++) vn[jj] = vr[(size_t)jj * D];
+            }
+            if (j0 + 16 <= nk) {
+#pragma unroll
+                for (int jj = 0; jj < 16; jj++) acc = lsc_fma(p[j0 + jj], v[jj], acc);
+            } else {
+#pragma unroll
+                for (int jj = 0; jj < 16; jj++)
+                    if (j0 + jj < nk) acc = lsc_fma(p[j0 + jj], v[jj], acc);
+            }
+#pragma unroll
+            for (int jj = 0; jj < 16; jj++) v[jj] = vn[jj];
+        }
+        const float o = lsc_mul(acc, inv[hh]);
+        const size_t col = (size_t)kvh * nq * D + t;
+        out[(size_t)r * n_head * D + col] = o;
+        if (fuse) { /* a warp holds 32 consecutive outputs: one activation unit of the wo matmul */
+            const size_t b = col / 32;
+            quant_unit(o, lane, q8 + ((size_t)r * xs + b) * 32, dxs + (size_t)r * xs + b);
+        }
+    }
+}
+
+/* The same recipe with the keys streamed through shared memory in chunks of ATT_CH keys,
+ * a ring of ATT_ST chunks filled by cp.async (for D % 16 == 0, nq * D <= 1024): the scores
+ * (4 threads per (head, key), each 4 of the 16 recipe lanes; the tree's first two levels in
+ * the thread, the last two as xor 1, 2), then, after the max, exp and sums, the V rows
+ * through the same ring for the fma chain of each (head, dim) in key order. */
+#define ATT_CH 32
+#define ATT_ST 4
+
+__device__ __forceinline__ void att_cp16(void *dst, const void *src) {
+    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
+}
+__device__ __forceinline__ void att_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void att_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(ATT_ST - 2)); }
+
+/* chunk c of the keys (or values) of kv head base `b` into ring slot `ring` */
+__device__ __forceinline__ void att_load(float *ring, const float *b, const int32_t *table, size_t bf, int D, int nk,
+                                         int c) {
+    const int j0 = c * ATT_CH, n = nk - j0 < ATT_CH ? nk - j0 : ATT_CH, per = D / 4;
+    for (int t = threadIdx.x; t < n * per; t += blockDim.x) {
+        const int jj = t / per, q = t % per, j = j0 + jj;
+        att_cp16(ring + (size_t)jj * D + 4 * q, b + (size_t)table[j >> 4] * bf + (size_t)(j & 15) * D + 4 * q);
+    }
+}
+
+__global__ void k_attn2(const float *__restrict__ qkv, int ldq, int n_head, int n_kv, int D, float scale,
+                        lsc_kvargs kv, int max_keys, float *__restrict__ out, int8_t *__restrict__ q8,
+                        float2 *__restrict__ dxs, int xs) {
+    extern __shared__ __align__(16) float sm[];
+    lsc_pdl_trigger();
+    lsc_pdl_wait();
+    const int r = blockIdx.x, kvh = blockIdx.y, nq = n_head / n_kv;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nw = blockDim.x >> 5;
+    const AttnLayout L = attn_layout(max_keys);
+    float *ring = sm; /* ATT_ST x ATT_CH x D */
+    float *qs = ring + ATT_ST * ATT_CH * D, *sc = qs + nq * D, *part = sc + (size_t)nq * L.nka,
+          *mx = part + (size_t)nq * L.nca, *inv = mx + nq;
+    const int nk = kv.pos[r] + 1, nchunk = (nk + ATT_CH - 1) / ATT_CH;
+    const int32_t *table = kv.tbl + kv.tbl_off[r];
+    const size_t bf = kv.block_floats, KVD = (size_t)n_kv * D;
+    const float *kb = kv.kv + kv.layer_off + (size_t)kvh * 16 * D, *vb = kb + 16 * KVD;
+    const float *qr = qkv + (size_t)r * ldq + (size_t)kvh * nq * D;
+    for (int i = tid; i < nq * D; i += blockDim.x) qs[i] = qr[i];
+    /* 1. scores */
+#pragma unroll
+    for (int c = 0; c < ATT_ST - 1; c++) {
+        if (c < nchunk) att_load(ring + (size_t)c * ATT_CH * D, kb, table, bf, D, nk, c);
+        att_commit();
+    }
+    for (int c = 0; c < nchunk; c++) {
+        att_wait();
+        __syncthreads();
+        if (c + ATT_ST - 1 < nchunk)
+            att_load(ring + (size_t)((c + ATT_ST - 1) % ATT_ST) * ATT_CH * D, kb, table, bf, D, nk, c + ATT_ST - 1);
+        att_commit();
+        const float *kc = ring + (size_t)(c % ATT_ST) * ATT_CH * D;
+        const int j0 = c * ATT_CH, n = nk - j0 < ATT_CH ? nk - j0 : ATT_CH;
+        for (int base = 0; base < nq * ATT_CH; base += blockDim.x / 4) { /* (head, key) tasks, 4 threads each */
+            const int task = base + tid / 4, t = tid & 3;
+            const int hh = task / ATT_CH, jj = task % ATT_CH;
+            const bool ok = task < nq * ATT_CH && jj < n;
+            float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+            if (ok) {
+                const float *kr = kc + (size_t)jj * D, *qh = qs + hh * D;
+                for (int d = 4 * t; d < D; d += 16) {
+                    const float4 k4 = *(const float4 *)(kr + d), q4 = *(const float4 *)(qh + d);
+                    a0 = lsc_fma(q4.x, k4.x, a0);
+                    a1 = lsc_fma(q4.y, k4.y, a1);
+                    a2 = lsc_fma(q4.z, k4.z, a2);
+                    a3 = lsc_fma(q4.w, k4.w, a3);
+                }
+            }
+            float a = lsc_add(lsc_add(a0, a1), lsc_add(a2, a3));
+            a = lsc_add(a, __shfl_xor_sync(FULL, a, 1));
+            a = lsc_add(a, __shfl_xor_sync(FULL, a, 2));
+            if (ok && t == 0) sc[(size_t)hh * L.nka + j0 + jj] = lsc_mul(a, scale);
+        }
+    }
+    __syncthreads();
+    /* the V ring's first chunks load while the softmax runs */
+#pragma unroll
+    for (int c = 0; c < ATT_ST - 1; c++) {
+        if (c < nchunk) att_load(ring + (size_t)c * ATT_CH * D, vb, table, bf, D, nk, c);
+        att_commit();
+    }
+    /* 2. max, 3. exp, 4. sums: as k_attn */
+    for (int hh = warp; hh < nq; hh += nw) {
+        const float *sh = sc + (size_t)hh * L.nka;
+        float m = sh[0];
+        for (int j = lane; j < nk; j += 32) m = sh[j] > m ? sh[j] : m;
+#pragma unroll
+        for (int off = 16; off >= 1; off >>= 1) {
+            const float o = __shfl_xor_sync(FULL, m, off);
+            m = o > m ? o : m;
+        }
+        if (lane == 0) mx[hh] = m;
+    }
+    __syncthreads();
+    const int total = nq * nk;
+    for (int t = tid; t < total; t += blockDim.x) {
+        const int hh = t / nk, j = t % nk;
+        float *sp = sc + (size_t)hh * L.nka + j;
+        *sp = lsc_expf(lsc_sub(*sp, mx[hh]));
+    }
+    __syncthreads();
+    const int nch = (nk + 63) / 64;
+    for (int t = tid; t < nq * nch; t += blockDim.x) {
+        const int hh = t / nch, c = t % nch;
+        const float *sh = sc + (size_t)hh * L.nka;
+        const int e = (c + 1) * 64 < nk ? (c + 1) * 64 : nk;
+        float a = 0.0f;
+        int j = c * 64;
+        for (; j + 16 <= e; j += 16) {
+            float v[16];
+#pragma unroll
+            for (int i = 0; i < 16; i++) v[i] = sh[j + i];
+#pragma unroll
+            for (int i = 0; i < 16; i++) a = lsc_add(a, v[i]);
+        }
+        for (; j < e; j++) a = lsc_add(a, sh[j]);
+        part[(size_t)hh * L.nca + c] = a;
+    }
+    __syncthreads();
+    if (tid < nq) {
+        float a = 0.0f;
+        for (int c = 0; c < nch; c++) a = lsc_add(a, part[(size_t)tid * L.nca + c]);
+        inv[tid] = lsc_div(1.0f, a);
+    }
+    /* 5. acc_d = fma(p_j, v_j[d], acc_d) in key order, thread (head, dim) */
+    const int hh = tid / D, d = tid % D;
+    const bool act = tid < nq * D;
+    const float *ph = sc + (size_t)(act ? hh : 0) * L.nka;
+    float acc = 0.0f;
+    for (int c = 0; c < nchunk; c++) {
+        att_wait();
+        __syncthreads();
+        if (c + ATT_ST - 1 < nchunk)
+            att_load(ring + (size_t)((c + ATT_ST - 1) % ATT_ST) * ATT_CH * D, vb, table, bf, D, nk, c + ATT_ST - 1);
+        att_commit();
+        const float *vc = ring + (size_t)(c % ATT_ST) * ATT_CH * D;
+        const int j0 = c * ATT_CH, n = nk - j0 < ATT_CH ? nk - j0 : ATT_CH;
+        if (act) {
+            if (n == ATT_CH) {
+#pragma unroll
+                for (int jj = 0; jj < ATT_CH; jj++) acc = lsc_fma(ph[j0 + jj], vc[(size_t)jj * D + d], acc);
+            } else {
+                for (int jj = 0; jj < n; jj++) acc = lsc_fma(ph[j0 + jj], vc[(size_t)jj * D + d], acc);
+            }
+        }
+    }
+    asm volatile("cp.async.wait_group 0;\n" ::);
+    if (!act) return; /* whole warps: nq * D is a multiple of 32 when fused */
+    /* 6. out = acc * (1 / sum) */
+    const float o = lsc_mul(acc, inv[hh]);
+    const size_t col = (size_t)kvh * nq * D + tid;
+    out[(size_t)r * n_head * D + col] = o;
+    if (q8) {
+        const size_t b = col / 32;
+        quant_unit(o, lane, q8 + ((size_t)r * xs + b) * 32, dxs + (size_t)r * xs + b);
+    }
+}
+
+/* ---- float-weight matmul: 16 fma lanes, then the tree ---------------------------- */
+/* A warp computes 8 outputs; thread t = lane & 3 of an output owns recipe lanes 4t..4t+3
+ * (elements k = 16 i + 4t + j).  Level 1-2 of the tree inside the thread, 3-4 across the
+ * output's 4 threads (xor 1, 2).  K must be a multiple of 4. */
+template <int WT>
+__device__ __forceinline__ float4 load_w4(const void *f, size_t off) {
+    if (WT == LSC_F32) return __ldg((const float4 *)((const float *)f + off));
+    const uint2 h = __ldg((const uint2 *)((const uint16_t *)f + off));
+    if (WT == LSC_F16)
+        return make_float4(lsc_f16((uint16_t)h.x), lsc_f16((uint16_t)(h.x >> 16)), lsc_f16((uint16_t)h.y),
+                           lsc_f16((uint16_t)(h.y >> 16)));
+    return make_float4(lsc_bf16((uint16_t)h.x), lsc_bf16((uint16_t)(h.x >> 16)), lsc_bf16((uint16_t)h.y),
+                       lsc_bf16((uint16_t)(h.y >> 16)));
+}
+
+template <int WT, int R>
+__global__ void __launch_bounds__(256) k_gemv_f(const lsc_mat w, const float *__restrict__ x, int ldx, int rows,
+                                                float *__restrict__ y, int ldy, int mode) {
+    lsc_pdl_trigger();
+    lsc_pdl_wait();
+    const int lane = threadIdx.x & 31, t = lane & 3;
+    const int o = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 5) * 8 + (lane >> 2);
+    if ((o & ~7) >= w.N) return; /* warp-uniform */
+    const int oc = o < w.N ? o : w.N - 1;
+    const float *xr[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) xr[r] = x + (size_t)(r < rows ? r : rows - 1) * ldx;
+    float acc[R][4];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[r][j] = 0.0f;
+    const size_t wrow = (size_t)oc * w.K;
+    for (int k = 4 * t; k < w.K; k += 16) {
+        const float4 wv = load_w4<WT>(w.f, wrow + k);
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const float4 xv = __ldg((const float4 *)(xr[r] + k));
+            acc[r][0] = lsc_fma(xv.x, wv.x, acc[r][0]);
+            acc[r][1] = lsc_fma(xv.y, wv.y, acc[r][1]);
+            acc[r][2] = lsc_fma(xv.z, wv.z, acc[r][2]);
+            acc[r][3] = lsc_fma(xv.w, wv.w, acc[r][3]);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        float a = lsc_add(lsc_add(acc[r][0], acc[r][1]), lsc_add(acc[r][2], acc[r][3]));
+        a = lsc_add(a, __shfl_xor_sync(FULL, a, 1));
+        a = lsc_add(a, __shfl_xor_sync(FULL, a, 2));
+        if (t == 0 && r < rows && o < w.N) {
+            float *yp = y + (size_t)r * ldy + o;
+            *yp = mode == LSC_MODE_ADD ? lsc_add(*yp, a) : a;
+        }
+    }
+}
+
+template <int WT>
+static cudaError_t gemv_f_t(const lsc_mat &w, const float *x, int ldx, int rows, float *y, int ldy, int mode,
+                            cudaStream_t s) {
+    const int blocks = (w.N + 63) / 64; /* 8 warps x 8 outputs */
+    for (int m0 = 0; m0 < rows; m0 += 4) {
+        const int n = rows - m0 < 4 ? rows - m0 : 4;
+        const float *xm = x + (size_t)m0 * ldx;
+        float *ym = y + (size_t)m0 * ldy;
+        cudaError_t e;
+        if (n == 1)
+            e = lsc_launch(k_gemv_f<WT, 1>, dim3(blocks), dim3(256), 0, s, w, xm, ldx, n, ym, ldy, mode);
+        else
+            e = lsc_launch(k_gemv_f<WT, 4>, dim3(blocks), dim3(256), 0, s, w, xm, ldx, n, ym, ldy, mode);
+        if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+}
+
+/* ---- repack ---------------------------------------------------------------------- */
+__global__ void k_repack(lsc_mat w, const uint8_t *__restrict__ src, int n_src, size_t row_bytes, int base,
+                         int chunk, int cstride) {
+    const int blocks = w.K / lsc_blk_elems(w.type);
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (int64_t)n_src * blocks) return;
+    const int n = (int)(t / blocks), blk = (int)(t % blocks);
+    const int dr = base + (n / chunk) * cstride + n % chunk;
+    uint8_t *codes = (uint8_t *)w.codes + (size_t)dr * w.nbp * lsc_cb(w.type);
+    uint8_t *hi = w.hi ? (uint8_t *)w.hi + (size_t)dr * w.nbp * lsc_hb(w.type) : NULL;
+    uint8_t *sc = (uint8_t *)w.sc + (size_t)dr * w.nbp * lsc_scb(w.type);
+    uint8_t *sb = w.sb ? (uint8_t *)w.sb + (size_t)dr * (w.nbp / 8) * 4 : NULL;
+    lsc_repack_block(w.type, src + (size_t)n * row_bytes + (size_t)blk * lsc_blk_bytes(w.type), blk, codes, hi, sc, sb);
+}
+
+/* ---- fast family helpers --------------------------------------------------------- */
+__global__ void k_f2h(const float *__restrict__ x, int ldx, int n, __half *__restrict__ out) {
+    lsc_pdl_trigger();
+    lsc_pdl_wait();
+    const int r = blockIdx.y;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        out[(size_t)r * n + i] = __float2half_rn(x[(size_t)r * ldx + i]);
+}
+
+__global__ void k_epilogue(const float *__restrict__ t, int N, float *__restrict__ y, int ldy, int mode) {
+    lsc_pdl_trigger();
+    lsc_pdl_wait();
+    const int r = blockIdx.y;
+    const int n_out = mode == LSC_MODE_SWIGLU ? N / 2 : N;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n_out; i += gridDim.x * blockDim.x) {
+        float *yp = y + (size_t)r * ldy + i;
+        const float *tr = t + (size_t)r * N;
+        if (mode == LSC_MODE_SWIGLU) {
+            const int g = 2 * LSC_GU_CHUNK * (i / LSC_GU_CHUNK) + i % LSC_GU_CHUNK;
+            *yp = silu_mul_o(tr[g], tr[g + LSC_GU_CHUNK]);
+        } else {
+            *yp = mode == LSC_MODE_ADD ? *yp + tr[i] : tr[i];
+        }
+    }
+}
+
+__global__ void k_gather(const float *__restrict__ x, int ld, const int32_t *__restrict__ idx, int n,
+                         float *__restrict__ out) {
+    const int r = blockIdx.x;
+    lsc_pdl_trigger();
+    lsc_pdl_wait();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) out[(size_t)r * n + i] = x[(size_t)idx[r] * ld + i];
+}
+
+/* bandwidth probe: every byte read once, 16 bytes per load */
+__global__ void k_read(const uint4 *__restrict__ p, size_t n, unsigned *out) {
+    uint4 a = make_uint4(0, 0, 0, 0);
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const uint4 v = __ldg(p + i);
+        a.x ^= v.x;
+        a.y ^= v.y;
+        a.z ^= v.z;
+        a.w ^= v.w;
+    }
+    if ((a.x ^ a.y ^ a.z ^ a.w) == 0x12345678u) out[blockIdx.x] = a.x; /* keeps the loads */
+}
+
+} /* namespace lsc */
+
+using namespace lsc;
+
+cudaError_t lsc_read_probe(const void *p, size_t bytes, unsigned *out, int blocks, cudaStream_t s) {
+    k_read<<<blocks, 512, 0, s>>>((const uint4 *)p, bytes / 16, out);
+    return cudaGetLastError();
+}
+
+static size_t g_attn_smem_max = 48 * 1024;
+
+cudaError_t lsc_gemv_float(const lsc_mat &w, const float *x, int ldx, int rows, float *y, int ldy, int mode,
+                           cudaStream_t s) {
+    switch (w.type) {
+    case LSC_F32: return gemv_f_t<LSC_F32>(w, x, ldx, rows, y, ldy, mode, s);
+    case LSC_F16: return gemv_f_t<LSC_F16>(w, x, ldx, rows, y, ldy, mode, s);
+    case LSC_BF16: return gemv_f_t<LSC_BF16>(w, x, ldx, rows, y, ldy, mode, s);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+cudaError_t lsc_repack(const lsc_mat &w, const uint8_t *src, int n_src, size_t row_bytes, int base, int chunk,
+                       int cstride, cudaStream_t s) {
+    const int64_t n = (int64_t)n_src * (w.K / lsc_blk_elems(w.type));
+    k_repack<<<(unsigned)((n + 255) / 256), 256, 0, s>>>(w, src, n_src, row_bytes, base, chunk, cstride);
+    return cudaGetLastError();
+}
+
+cudaError_t lsc_rmsnorm_quant(const float *x, int ldx, const int32_t *rowidx, const float *w, float eps, int rows,
+                              int n, float *xn, int ldxn, int8_t *q, float2 *dxs, int xs, cudaStream_t s) {
+    if (rows <= 0) return cudaSuccess;
+    const size_t smem = (size_t)n * sizeof(float);
+    if (smem > 160 * 1024) return cudaErrorInvalidValue;
+    return lsc_launch(k_rmsnorm_quant, dim3(rows), dim3(1024), smem, s, x, ldx, rowidx, w, eps, n, xn, ldxn,
+                      (n % 32) ? (int8_t *)NULL : q, dxs, xs);
+}
+
+cudaError_t lsc_ops_init(void) {
+    return cudaFuncSetAttribute(k_rmsnorm_quant, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024);
+}
+
+cudaError_t lsc_quant(const float *x, int ldx, int rows, int n, int8_t *q, float2 *dxs, int xs, cudaStream_t s) {
+    if (rows <= 0) return cudaSuccess;
+    return lsc_launch(k_quant, dim3((n / 32 + 7) / 8, rows), dim3(256), 0, s, x, ldx, n, q, dxs, xs);
+}
+
+cudaError_t lsc_swiglu(const float *g, const float *u, int ld, int rows, int n, float *out, int ldo, cudaStream_t s) {
+    if (rows <= 0) return cudaSuccess;
+    dim3 grid((n + 255) / 256 < 64 ? (n + 255) / 256 : 64, rows);
+    return lsc_launch(k_swiglu, grid, dim3(256), 0, s, g, u, ld, n, out, ldo);
+}
+
+cudaError_t lsc_rope_kv(float *qkv, int ldq, int rows, int n_head, int n_kv, int D, int rope_dim, int neox,
+                        const float *cs, const float *sn, lsc_kvargs kv, cudaStream_t s) {
+    if (rows <= 0) return cudaSuccess;
+    const int thr = D / 2 < 32 ? 32 : ((D / 2 + 31) / 32) * 32;
+    return lsc_launch(k_rope_kv, dim3(rows, n_head + n_kv), dim3(thr > 256 ? 256 : thr), 0, s, qkv, ldq, n_head, n_kv,
+                      D, rope_dim, neox, cs, sn, kv);
+}
+
+static bool attn_ring(int n_head, int n_kv, int D) { return D % 16 == 0 && (n_head / n_kv) * D <= 1024; }
+
+size_t lsc_attn_smem(int n_head, int n_kv, int D, int max_keys) {
+    const int nq = n_head / n_kv;
+    const AttnLayout L = attn_layout(max_keys);
+    const size_t ring = attn_ring(n_head, n_kv, D) ? (size_t)ATT_ST * ATT_CH * D : 0;
+    return sizeof(float) * (ring + (size_t)nq * D + (size_t)nq * L.nka + (size_t)nq * L.nca + 2 * (size_t)nq);
+}
+
+cudaError_t lsc_attn_init(size_t max_smem) {
+    g_attn_smem_max = max_smem;
+    cudaError_t e = cudaFuncSetAttribute(k_attn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)max_smem);
+    if (e != cudaSuccess) return e;
+    return cudaFuncSetAttribute(k_attn2, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)max_smem);
+}
+
+cudaError_t lsc_attention(const float *qkv, int ldq, int rows, int n_head, int n_kv, int D, float scale,
+                          lsc_kvargs kv, int max_keys, float *out, int8_t *q, float2 *dxs, int xs, cudaStream_t s) {
+    if (rows <= 0) return cudaSuccess;
+    const int nq = n_head / n_kv;
+    const size_t smem = lsc_attn_smem(n_head, n_kv, D, max_keys);
+    if (smem > g_attn_smem_max) return cudaErrorInvalidValue;
+    const bool ring = attn_ring(n_head, n_kv, D);
+    const int thr = nq * D <= 1024 ? ((nq * D + 31) / 32) * 32 : 1024;
+    /* fused quantization: every warp holds 32 consecutive outputs of one unit */
+    const bool fuse = q && D % 32 == 0 && (ring || thr == nq * D);
+    dim3 grid(rows, n_kv);
+    cudaError_t e = lsc_launch(ring ? k_attn2 : k_attn, grid, dim3(ring && thr < 128 ? 128 : thr), smem, s, qkv, ldq,
+                               n_head, n_kv, D, scale, kv, max_keys, out, fuse ? q : (int8_t *)NULL, dxs, xs);
+    if (e != cudaSuccess || !q || fuse) return e;
+    return lsc_quant(out, n_head * D, rows, n_head * D, q, dxs, xs, s);
+}
+
+cudaError_t lsc_f2h(const float *x, int ldx, int rows, int n, void *out_half, cudaStream_t s) {
+    if (rows <= 0) return cudaSuccess;
+    dim3 grid((n + 255) / 256 < 64 ? (n + 255) / 256 : 64, rows);
+    return lsc_launch(k_f2h, grid, dim3(256), 0, s, x, ldx, n, (__half *)out_half);
+}
+
+cudaError_t lsc_epilogue(const float *t, int N, int rows, float *y, int ldy, int mode, cudaStream_t s) {
+    if (rows <= 0) return cudaSuccess;
+    const int n_out = mode == LSC_MODE_SWIGLU ? N / 2 : N;
+    dim3 grid((n_out + 255) / 256 < 128 ? (n_out + 255) / 256 : 128, rows);
+    return lsc_launch(k_epilogue, grid, dim3(256), 0, s, t, N, y, ldy, mode);
+}
+
+cudaError_t lsc_gather(const float *x, int ld, const int32_t *idx, int rows, int n, float *out, cudaStream_t s) {
+    if (rows <= 0) return cudaSuccess;
+    return lsc_launch(k_gather, dim3(rows), dim3(256), 0, s, x, ld, idx, n, out);
+}

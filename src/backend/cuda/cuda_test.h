@@ -1,0 +1,36 @@
+/* cuda_test.h - test hooks into the CUDA backend's kernels (tests/cuda only). */
+#ifndef LS_BACKEND_CUDA_TEST_H
+#define LS_BACKEND_CUDA_TEST_H
+
+#include <stdint.h>
+
+#include "util/err.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { LS_CUDA_K_GEMV = 0, LS_CUDA_K_MMA = 1, LS_CUDA_K_FAST = 2 };
+/* y (M x N) = x (M x K) . W^T on the GPU through one kernel family: W is N ggml rows of
+ * `type`; quantized types quantize x on the GPU first.  Float types always run their one
+ * exact kernel. */
+ls_status ls_cuda_test_matmul(uint32_t type, int64_t N, int64_t K, const void *w, int M, const float *x, int kernel,
+                              float *y, ls_err *err);
+/* The GPU's activation quantization of x (M x K): q (M x K, element order), dxs (M x K/32 x 2). */
+ls_status ls_cuda_test_quant(const float *x, int M, int K, int8_t *q, float *dxs, ls_err *err);
+
+/* One exact matmul kernel alone: M rows against N x K of `type` (ggml rows w), launched
+ * `reps` times over copies of the matrix that together exceed the L2 cache; *ms the mean
+ * time per launch, *gbs the matrix's device bytes per second.  nw: weight rows per warp of
+ * the one-row warp kernel (0 = default); pdl: launches with programmatic dependent launch.
+ * kernel 3: the tensor-core GEMM with its 64 x 64 tile capped at two blocks per SM. */
+ls_status ls_cuda_test_mm_bench(uint32_t type, int64_t N, int64_t K, const void *w, int M, int kernel, int nw, int pdl,
+                                int reps, double *ms, double *gbs, ls_err *err);
+/* Device memory bandwidth over a buffer of `bytes`: a device-to-device copy (bytes read +
+ * written per second) and a read-only kernel, each the median of `reps` timed runs. */
+ls_status ls_cuda_test_bandwidth(size_t bytes, int reps, double *copy_gbs, double *read_gbs, ls_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,177 @@
+/* synth.c - see synth.h. */
+#include "synth.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf/gguf.h"
+#include "gguf/gguf_write.h"
+#include "quant/quant.h"
+
+size_t synth_bytes(uint32_t type, int64_t N, int64_t K) {
+    uint64_t rb = 0;
+    if (ls_type_nbytes(type, (uint64_t)K, &rb, NULL)) return 0;
+    return (size_t)rb * (size_t)N;
+}
+
+static void put16(uint8_t *p, uint16_t v) {
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+static uint16_t h16(float f) { return ls_f32_to_fp16(f); }
+
+void synth_weights(uint32_t type, uint64_t seed, int64_t N, int64_t K, float scale, void *out) {
+    uint64_t s = seed * 0x2545F4914F6CDD1Dull + 1;
+    uint8_t *o = out;
+    const size_t total = synth_bytes(type, N, K);
+    if (type == LS_TYPE_F32 || type == LS_TYPE_F16 || type == LS_TYPE_BF16) {
+        for (int64_t i = 0; i < N * K; i++) {
+            float v = (synth_unif(&s) * 2.0f - 1.0f) * scale * 1.7f;
+            if (type == LS_TYPE_F32) memcpy(o + 4 * i, &v, 4);
+            else if (type == LS_TYPE_F16) put16(o + 2 * i, h16(v));
+            else { uint32_t b; memcpy(&b, &v, 4); put16(o + 2 * i, (uint16_t)(b >> 16)); }
+        }
+        return;
+    }
+    for (size_t i = 0; i + 8 <= total; i += 8) {
+        uint64_t r = synth_next(&s);
+        memcpy(o + i, &r, 8);
+    }
+    for (size_t i = total & ~(size_t)7; i < total; i++) o[i] = (uint8_t)synth_next(&s);
+    const ls_type_info *ti = ls_type_get(type);
+    const size_t nblk = total / ti->block_bytes;
+    for (size_t bi = 0; bi < nblk; bi++) {
+        uint8_t *b = o + bi * ti->block_bytes;
+        const float j = 0.75f + 0.5f * synth_unif(&s); /* per-block jitter of the scale */
+        switch (type) {
+        case LS_TYPE_Q4_0: put16(b, h16(scale * j / 4.6f)); break;
+        case LS_TYPE_Q5_0: put16(b, h16(scale * j / 9.2f)); break;
+        case LS_TYPE_Q8_0: put16(b, h16(scale * j / 73.0f)); break;
+        case LS_TYPE_Q4_1: put16(b, h16(scale * j / 4.6f)); put16(b + 2, h16(-7.5f * scale * j / 4.6f)); break;
+        case LS_TYPE_Q5_1: put16(b, h16(scale * j / 9.2f)); put16(b + 2, h16(-15.5f * scale * j / 9.2f)); break;
+        case LS_TYPE_MXFP4: {
+            int e = 128 + (int)lrintf(log2f(scale * j / 5.0f));
+            b[0] = (uint8_t)(e < 2 ? 2 : e > 250 ? 250 : e);
+            break;
+        }
+        case LS_TYPE_Q4_K: case LS_TYPE_Q5_K: {
+            const float q = type == LS_TYPE_Q4_K ? 4.6f : 9.2f;
+            put16(b, h16(scale * j / (q * 32.0f)));
+            put16(b + 2, h16(scale * j / (q * 32.0f) * 7.5f * (type == LS_TYPE_Q4_K ? 1.0f : 2.0f)));
+            break;
+        }
+        case LS_TYPE_Q6_K: put16(b + 208, h16(scale * j / (18.5f * 64.0f))); break;
+        default: break;
+        }
+    }
+}
+
+static ls_status add_mat(gguf_writer *w, const char *name, uint32_t type, int64_t N, int64_t K, float scale,
+                         uint64_t seed, ls_err *err) {
+    const size_t nb = synth_bytes(type, N, K);
+    void *buf = malloc(nb ? nb : 1);
+    if (!buf) return ls_err_set(err, LS_E_NOMEM, "out of memory (%s)", name);
+    synth_weights(type, seed, N, K, scale, buf);
+    const uint64_t ne[2] = {(uint64_t)K, (uint64_t)N};
+    ls_status st = gguf_writer_add_tensor(w, name, type, 2, ne, buf, nb);
+    free(buf);
+    return st;
+}
+
+static ls_status add_norm(gguf_writer *w, const char *name, int64_t n, uint64_t seed) {
+    float *v = malloc((size_t)n * sizeof *v);
+    if (!v) return LS_E_NOMEM;
+    uint64_t s = seed;
+    for (int64_t i = 0; i < n; i++) v[i] = 0.8f + 0.4f * synth_unif(&s);
+    const uint64_t ne[1] = {(uint64_t)n};
+    ls_status st = gguf_writer_add_tensor(w, name, LS_TYPE_F32, 1, ne, v, (uint64_t)n * sizeof(float));
+    free(v);
+    return st;
+}
+
+ls_model *synth_model(const synth_cfg *c, uint64_t seed, void **out_buf, ls_err *err) {
+    *out_buf = NULL;
+    gguf_writer *w = gguf_writer_create();
+    if (!w) {
+        ls_err_set(err, LS_E_NOMEM, "out of memory");
+        return NULL;
+    }
+    const int64_t E = c->n_embd, D = E / c->n_head, KV = (int64_t)c->n_head_kv * D, F = c->n_ff;
+    gguf_writer_add_str(w, "general.architecture", "llama");
+    gguf_writer_add_str(w, "general.name", c->name);
+    gguf_writer_add_u32(w, "llama.context_length", (uint32_t)c->n_ctx_train);
+    gguf_writer_add_u32(w, "llama.embedding_length", (uint32_t)E);
+    gguf_writer_add_u32(w, "llama.block_count", (uint32_t)c->n_layer);
+    gguf_writer_add_u32(w, "llama.feed_forward_length", (uint32_t)F);
+    gguf_writer_add_u32(w, "llama.attention.head_count", (uint32_t)c->n_head);
+    gguf_writer_add_u32(w, "llama.attention.head_count_kv", (uint32_t)c->n_head_kv);
+    gguf_writer_add_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    gguf_writer_add_f32(w, "llama.rope.freq_base", c->rope_base);
+    gguf_writer_add_str(w, "tokenizer.ggml.model", "gpt2");
+    char **toks = malloc((size_t)c->n_vocab * sizeof *toks);
+    char *tbuf = malloc((size_t)c->n_vocab * 12);
+    if (!toks || !tbuf) {
+        free(toks);
+        free(tbuf);
+        gguf_writer_free(w);
+        ls_err_set(err, LS_E_NOMEM, "out of memory");
+        return NULL;
+    }
+    for (int32_t i = 0; i < c->n_vocab; i++) {
+        toks[i] = tbuf + (size_t)i * 12;
+        snprintf(toks[i], 12, "t%d", i);
+    }
+    gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)toks, (uint64_t)c->n_vocab);
+    free(toks);
+    free(tbuf);
+    const float ws = 1.0f / sqrtf((float)E), wf = 1.0f / sqrtf((float)F);
+    ls_status st = add_mat(w, "token_embd.weight", c->t_embd, c->n_vocab, E, 1.0f, seed + 1, err);
+    if (!st) st = add_norm(w, "output_norm.weight", E, seed + 2);
+    if (!st && c->t_out >= 0) st = add_mat(w, "output.weight", (uint32_t)c->t_out, c->n_vocab, E, ws, seed + 3, err);
+    char name[96];
+    for (int32_t l = 0; l < c->n_layer && !st; l++) {
+        const uint64_t ls = seed + 1000 * (uint64_t)(l + 1);
+#define M_(suf, t, n, k, sc, o)                                           \
+    if (!st) {                                                            \
+        snprintf(name, sizeof name, "blk.%d." suf ".weight", l);          \
+        st = add_mat(w, name, (t), (n), (k), (sc), ls + (o), err);        \
+    }
+        snprintf(name, sizeof name, "blk.%d.attn_norm.weight", l);
+        st = add_norm(w, name, E, ls + 1);
+        M_("attn_q", c->t_q, E, E, ws, 2)
+        M_("attn_k", c->t_k, KV, E, ws, 3)
+        M_("attn_v", c->t_v, KV, E, ws, 4)
+        M_("attn_output", c->t_o, E, E, ws, 5)
+        if (!st) {
+            snprintf(name, sizeof name, "blk.%d.ffn_norm.weight", l);
+            st = add_norm(w, name, E, ls + 6);
+        }
+        M_("ffn_gate", c->t_gate, F, E, ws, 7)
+        M_("ffn_up", c->t_up, F, E, ws, 8)
+        M_("ffn_down", c->t_down, E, F, wf, 9)
+#undef M_
+    }
+    void *buf = NULL;
+    size_t size = 0;
+    if (!st) st = gguf_writer_serialize(w, &buf, &size, err);
+    gguf_writer_free(w);
+    if (st) {
+        free(buf);
+        if (err && !err->code) ls_err_set(err, st, "synthetic model: writer failed");
+        return NULL;
+    }
+    gguf_file *g = gguf_open_mem(buf, size, err);
+    if (!g) {
+        free(buf);
+        return NULL;
+    }
+    ls_model *m = ls_model_load_gguf(g, &(ls_model_params){.size = sizeof(ls_model_params), .path = c->name}, err);
+    if (!m) {
+        free(buf);
+        return NULL;
+    }
+    *out_buf = buf;
+    return m;
+}

@@ -1,0 +1,38 @@
+/* synth.h - random ggml weights and synthetic Llama-shaped models, written with the
+ * project's GGUF writer into memory (tests/cuda and bench/cuda; nothing big travels). */
+#ifndef LS_TESTS_CUDA_SYNTH_H
+#define LS_TESTS_CUDA_SYNTH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/model.h"
+#include "util/err.h"
+
+static inline uint64_t synth_next(uint64_t *s) { /* splitmix64 */
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static inline float synth_unif(uint64_t *s) { return (float)((synth_next(s) >> 40) * (1.0 / 16777216.0)); } /* [0, 1) */
+
+/* Bytes of N rows of K elements of `type`. */
+size_t synth_bytes(uint32_t type, int64_t N, int64_t K);
+/* N random rows of `type` whose dequantized values have a spread of about `scale`. */
+void synth_weights(uint32_t type, uint64_t seed, int64_t N, int64_t K, float scale, void *out);
+
+typedef struct {
+    const char *name;
+    int32_t n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx_train;
+    uint32_t t_q, t_k, t_v, t_o, t_gate, t_up, t_down; /* ggml types of the layer matrices */
+    uint32_t t_embd;
+    int32_t t_out; /* -1: tied to token_embd */
+    float rope_base;
+} synth_cfg;
+
+/* A model from cfg and seed, loaded from an in-memory GGUF file; *buf holds the file
+ * (free it after ls_model_free). */
+ls_model *synth_model(const synth_cfg *cfg, uint64_t seed, void **buf, ls_err *err);
+
+#endif
