@@ -124,6 +124,7 @@ static void test_matmul(void) {
             for (int i = 0; i < 32; i++) x[K + 32 + i] = 0.0f; /* a zero unit */
             ls_err err;
             ls_wmat *wm = ls_wmat_create(t, N, K, w, &err);
+            if (wm) ls_wmat_prepare_all(wm, &err); /* every ISA this CPU has: the references below use them */
             const size_t sb = ls_matmul_scratch_bytes(Mmax, K);
             void *scratch = malloc(sb);
             ls_kctx kc;

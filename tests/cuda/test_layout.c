@@ -180,6 +180,7 @@ int main(void) {
             for (int i = 0; i < 32; i++) x[2 * K + 32 + i] = 1e-35f * (float)(i - 16); /* row 2, unit 1: tiny */
             ls_err err;
             ls_wmat *wm = ls_wmat_create((uint32_t)t, N, K, w, &err);
+            if (wm) ls_wmat_prepare_all(wm, &err); /* every ISA this CPU has: the references below use them */
             if (!wm) {
                 fprintf(stderr, "%s: %s\n", types[ti].name, err.msg);
                 return 1;
