@@ -24,6 +24,12 @@ MODEL   ?= models/SmolLM2-135M-Instruct.Q4_1.gguf
 LIB_SRC  := $(shell find src -name '*.c' -not -path 'src/cli/*' -not -path 'src/server/*' -not -path 'src/backend/cuda/*' | sort)
 CLI_SRC  := $(shell find src/cli src/server -name '*.c' | sort)
 BENCH_SRC := $(sort $(wildcard bench/cli/*.c)) src/cli/args.c
+# A CUDA build (CUDA=1, its own BUILD folder, e.g. `make CUDA=1 BUILD=build-cuda`) puts the
+# CUDA backend behind the engine's seam (src/engine/backend.h) in place of the stub.
+CUDA     ?= 0
+ifeq ($(CUDA),1)
+LIB_SRC  := $(filter-out src/engine/backend_nocuda.c,$(LIB_SRC)) src/backend/cuda/backend_cuda.c
+endif
 TEST_SRC := $(sort $(wildcard tests/unit/test_*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
@@ -65,13 +71,23 @@ $(BUILD)/lockstep.map: include/lockstep.h
 	@mkdir -p $(dir $@)
 	@{ echo '{ global:'; grep -o 'LS_API[^(]*(' $< | grep -o 'ls_[a-z0-9_]*($$' | tr -d '(' | sed 's/$$/;/'; \
 	  echo 'local: *; };'; } > $@
-$(BUILD)/liblockstep.so: $(LIB_OBJ) $(BUILD)/lockstep.map
-	$(CC) -shared -o $@ $(LIB_OBJ) -Wl,--version-script=$(BUILD)/lockstep.map $(LDLIBS)
-$(BUILD)/liblockstep_test.so: $(LIB_OBJ)
-	$(CC) -shared -o $@ $(LIB_OBJ) $(LDLIBS)
+# What a program links: the library, and in a CUDA build the backend's objects too.
+ifeq ($(CUDA),1)
+LINK_LIB  = -Wl,--start-group $(BUILD)/liblockstep.a $(BUILD)/liblockstep_cuda.a -Wl,--end-group $(CUDA_LDLIBS)
+LINK_DEPS = $(BUILD)/liblockstep.a $(BUILD)/liblockstep_cuda.a
+SO_EXTRA  = $(CUDA_OBJ)
+else
+LINK_LIB  = $(BUILD)/liblockstep.a $(LDLIBS)
+LINK_DEPS = $(BUILD)/liblockstep.a
+SO_EXTRA  =
+endif
+$(BUILD)/liblockstep.so: $(LIB_OBJ) $(SO_EXTRA) $(BUILD)/lockstep.map
+	$(CC) -shared -o $@ $(LIB_OBJ) $(SO_EXTRA) -Wl,--version-script=$(BUILD)/lockstep.map $(if $(SO_EXTRA),$(CUDA_LDLIBS),$(LDLIBS))
+$(BUILD)/liblockstep_test.so: $(LIB_OBJ) $(SO_EXTRA)
+	$(CC) -shared -o $@ $(LIB_OBJ) $(SO_EXTRA) $(if $(SO_EXTRA),$(CUDA_LDLIBS),$(LDLIBS))
 
-$(BUILD)/lockstep: $(CLI_OBJ) $(BUILD)/liblockstep.a
-	$(CC) -o $@ $(CLI_OBJ) $(BUILD)/liblockstep.a $(LDLIBS)
+$(BUILD)/lockstep: $(CLI_OBJ) $(LINK_DEPS)
+	$(CC) -o $@ $(CLI_OBJ) $(LINK_LIB)
 
 # The embedding example (docs/embedding.md): the public header and the shared library,
 # nothing else of the tree.
@@ -81,15 +97,15 @@ $(BUILD)/embed: examples/embed.c include/lockstep.h $(BUILD)/liblockstep.so
 # Benchmark tools (bench/): they may use the library's internals.
 .PHONY: bench-tools
 bench-tools: $(BUILD)/lockstep-bench $(BUILD)/bench-budget
-$(BUILD)/lockstep-bench: $(BENCH_OBJ) $(BUILD)/liblockstep.a
-	$(CC) -o $@ $(BENCH_OBJ) $(BUILD)/liblockstep.a $(LDLIBS)
-$(BUILD)/bench-budget: bench/budget.c $(BUILD)/liblockstep.a
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(BUILD)/liblockstep.a $(LDLIBS) \
+$(BUILD)/lockstep-bench: $(BENCH_OBJ) $(LINK_DEPS)
+	$(CC) -o $@ $(BENCH_OBJ) $(LINK_LIB)
+$(BUILD)/bench-budget: bench/budget.c $(LINK_DEPS)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(LINK_LIB) \
 	    -Wl,--wrap=ls_matmul_multi_rows,--wrap=ls_attention,--wrap=ls_rmsnorm,--wrap=ls_swiglu
 
-$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/liblockstep.a
+$(BUILD)/tests/%: tests/unit/%.c $(LINK_DEPS)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Itests/unit -o $@ $< $(BUILD)/liblockstep.a -lcmocka $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) -Itests/unit -o $@ $< -lcmocka $(LINK_LIB)
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(BENCH_OBJ:.o=.d)
 
@@ -193,7 +209,6 @@ bench: cli bench-tools model
 # `make test-cuda` / `make bench-cuda` (build, then run on the GPU), or CUDA=1, which
 # adds `cuda` to `all`.  `make test` and the CPU build never need a CUDA toolkit: CI
 # machines may have nvcc but no GPU, so finding nvcc alone turns nothing on.
-CUDA       ?= 0
 NVCC       ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc),nvcc)
 CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_ARCH  ?= -gencode=arch=compute_90,code=sm_90
@@ -207,13 +222,19 @@ CUDA_MUT_OBJ := $(filter-out $(BUILD)/cuda/obj/src/backend/cuda/cuda_mm_%,$(CUDA
                 $(patsubst %.cu,$(BUILD)/cuda/mut/%.o,$(filter src/backend/cuda/cuda_mm_%,$(CUDA_CU)))
 # CUDA runtime linked statically; cuBLAS (the fast family) is opened at run time.
 CUDA_LDLIBS ?= -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -Wl,-Bstatic -lstdc++ -Wl,-Bdynamic -static-libgcc $(LDLIBS)
-CUDA_TESTS := $(BUILD)/cuda/test_layout $(BUILD)/cuda/test_cuda $(BUILD)/cuda/test_cuda_mut $(BUILD)/cuda/bench_cuda
+CUDA_TESTS := $(BUILD)/cuda/test_layout $(BUILD)/cuda/test_cuda $(BUILD)/cuda/test_cuda_mut $(BUILD)/cuda/bench_cuda \
+              $(BUILD)/cuda/test_engine_cuda
 
 .PHONY: cuda test-cuda bench-cuda
 ifeq ($(CUDA),1)
 all: cuda
+else
+# Without CUDA=1 these rebuild everything as a CUDA build, in build-cuda by default.
+cuda test-cuda bench-cuda:
+	@$(MAKE) --no-print-directory CUDA=1 BUILD=$(if $(filter build,$(BUILD)),build-cuda,$(BUILD)) $@
 endif
-cuda: $(BUILD)/liblockstep_cuda.a $(CUDA_TESTS)
+ifeq ($(CUDA),1)
+cuda: $(BUILD)/liblockstep_cuda.a $(CUDA_TESTS) all
 
 $(BUILD)/cuda/obj/%.o: %.cu src/backend/cuda/cuda_internal.h src/backend/cuda/cuda_recipe.h src/backend/cuda/cuda_mm.cuh
 	@mkdir -p $(dir $@)
@@ -238,25 +259,30 @@ $(BUILD)/cuda/test_layout: tests/cuda/test_layout.c $(CUDA_TEST_DEPS) src/backen
 	$(CC) $(ALL_CFLAGS) -Itests/cuda -o $@ $< tests/cuda/synth.c $(BUILD)/liblockstep.a $(LDLIBS)
 $(BUILD)/cuda/test_cuda: tests/cuda/test_cuda.c $(CUDA_TEST_DEPS) $(BUILD)/liblockstep_cuda.a $(BUILD)/liblockstep.a
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Itests/cuda -o $@ $< tests/cuda/synth.c tests/cuda/parity.c $(BUILD)/liblockstep_cuda.a $(BUILD)/liblockstep.a $(CUDA_LDLIBS)
+	$(CC) $(ALL_CFLAGS) -Itests/cuda -o $@ $< tests/cuda/synth.c tests/cuda/parity.c -Wl,--start-group $(BUILD)/liblockstep_cuda.a $(BUILD)/liblockstep.a -Wl,--end-group $(CUDA_LDLIBS)
 $(BUILD)/cuda/test_cuda_mut: tests/cuda/test_cuda.c $(CUDA_TEST_DEPS) $(BUILD)/cuda/liblockstep_cuda_mut.a $(BUILD)/liblockstep.a
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Itests/cuda -o $@ $< tests/cuda/synth.c tests/cuda/parity.c $(BUILD)/cuda/liblockstep_cuda_mut.a $(BUILD)/liblockstep.a $(CUDA_LDLIBS)
+$(BUILD)/cuda/test_engine_cuda: tests/cuda/test_engine_cuda.c $(CUDA_TEST_DEPS) $(BUILD)/liblockstep_cuda.a $(BUILD)/liblockstep.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Itests/cuda -o $@ $< tests/cuda/synth.c -Wl,--start-group $(BUILD)/liblockstep_cuda.a $(BUILD)/liblockstep.a -Wl,--end-group $(CUDA_LDLIBS)
 $(BUILD)/cuda/bench_cuda: bench/cuda/bench_cuda.c $(CUDA_TEST_DEPS) $(BUILD)/liblockstep_cuda.a $(BUILD)/liblockstep.a
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Itests/cuda -o $@ $< tests/cuda/synth.c tests/cuda/parity.c $(BUILD)/liblockstep_cuda.a $(BUILD)/liblockstep.a $(CUDA_LDLIBS)
+	$(CC) $(ALL_CFLAGS) -Itests/cuda -o $@ $< tests/cuda/synth.c tests/cuda/parity.c -Wl,--start-group $(BUILD)/liblockstep_cuda.a $(BUILD)/liblockstep.a -Wl,--end-group $(CUDA_LDLIBS)
 
 # On a machine with a GPU: the host-side layout test, the GPU parity suite, and the
 # deliberately broken build (its final tree in the wrong order), which must fail.
 test-cuda: cuda
 	$(BUILD)/cuda/test_layout
 	$(BUILD)/cuda/test_cuda
+	$(BUILD)/cuda/test_engine_cuda
 	@if $(BUILD)/cuda/test_cuda_mut --quick > $(BUILD)/cuda/mutant.log 2>&1; then \
 	    echo "test-cuda: the mutant (wrong tree order) passed: the parity tests cannot fail"; exit 1; \
 	else echo "test-cuda: the mutant (wrong tree order) fails, as it must ($$(grep -c FAIL $(BUILD)/cuda/mutant.log) failing checks)"; fi
 bench-cuda: cuda
 	@mkdir -p bench/results/cuda
 	$(BUILD)/cuda/bench_cuda --out bench/results/cuda
+endif
 
 clean:
 	rm -rf $(BUILD) build-asan build-tsan build-fuzz

@@ -193,6 +193,7 @@ typedef struct {
      * (NULL: by `kernels`).  The probe withdraws a failing fam_parity. */
     const ls_mm_family *fam, *fam_parity;
     unsigned faults;      /* LS_FAULT_*: tests only, 0 otherwise */
+    const char *device;   /* where the forwards run: "cpu" (NULL) or "cuda" (a CUDA build, docs/cuda.md) */
 } ls_engine_params;
 #define LS_ENGINE_PARAMS_INIT {.size = sizeof(ls_engine_params), .isa = LS_ISA_AUTO}
 
@@ -276,6 +277,7 @@ typedef struct {
     int32_t n_threads, n_ctx, n_seq_max, step_tokens, draft_max;
     char kernels[32];         /* the family rows that need parity run */
     char kernels_free[32];    /* the family the other rows run */
+    char device[80];          /* "cpu", or "cuda: <the device's name>" */
 } ls_engine_info;
 #define LS_ENGINE_INFO_INIT {.size = sizeof(ls_engine_info)}
 LS_API void ls_engine_get_info(const ls_engine *e, ls_engine_info *out);

@@ -81,7 +81,8 @@ MUTANTS = [
      "if (0 && memcmp(p->ref.lg + (size_t)pos * p->V, b->lg + (size_t)pos * p->V, p->V * sizeof(float))) {",
      "the probe compares no logits", [PROBE]),
     ("dequant-q4_1-min", "src/quant/dequant.c",
-     "y[j] = (float)x0 * d + m;", "y[j] = (float)x0 * d - m;",
+     "            const int x0 = qs[j] & 0x0F;\n            const int x1 = qs[j] >> 4;\n            y[j] = (float)x0 * d + m;",
+     "            const int x0 = qs[j] & 0x0F;\n            const int x1 = qs[j] >> 4;\n            y[j] = (float)x0 * d - m;",
      "the reference dequantization of Q4_1 subtracts the minimum",
      ["python3 -m pytest -q -x tests/python/test_dequant.py"]),
     ("bpe-ties-rightmost", "src/tokenizer/tokenizer.c",
@@ -93,7 +94,8 @@ MUTANTS = [
 
 
 def sh(cmd, cwd, timeout):
-    env = {**os.environ, "MODEL": str(MODEL)}
+    # CI=true: a test that cannot find its model or reference fails instead of skipping
+    env = {**os.environ, "MODEL": str(MODEL), "CI": "true"}
     t0 = time.time()
     try:
         r = subprocess.run(cmd, shell=True, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -124,6 +126,11 @@ def main():
     rc, dt, out = sh("make -j2 all", scratch, 3600)
     if rc != 0:
         sys.exit(f"mutants: the unmutated tree does not build:\n{out}")
+    for t in sorted({t for m in todo for t in m[5]}):  # every killer must pass on the unmutated tree
+        rc, dt, out = sh(t, scratch, args.timeout)
+        print(f"  baseline {'ok  ' if rc == 0 else 'FAIL'} {dt:6.0f} s  {t}", flush=True)
+        if rc != 0:
+            sys.exit(f"mutants: '{t}' fails on the unmutated tree:\n{out}")
     rows, bad = [], 0
     for mid, path, old, new, what, tests in todo:
         p = scratch / path

@@ -25,6 +25,7 @@ static const char *help =
     "      --spec KIND     the drafter serving would use: ngram, draft, layerskip, mtp, off (default ngram)\n"
     "      --draft-max K   longest draft (default 8)\n"
     "      --kernels K     auto, wide, narrow (default auto)\n"
+    "      --device D      cpu, or cuda in a CUDA build (default cpu)\n"
     "  -t, --threads N     threads (default: online CPUs)\n"
     "  -np, --parallel N   sequences decoded together (default 8)\n"
     "  -c, --ctx-size N    context per sequence (default min(trained, 4096))\n"
@@ -35,19 +36,20 @@ static const char *help =
 
 int cli_probe(int argc, char **argv) {
     const char *cmd = "probe";
-    const char *model_path = LS_DEFAULT_MODEL, *spec = "ngram", *kernels = "auto";
+    const char *model_path = LS_DEFAULT_MODEL, *spec = "ngram", *kernels = "auto", *device = "cpu";
     long long draft_max = 8, threads = 0, draws = 3, par = 8, ctx = 0;
     bool json = false, allow_inexact = false, memo = true;
     for (int i = 1; i < argc; i++) /* llama-server spells it -np */
         if (!strcmp(argv[i], "-np")) argv[i] = "--parallel";
-    enum { O_SPEC = 256, O_DMAX, O_KERNELS, O_DRAWS, O_INEXACT, O_NOMEMO, O_JSON, O_PAR };
+    enum { O_SPEC = 256, O_DMAX, O_KERNELS, O_DRAWS, O_INEXACT, O_NOMEMO, O_JSON, O_PAR, O_DEVICE };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},       {"spec", required_argument, 0, O_SPEC},
         {"draft-max", required_argument, 0, O_DMAX}, {"kernels", required_argument, 0, O_KERNELS},
         {"threads", required_argument, 0, 't'},     {"draws", required_argument, 0, O_DRAWS},
         {"parallel", required_argument, 0, O_PAR},  {"ctx-size", required_argument, 0, 'c'},
         {"allow-inexact", no_argument, 0, O_INEXACT}, {"no-memo", no_argument, 0, O_NOMEMO},
-        {"json", no_argument, 0, O_JSON},           {"help", no_argument, 0, 'h'},
+        {"json", no_argument, 0, O_JSON},           {"device", required_argument, 0, O_DEVICE},
+        {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
@@ -58,6 +60,7 @@ int cli_probe(int argc, char **argv) {
         case O_SPEC: spec = optarg; break;
         case O_DMAX: if (!cli_parse_int(cmd, "--draft-max", optarg, 1, 64, &draft_max)) return LS_EXIT_USAGE; break;
         case O_KERNELS: kernels = optarg; break;
+        case O_DEVICE: device = optarg; break;
         case 't': if (!cli_parse_int(cmd, "--threads", optarg, 1, 256, &threads)) return LS_EXIT_USAGE; break;
         case O_PAR: if (!cli_parse_int(cmd, "--parallel", optarg, 1, 1024, &par)) return LS_EXIT_USAGE; break;
         case 'c': if (!cli_parse_int(cmd, "--ctx-size", optarg, 2, 1 << 24, &ctx)) return LS_EXIT_USAGE; break;
@@ -98,6 +101,7 @@ int cli_probe(int argc, char **argv) {
     ep.draft_max = K;
     ep.allow_inexact = allow_inexact;
     ep.faults = cli_faults_from_env();
+    ep.device = device;
     ls_engine *e = ls_engine_create(m, &ep, &err);
     if (!e) {
         fprintf(stderr, "lockstep probe: %s\n", err.msg);
@@ -143,6 +147,7 @@ int cli_probe(int argc, char **argv) {
         cJSON_AddNumberToObject(j, "draft_max", K);
         cJSON_AddNumberToObject(j, "parallel", ei.n_seq_max);
         cJSON_AddStringToObject(j, "isa", ls_isa_name(ei.isa));
+        cJSON_AddStringToObject(j, "device", ei.device);
         cJSON_AddNumberToObject(j, "threads", ei.n_threads);
         cJSON_AddStringToObject(j, "detail", r.detail);
         char *s = cJSON_PrintUnformatted(j);
@@ -150,8 +155,8 @@ int cli_probe(int argc, char **argv) {
         free(s);
         cJSON_Delete(j);
     } else {
-        printf("probe: %s (%s, %d threads, %d parallel, verify blocks up to %d; %.0f ms%s)\n",
-               ls_verdict_name(r.verdict), ls_isa_name(ei.isa), ei.n_threads, ei.n_seq_max, K + 1, r.ms,
+        printf("probe: %s (%s, %s, %d threads, %d parallel, verify blocks up to %d; %.0f ms%s)\n",
+               ls_verdict_name(r.verdict), ei.device, ls_isa_name(ei.isa), ei.n_threads, ei.n_seq_max, K + 1, r.ms,
                r.memoized ? ", memoized" : "");
         for (int a = 0; a < LS_AXIS_COUNT; a++)
             printf("  %-16s %s%s%s\n", ls_axis_name((ls_axis)a),

@@ -24,6 +24,7 @@ static const char *run_help =
     "      --seed S            seed of the draw; token p uses only (seed, p) (default 0)\n"
     "  -t, --threads N         threads (default: online CPUs)\n"
     "  -c, --ctx-size N        context size in tokens (default min(trained, 4096))\n"
+    "      --device D          cpu, or cuda in a CUDA build (default cpu)\n"
     "      --spec KIND         speculative decoding: ngram, draft, layerskip, mtp or off (default off);\n"
     "                          the tokens are the same as without it, only faster or slower\n"
     "      --draft-max K       longest draft (default 8)\n"
@@ -60,10 +61,10 @@ int cli_run(int argc, char **argv) {
     double temp = 0.8, top_p = 0.95;
     uint64_t seed = 0;
     bool json = false, probe = true, allow_inexact = false;
-    const char *spec_name = "off", *draft_path = NULL;
+    const char *spec_name = "off", *draft_path = NULL, *device = "cpu";
     long long draft_max = 8, draft_min = 1, draft_layers = 0, ngram_min = 2, ngram_max = 4;
     enum { O_CHAT = 256, O_SYSTEM, O_TEMP, O_TOPK, O_TOPP, O_SEED, O_JSON, O_TMPL, O_NOPROBE, O_SPEC, O_DMAX, O_DMIN,
-           O_DMODEL, O_DLAYERS, O_NGMIN, O_NGMAX, O_INEXACT };
+           O_DMODEL, O_DLAYERS, O_NGMIN, O_NGMAX, O_INEXACT, O_DEVICE };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},   {"prompt", required_argument, 0, 'p'},
         {"chat", required_argument, 0, O_CHAT}, {"system", required_argument, 0, O_SYSTEM},
@@ -76,6 +77,7 @@ int cli_run(int argc, char **argv) {
         {"draft-min", required_argument, 0, O_DMIN}, {"draft-model", required_argument, 0, O_DMODEL},
         {"draft-layers", required_argument, 0, O_DLAYERS}, {"ngram-min", required_argument, 0, O_NGMIN},
         {"ngram-max", required_argument, 0, O_NGMAX}, {"allow-inexact", no_argument, 0, O_INEXACT},
+        {"device", required_argument, 0, O_DEVICE},
         {"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
     };
     optind = 1;
@@ -99,6 +101,7 @@ int cli_run(int argc, char **argv) {
         case O_NOPROBE: probe = false; break;
         case O_SPEC: spec_name = optarg; break;
         case O_INEXACT: allow_inexact = true; break;
+        case O_DEVICE: device = optarg; break;
         case O_DMAX: if (!cli_parse_int(cmd, "--draft-max", optarg, 1, 64, &draft_max)) return LS_EXIT_USAGE; break;
         case O_DMIN: if (!cli_parse_int(cmd, "--draft-min", optarg, 0, 64, &draft_min)) return LS_EXIT_USAGE; break;
         case O_DMODEL: draft_path = optarg; break;
@@ -184,6 +187,7 @@ int cli_run(int argc, char **argv) {
     ep.allow_inexact = allow_inexact;
     ep.no_prefix_cache = false;
     ep.faults = cli_faults_from_env();
+    ep.device = device;
     if (!(e = ls_engine_create(m, &ep, &err))) {
         fprintf(stderr, "lockstep run: %s\n", err.msg);
         goto out;
@@ -268,6 +272,7 @@ int cli_run(int argc, char **argv) {
             cJSON_AddBoolToObject(o, "parity_memoized", pr.memoized);
         }
         cJSON_AddStringToObject(o, "isa", ls_isa_name(ei.isa));
+        cJSON_AddStringToObject(o, "device", ei.device);
         cJSON_AddNumberToObject(o, "threads", (double)threads);
         cJSON_AddStringToObject(o, "spec", ls_spec_kind_name(spp.kind));
         cJSON_AddBoolToObject(o, "spec_declined", declined);
@@ -282,9 +287,10 @@ int cli_run(int argc, char **argv) {
         printf("\n");
         fflush(stdout);
         fprintf(stderr, "\n[%d prompt + %d generated tokens | prefill %.1f ms (%.1f tok/s) | decode %.1f tok/s | "
-                        "%s, %lld threads | finish: %s]\n",
+                        "%s, %lld threads%s%s | finish: %s]\n",
                 (int)n_tok, n_predict == 0 ? 0 : res.n_tokens, res.prompt_ms,
                 res.prompt_ms > 0 ? n_tok / (res.prompt_ms / 1e3) : 0.0, tok_s, ls_isa_name(ei.isa), threads,
+                strncmp(ei.device, "cpu", 3) ? " | " : "", strncmp(ei.device, "cpu", 3) ? ei.device : "",
                 ls_finish_name(res.finish));
         if (declined)
             fprintf(stderr, "[spec %s declined: the probe failed, decoding plainly (--allow-inexact overrides)]\n",

@@ -26,6 +26,7 @@ static const char *help =
     "      --draft-max K, --draft-min N, --draft-model PATH, --draft-layers L   as for `run`\n"
     "      --allow-inexact   keep speculating even if the parity probe fails\n"
     "      --kernels K       auto, wide, narrow (default auto)\n"
+    "      --device D        cpu, or cuda in a CUDA build (default cpu)\n"
     "      --api-key KEY     require Authorization: Bearer KEY (also $LOCKSTEP_API_KEY)\n"
     "      --max-queue N     requests waiting beyond --parallel before 503 (default 64)\n"
     "      --timeout S       idle-connection timeout and shutdown grace period (default 30)\n"
@@ -69,7 +70,7 @@ int cli_serve(int argc, char **argv) {
     p.api_key = getenv("LOCKSTEP_API_KEY");
     if (p.api_key && !*p.api_key) p.api_key = NULL;
     enum { O_HOST = 256, O_PORT, O_KVMEM, O_SPEC, O_DMAX, O_DMIN, O_DMODEL, O_DLAYERS, O_KEY, O_MAXQ, O_TIMEOUT,
-           O_MAXBODY, O_MAXTOK, O_ALIAS, O_INEXACT, O_NOPROBE, O_KERNELS, O_PAR };
+           O_MAXBODY, O_MAXTOK, O_ALIAS, O_INEXACT, O_NOPROBE, O_KERNELS, O_PAR, O_DEVICE };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"host", required_argument, 0, O_HOST},
         {"port", required_argument, 0, O_PORT}, {"parallel", required_argument, 0, O_PAR},
@@ -81,7 +82,8 @@ int cli_serve(int argc, char **argv) {
         {"timeout", required_argument, 0, O_TIMEOUT}, {"max-body", required_argument, 0, O_MAXBODY},
         {"max-tokens", required_argument, 0, O_MAXTOK}, {"alias", required_argument, 0, O_ALIAS},
         {"allow-inexact", no_argument, 0, O_INEXACT}, {"no-probe", no_argument, 0, O_NOPROBE},
-        {"kernels", required_argument, 0, O_KERNELS}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"kernels", required_argument, 0, O_KERNELS}, {"device", required_argument, 0, O_DEVICE},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
     int o;
@@ -111,6 +113,7 @@ int cli_serve(int argc, char **argv) {
         case O_INEXACT: p.allow_inexact = true; break;
         case O_NOPROBE: p.no_probe = true; break;
         case O_KERNELS: kernels = optarg; break;
+        case O_DEVICE: p.device = optarg; break;
         case 'h': fputs(help, stdout); return 0;
         case ':': return cli_usage_error(cmd, "flag %s needs a value", argv[optind - 1]);
         default: return cli_usage_error(cmd, "unknown flag '%s'", argv[optind - 1]);

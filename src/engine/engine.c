@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/backend.h"
 #include "engine/kvcache.h"
 
 #define BS LS_KV_BLOCK
@@ -54,8 +55,10 @@ struct ls_engine {
     const ls_model *m;
     ls_engine_params p;
     int32_t n_vocab, n_embd, max_blocks, max_logit_rows;
-    ls_fwd *fwd;
-    ls_kv_store *store;
+    const ls_backend *be;           /* where the forwards run (engine/backend.h) */
+    void *bfwd, *bkv;               /* its forward workspace and KV store */
+    ls_fwd *fwd;                    /* the CPU's (bfwd), or NULL on another backend */
+    int32_t n_kv_blocks;
     ls_kvcache *kvc;
     pthread_mutex_t mu;             /* guards pending, cancels, next_id, live, snapshot */
     ls_verdict verdict;             /* the probe's (ls_engine_set_verdict); LS_VERDICT_UNPROBED before */
@@ -122,11 +125,11 @@ static ls_status check_request(const ls_engine *e, const ls_request *r, ls_err *
     int64_t need = r->max_tokens < 0 ? e->p.n_ctx : (int64_t)r->n_prompt + r->max_tokens;
     if (need > e->p.n_ctx) need = e->p.n_ctx;
     int64_t blocks = (need + BS - 1) / BS;
-    if (blocks > ls_kv_store_blocks(e->store))
+    if (blocks > e->n_kv_blocks)
         return ls_err_set(err, LS_E_RANGE,
                           "the request needs up to %lld KV positions but the whole cache holds %d; "
                           "lower max_tokens or raise --kv-mem",
-                          (long long)need, ls_kv_store_blocks(e->store) * BS);
+                          (long long)need, e->n_kv_blocks * BS);
     return LS_OK;
 }
 
@@ -252,8 +255,12 @@ ls_engine *ls_engine_create(const ls_model *m, const ls_engine_params *pp, ls_er
     if (e->max_logit_rows > p.step_tokens) e->max_logit_rows = p.step_tokens;
     ls_fwd_params fp = {.n_rows = p.step_tokens, .n_ctx = p.n_ctx, .n_threads = p.n_threads, .isa = (int32_t)p.isa,
                         .fam = p.fam, .fam_parity = p.fam_parity, .faults = p.faults};
-    if (!(e->fwd = ls_fwd_create(m, fp, err))) goto fail;
-    if (!(e->store = ls_kv_store_create(m, (int32_t)n_blocks, err))) goto fail;
+    if (!(e->be = ls_backend_find(p.device, err))) goto fail;
+    p.device = e->be->name; /* the caller's string is not kept */
+    if (!(e->bfwd = e->be->fwd_create(m, &fp, err))) goto fail;
+    if (e->be == ls_backend_cpu()) e->fwd = e->bfwd;
+    if (!(e->bkv = e->be->kv_create(m, (int32_t)n_blocks, err))) goto fail;
+    e->n_kv_blocks = (int32_t)n_blocks;
     if (!(e->kvc = ls_kvc_create((int32_t)n_blocks, !p.no_prefix_cache, err))) goto fail;
     const size_t R = (size_t)p.step_tokens;
     e->b_tok = ls_malloc(R * sizeof(int32_t));
@@ -301,8 +308,10 @@ void ls_engine_free(ls_engine *e) {
     free(e->sscratch);
     free(e->hidden);
     ls_kvc_free(e->kvc);
-    ls_kv_store_free(e->store);
-    ls_fwd_free(e->fwd);
+    if (e->be) {
+        if (e->bkv) e->be->kv_free(e->bkv);
+        if (e->bfwd) e->be->fwd_free(e->bfwd);
+    }
     pthread_mutex_destroy(&e->mu);
     free(e);
 }
@@ -387,7 +396,10 @@ static int32_t seq_reserve(ls_engine *e, seq *s, int32_t upto) {
         if (ls_kvc_shared(e->kvc, b)) {
             int32_t nb = ls_kvc_alloc(e->kvc);
             if (nb < 0) return s->n_past;
-            ls_kv_block_copy(e->store, nb, b, s->n_past % BS);
+            if (e->be->kv_block_copy(e->bkv, nb, b, s->n_past % BS, NULL)) { /* the device failed: no copy */
+                ls_kvc_release(e->kvc, nb);
+                return s->n_past;
+            }
             ls_kvc_release(e->kvc, b);
             s->table[bi] = nb;
         }
@@ -768,7 +780,13 @@ ls_status ls_engine_step(ls_engine *e, int32_t *n_rows_out, ls_err *err) {
         for (int32_t i = 0; i < e->n_in_batch; i++) observe = observe || e->in_batch[i]->draft_observe;
         ls_batch b = {nrows, e->b_tok, e->b_pos, e->b_seq, e->b_tables, e->b_lrow, e->b_need, NULL,
                       observe ? e->hidden : NULL};
-        ls_fwd_run(e->fwd, e->store, &b, e->logits);
+        ls_status st = e->be->run(e->bfwd, e->bkv, &b, e->logits, err);
+        if (st) { /* the device failed: no row advances (the same rows run again next step) */
+            for (int32_t i = 0; i < e->n_in_batch; i++) seq_trim(e, e->in_batch[i]);
+            e->n_in_batch = 0;
+            publish_stats(e);
+            return st;
+        }
         e->st.steps++;
         e->st.rows += (uint64_t)nrows;
     }
@@ -832,14 +850,17 @@ void ls_engine_reset_stats(ls_engine *e) {
 
 void ls_engine_get_info(const ls_engine *e, ls_engine_info *out) {
     ls_engine_info i = LS_ENGINE_INFO_INIT;
-    i.isa = ls_fwd_isa(e->fwd);
-    i.n_threads = ls_fwd_n_threads(e->fwd);
+    i.isa = e->fwd ? ls_fwd_isa(e->fwd) : LS_ISA_AUTO;
+    i.n_threads = e->fwd ? ls_fwd_n_threads(e->fwd) : 1;
     i.n_ctx = e->p.n_ctx;
     i.n_seq_max = e->p.n_seq_max;
     i.step_tokens = e->p.step_tokens;
     i.draft_max = e->p.draft_max;
-    snprintf(i.kernels, sizeof i.kernels, "%s", ls_fwd_parity_family(e->fwd)->name);
-    snprintf(i.kernels_free, sizeof i.kernels_free, "%s", ls_fwd_family(e->fwd)->name);
+    snprintf(i.kernels, sizeof i.kernels, "%s", e->fwd ? ls_fwd_parity_family(e->fwd)->name : "exact");
+    snprintf(i.kernels_free, sizeof i.kernels_free, "%s", e->fwd ? ls_fwd_family(e->fwd)->name : "fast");
+    char d[64] = "";
+    e->be->describe(d, sizeof d);
+    snprintf(i.device, sizeof i.device, "%s%s%s", e->be->name, d[0] ? ": " : "", d);
     size_t n = out->size < sizeof i ? out->size : sizeof i;
     LS_ASSERT(n > sizeof(size_t));
     memcpy(out, &i, n);

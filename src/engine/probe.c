@@ -265,7 +265,7 @@ static bool all_pass(const ls_probe_result *r) {
 /* A reference engine of the live one's configuration, one thread or the scalar ISA. */
 static ls_engine *ref_engine(ls_engine *e, bool one_thread, ls_err *err) {
     const ls_engine_params *ep = ls_engine_params_of(e);
-    ls_fwd *f = ls_engine_fwd(e);
+    ls_fwd *f = ls_engine_fwd(e); /* NULL: another backend (the reference is then the CPU's) */
     ls_engine_params q = LS_ENGINE_PARAMS_INIT;
     q.n_ctx = P_ROWS + 1 < ep->n_ctx ? P_ROWS + 1 : ep->n_ctx;
     q.n_seq_max = 1;
@@ -273,7 +273,8 @@ static ls_engine *ref_engine(ls_engine *e, bool one_thread, ls_err *err) {
     q.kv_mem = (int64_t)ls_kv_block_bytes(ls_engine_model(e)) * ((q.n_ctx + LS_KV_BLOCK - 1) / LS_KV_BLOCK + 1);
     q.no_prefix_cache = true;
     q.faults = ep->faults;
-    q.n_threads = one_thread ? 1 : ls_fwd_n_threads(f);
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    q.n_threads = one_thread ? 1 : f ? ls_fwd_n_threads(f) : online > 0 ? (int32_t)(online < 16 ? online : 16) : 1;
     q.isa = one_thread ? ls_fwd_isa(f) : LS_ISA_SCALAR;
     /* threads: the live families; the ISA's reference: the canonical definition */
     q.fam = one_thread ? ls_fwd_family(f) : NULL;
@@ -301,8 +302,9 @@ static ls_status probe_run(ls_engine *e, int draws, uint64_t seed, ls_probe_resu
     if (ep->no_prefix_cache) NOT(LS_AXIS_PREFIX_CACHE, "the prefix cache is off");
     else if (p.lmax < LS_KV_BLOCK + 1) NOT(LS_AXIS_PREFIX_CACHE, "the context is shorter than a cached block");
     if (ep->draft_max < 1) NOT(LS_AXIS_BLOCK_VS_CHAIN, "speculation is off (no verify blocks serve)");
-    if (ls_fwd_n_threads(f) == 1) NOT(LS_AXIS_THREADS, "one thread is live");
-    if (ls_fwd_isa(f) == LS_ISA_SCALAR) NOT(LS_AXIS_ISA, "the scalar reference is live");
+    if (!f) NOT(LS_AXIS_THREADS, "the device has no thread count");
+    else if (ls_fwd_n_threads(f) == 1) NOT(LS_AXIS_THREADS, "one thread is live");
+    if (f && ls_fwd_isa(f) == LS_ISA_SCALAR) NOT(LS_AXIS_ISA, "the scalar reference is live");
 #undef NOT
     ls_status st = LS_OK;
     coll *all[] = {&p.ref, &p.mix[0], &p.mix[1], &p.mix[2], &p.mix[3], &p.alt, &p.other};
@@ -322,13 +324,13 @@ static ls_status probe_run(ls_engine *e, int draws, uint64_t seed, ls_probe_resu
         st = err ? err->code : LS_E_NOMEM;
         goto done;
     }
-    const ls_mm_family *fp = ls_fwd_parity_family(f);
-    snprintf(r->kernels_before, sizeof r->kernels_before, "%s", fp->name);
+    const ls_mm_family *fp = f ? ls_fwd_parity_family(f) : NULL; /* NULL: the device's exact family */
+    snprintf(r->kernels_before, sizeof r->kernels_before, "%s", fp ? fp->name : "exact");
     r->draws = draws;
     if ((st = probe_pass(&p, draws, seed, err))) goto done;
     if (all_pass(r)) {
         r->verdict = LS_VERDICT_VERIFIED;
-    } else if (!fp->canonical) { /* withdraw it for the rows that need parity, probe again */
+    } else if (fp && !fp->canonical) { /* withdraw it for the rows that need parity, probe again */
         ls_fwd_set_parity_family(f, &ls_mm_wide);
         if (p.e1) ls_fwd_set_parity_family(ls_engine_fwd(p.e1), &ls_mm_wide);
         char first[256];
@@ -339,7 +341,7 @@ static ls_status probe_run(ls_engine *e, int draws, uint64_t seed, ls_probe_resu
     } else {
         r->verdict = LS_VERDICT_FAILED;
     }
-    snprintf(r->kernels_after, sizeof r->kernels_after, "%s", ls_fwd_parity_family(f)->name);
+    snprintf(r->kernels_after, sizeof r->kernels_after, "%s", f ? ls_fwd_parity_family(f)->name : "exact");
 done:
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]->lg);
     ls_engine_free(p.e1);
@@ -378,13 +380,14 @@ static bool memo_desc(ls_engine *e, const ls_probe_params *pp, int draws, uint64
     if (ls_model_get_info(ls_engine_model(e), &mi, NULL) || !mi.sha256[0] || !ls_sha256_file("/proc/self/exe", esha))
         return false;
     const ls_engine_params *ep = ls_engine_params_of(e);
-    ls_fwd *f = ls_engine_fwd(e);
+    ls_engine_info ei = LS_ENGINE_INFO_INIT;
+    ls_engine_get_info(e, &ei);
     int n = snprintf(desc, cap,
-                     "v2 model=%s exe=%s isa=%s threads=%d fam=%s fam_parity=%s np=%d step=%d ctx=%d K=%d cache=%d "
-                     "faults=%u draws=%d seed=%llu %s",
-                     mi.sha256, esha, ls_isa_name(ls_fwd_isa(f)), ls_fwd_n_threads(f), ls_fwd_family(f)->name,
-                     ls_fwd_parity_family(f)->name, ep->n_seq_max, ep->step_tokens, ep->n_ctx, ep->draft_max,
-                     !ep->no_prefix_cache, ep->faults, draws, (unsigned long long)seed, pp->config ? pp->config : "");
+                     "v3 model=%s exe=%s device=%s isa=%s threads=%d fam=%s fam_parity=%s np=%d step=%d ctx=%d K=%d "
+                     "cache=%d faults=%u draws=%d seed=%llu %s",
+                     mi.sha256, esha, ei.device, ls_isa_name(ei.isa), ei.n_threads, ei.kernels_free, ei.kernels,
+                     ep->n_seq_max, ep->step_tokens, ep->n_ctx, ep->draft_max, !ep->no_prefix_cache, ep->faults, draws,
+                     (unsigned long long)seed, pp->config ? pp->config : "");
     return n > 0 && (size_t)n < cap;
 }
 
@@ -400,11 +403,11 @@ static bool memo_read(const char *path, const char *desc, ls_engine *e, ls_probe
     const cJSON *d = cJSON_GetObjectItem(j, "desc"), *v = cJSON_GetObjectItem(j, "verdict");
     const cJSON *ka = cJSON_GetObjectItem(j, "kernels_after"), *ax = cJSON_GetObjectItem(j, "axes");
     ls_fwd *f = ls_engine_fwd(e);
-    const ls_mm_family *now = ls_fwd_parity_family(f);
+    const char *now = f ? ls_fwd_parity_family(f)->name : "exact";
     if (cJSON_IsString(d) && !strcmp(d->valuestring, desc) && cJSON_IsNumber(v) && v->valueint >= 0 &&
         v->valueint <= LS_VERDICT_FAILED && cJSON_IsString(ka) && cJSON_IsArray(ax) &&
         cJSON_GetArraySize(ax) == LS_AXIS_COUNT &&
-        (!strcmp(ka->valuestring, now->name) || !strcmp(ka->valuestring, ls_mm_wide.name))) {
+        (!strcmp(ka->valuestring, now) || (f && !strcmp(ka->valuestring, ls_mm_wide.name)))) {
         r->verdict = (ls_verdict)v->valueint;
         for (int a = 0; a < LS_AXIS_COUNT; a++) {
             const cJSON *x = cJSON_GetArrayItem(ax, a);
@@ -426,7 +429,7 @@ static bool memo_read(const char *path, const char *desc, ls_engine *e, ls_probe
         NUM(drafted);
         NUM(accepted);
 #undef NUM
-        if (strcmp(ka->valuestring, now->name)) ls_fwd_set_parity_family(f, &ls_mm_wide);
+        if (f && strcmp(ka->valuestring, now)) ls_fwd_set_parity_family(f, &ls_mm_wide);
         ok = true;
     }
     cJSON_Delete(j);

@@ -30,6 +30,7 @@ typedef struct {
     bool no_probe;
     const char *kernels;       /* "auto", "wide", "narrow" */
     unsigned faults;           /* LS_FAULT_* (tests only) */
+    const char *device;        /* "cpu" (NULL) or "cuda" */
 } ls_server_params;
 
 /* Binds, loads the model (GET /health answers 503 meanwhile), probes, serves until
