@@ -1,4 +1,4 @@
-/* bench_batch.c - `lockstep bench batch`: aggregate decode throughput of the
+/* bench_batch.c - `lockstep-bench batch`: aggregate decode throughput of the
  * batched engine at B = 1..32 sequences, for shared and unshared prompts, with
  * the canonical kernels (auto: wide/GEMM paths for multi-row steps) and pinned to
  * the single-row kernel (narrow), and time to first token on a prefix-cache hit
@@ -12,12 +12,13 @@
 #include <unistd.h>
 
 #include "bench/cli/bench.h"
+#include "bench/cli/bench_common.h"
 #include "cli/cli.h"
 #include "util/util.h"
 #include "engine/engine.h"
 
 static const char *help =
-    "usage: lockstep bench batch [-m MODEL] [-t THREADS] [--batches LIST] [--gen N] [--prompt-len N]\n"
+    "usage: lockstep-bench batch [-m MODEL] [-t THREADS] [--batches LIST] [--gen N] [--prompt-len N]\n"
     "                            [--kernels auto|narrow|both] [--prompts unshared|shared|both] [--reps N]\n"
     "                            [--no-ttft] [--json]\n"
     "\n"
@@ -140,7 +141,7 @@ static ls_status ttft(const ls_model *m, int threads, const int32_t *text, int32
 }
 
 int cli_bench_batch(int argc, char **argv) {
-    const char *cmd = "bench batch";
+    const char *cmd = "batch";
     const char *model_path = LS_DEFAULT_MODEL, *kernels = "both", *batches = "1,2,4,8,16,32", *prompts = "both";
     long long threads = 0, gen = 32, plen = 64, reps = 3;
     bool json = false, do_ttft = true;
@@ -186,25 +187,10 @@ int cli_bench_batch(int argc, char **argv) {
     else return cli_usage_error(cmd, "invalid value '%s' for --prompts (unshared, shared or both)", prompts);
     int32_t bs[16];
     int nb = 0;
-    for (const char *s = batches; *s;) {
-        char *end;
-        long v = strtol(s, &end, 10);
-        if (end == s || v < 1 || v > 256 || (*end && *end != ',') || nb == 16)
-            return cli_usage_error(cmd, "invalid value '%s' for --batches (comma-separated sizes 1..256)", batches);
-        bs[nb++] = (int32_t)v;
-        s = *end ? end + 1 : end;
-    }
-    if (access(model_path, R_OK) != 0) return cli_usage_error(cmd, "cannot read model file '%s'", model_path);
-    if (threads == 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = n > 0 ? n : 1;
-    }
+    if (!bench_parse_list(cmd, "--batches", batches, 1, 256, bs, 16, &nb)) return LS_EXIT_USAGE;
     ls_err err;
-    ls_model *m = ls_model_load(&(ls_model_params){.size = sizeof(ls_model_params), .path = model_path}, &err);
-    if (!m) {
-        fprintf(stderr, "lockstep %s: cannot load '%s': %s\n", cmd, model_path, err.msg);
-        return LS_EXIT_USAGE;
-    }
+    ls_model *m = bench_load_model(cmd, model_path, &threads);
+    if (!m) return LS_EXIT_USAGE;
     /* Prompt text: a real paragraph, tokenized. */
     const char *para =
         "The history of the printing press begins in the fifteenth century, when Johannes Gutenberg combined "
@@ -214,7 +200,7 @@ int cli_bench_batch(int argc, char **argv) {
     int32_t text[256];
     size_t n_text;
     if (ls_tokenize(ls_model_tokenizer(m), para, strlen(para), false, false, text, 256, &n_text, &err)) {
-        fprintf(stderr, "lockstep %s: %s\n", cmd, err.msg);
+        fprintf(stderr, "lockstep-bench %s: %s\n", cmd, err.msg);
         ls_model_free(m);
         return 1;
     }
@@ -232,7 +218,7 @@ int cli_bench_batch(int argc, char **argv) {
      * weights and buffers; without it they land on the first configuration. */
     batch_result warm;
     if (run_batch(m, (int)threads, 1, false, false, (int32_t)plen, (int32_t)gen, text, (int32_t)n_text, &warm, &err)) {
-        fprintf(stderr, "lockstep %s: %s\n", cmd, err.msg);
+        fprintf(stderr, "lockstep-bench %s: %s\n", cmd, err.msg);
         goto out;
     }
     for (int r = 0; r < reps; r++)
@@ -240,7 +226,7 @@ int cli_bench_batch(int argc, char **argv) {
             batch_result res = {0};
             if (run_batch(m, (int)threads, cf[i].B, cf[i].shared, cf[i].narrow, (int32_t)plen, (int32_t)gen, text,
                           (int32_t)n_text, &res, &err)) {
-                fprintf(stderr, "lockstep %s: %s\n", cmd, err.msg);
+                fprintf(stderr, "lockstep-bench %s: %s\n", cmd, err.msg);
                 goto out;
             }
             cf[i].tok_s[r] = res.tok_s;
@@ -310,7 +296,7 @@ int cli_bench_batch(int argc, char **argv) {
             for (int r = 0; r < reps; r++) {
                 if (ttft(m, (int)threads, text, (int32_t)n_text, prefix, sfx[s], false, &miss[r], &err) ||
                     ttft(m, (int)threads, text, (int32_t)n_text, prefix, sfx[s], true, &hit[r], &err)) {
-                    fprintf(stderr, "lockstep %s: %s\n", cmd, err.msg);
+                    fprintf(stderr, "lockstep-bench %s: %s\n", cmd, err.msg);
                     cJSON_Delete(root);
                     goto out;
                 }
@@ -327,12 +313,8 @@ int cli_bench_batch(int argc, char **argv) {
             if (!json) printf("%7d %10.1f %10.1f %7.1fx\n", sfx[s], mm, hm, mm / hm);
         }
     }
-    if (json) {
-        char *s = cJSON_PrintUnformatted(root);
-        if (s) puts(s);
-        free(s);
-    }
-    cJSON_Delete(root);
+    if (json) bench_print_json(root);
+    else cJSON_Delete(root);
     rc = 0;
 out:
     free(cf);

@@ -1,4 +1,4 @@
-/* bench_cache.c - `lockstep bench cache`: time to first token when a long shared
+/* bench_cache.c - `lockstep-bench cache`: time to first token when a long shared
  * prefix is already in the engine's prefix cache (hit) versus a cold engine (miss),
  * as a function of the new suffix's length.
  *
@@ -26,7 +26,7 @@
 #include "tokenizer/tokenizer.h"
 
 static const char *help =
-    "usage: lockstep bench cache [-m MODEL] [-t THREADS] [--prefix N] [--suffixes LIST] [--reps N] [--json]\n"
+    "usage: lockstep-bench cache [-m MODEL] [-t THREADS] [--prefix N] [--suffixes LIST] [--reps N] [--json]\n"
     "\n"
     "  -m, --model PATH     model (default " LS_DEFAULT_MODEL ")\n"
     "  -t, --threads N      threads (default: online CPUs)\n"
@@ -87,7 +87,7 @@ static ls_status first_token(ls_engine *e, const int32_t *prompt, int32_t n, dou
 }
 
 int cli_bench_cache(int argc, char **argv) {
-    const char *cmd = "bench cache";
+    const char *cmd = "cache";
     const char *model_path = LS_DEFAULT_MODEL, *suffix_list = "1,2,4,8,16,32,64";
     long long threads = 0, prefix = 512, reps = 3;
     bool json = false;
@@ -117,14 +117,9 @@ int cli_bench_cache(int argc, char **argv) {
     int32_t sfx[MAX_SUFFIXES];
     int n_sfx;
     if (!bench_parse_list(cmd, "--suffixes", suffix_list, 1, 1024, sfx, MAX_SUFFIXES, &n_sfx)) return LS_EXIT_USAGE;
-    if (access(model_path, R_OK) != 0) return cli_usage_error(cmd, "cannot read model file '%s'", model_path);
-    if (threads == 0) threads = bench_default_threads();
     ls_err err;
-    ls_model *m = ls_model_load(&(ls_model_params){.size = sizeof(ls_model_params), .path = model_path}, &err);
-    if (!m) {
-        fprintf(stderr, "lockstep %s: cannot load '%s': %s\n", cmd, model_path, err.msg);
-        return LS_EXIT_USAGE;
-    }
+    ls_model *m = bench_load_model(cmd, model_path, &threads);
+    if (!m) return LS_EXIT_USAGE;
     int rc = 1;
     int32_t max_sfx = 0;
     for (int i = 0; i < n_sfx; i++)
@@ -137,11 +132,11 @@ int cli_bench_cache(int argc, char **argv) {
     static double hit_ms[MAX_SUFFIXES][MAX_REPS], miss_ms[MAX_SUFFIXES][MAX_REPS];
     int32_t hit_cached[MAX_SUFFIXES] = {0};
     if (!prompt) {
-        fprintf(stderr, "lockstep %s: out of memory\n", cmd);
+        fprintf(stderr, "lockstep-bench %s: out of memory\n", cmd);
         goto out;
     }
     if (ls_tokenize(ls_model_tokenizer(m), doc, strlen(doc), false, false, text, 1024, &n_text, &err)) {
-        fprintf(stderr, "lockstep %s: %s\n", cmd, err.msg);
+        fprintf(stderr, "lockstep-bench %s: %s\n", cmd, err.msg);
         goto out;
     }
     for (int32_t k = 0; k < prefix; k++) prompt[k] = text[k % n_text];
@@ -153,7 +148,7 @@ int cli_bench_cache(int argc, char **argv) {
         p.no_prefix_cache = true;
         miss_e = hit_e ? ls_engine_create(m, &p, &err) : NULL;
         if (!miss_e) {
-            fprintf(stderr, "lockstep %s: %s\n", cmd, err.msg);
+            fprintf(stderr, "lockstep-bench %s: %s\n", cmd, err.msg);
             goto out;
         }
         double ms;
@@ -163,7 +158,7 @@ int cli_bench_cache(int argc, char **argv) {
         prompt[prefix] = text[(prefix * 5 + 1) % n_text];
         if (first_token(hit_e, prompt, (int32_t)prefix + 1, &ms, &nc, &err) ||
             first_token(miss_e, prompt, (int32_t)prefix + 1, &ms, &nc, &err)) {
-            fprintf(stderr, "lockstep %s: %s\n", cmd, err.msg);
+            fprintf(stderr, "lockstep-bench %s: %s\n", cmd, err.msg);
             goto out;
         }
         for (int i = 0; i < n_sfx; i++) {
@@ -180,19 +175,19 @@ int cli_bench_cache(int argc, char **argv) {
             for (int32_t k = 0; k < sfx[i]; k++) prompt[prefix + k] = text[(start + k) % n_text];
             int32_t n = (int32_t)prefix + sfx[i];
             if (first_token(miss_e, prompt, n, &miss_ms[i][r], &nc, &err)) {
-                fprintf(stderr, "lockstep %s: %s\n", cmd, err.msg);
+                fprintf(stderr, "lockstep-bench %s: %s\n", cmd, err.msg);
                 goto out;
             }
             if (nc != 0) {
-                fprintf(stderr, "lockstep %s: the cold engine reported %d cached positions\n", cmd, nc);
+                fprintf(stderr, "lockstep-bench %s: the cold engine reported %d cached positions\n", cmd, nc);
                 goto out;
             }
             if (first_token(hit_e, prompt, n, &hit_ms[i][r], &nc, &err)) {
-                fprintf(stderr, "lockstep %s: %s\n", cmd, err.msg);
+                fprintf(stderr, "lockstep-bench %s: %s\n", cmd, err.msg);
                 goto out;
             }
             if (nc < expect_cached) {
-                fprintf(stderr, "lockstep %s: a hit reused %d positions, not the %d of the cached prefix\n", cmd, nc,
+                fprintf(stderr, "lockstep-bench %s: a hit reused %d positions, not the %d of the cached prefix\n", cmd, nc,
                         expect_cached);
                 goto out;
             }
@@ -233,9 +228,8 @@ int cli_bench_cache(int argc, char **argv) {
         if (!json) printf("%7d %10.1f %10.2f %7.1fx %14d\n", sfx[i], mm, hm, mm / hm, hit_cached[i]);
     }
     if (json) {
-        char *s = cJSON_PrintUnformatted(root);
-        if (s) puts(s);
-        free(s);
+        bench_print_json(root);
+        root = NULL;
     }
     rc = 0;
 out:

@@ -1,14 +1,24 @@
-/* bench_common.h - helpers the `lockstep bench` subcommands share. */
+/* bench_common.h - helpers the `lockstep-bench` suites share. */
 #ifndef LS_CLI_BENCH_COMMON_H
 #define LS_CLI_BENCH_COMMON_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <cjson/cJSON.h>
+
 #include "model/model.h"
 
 /* The online CPU count (at least 1): the default of -t. */
 int bench_default_threads(void);
+
+/* Loads the model a suite measures: a readable file, then the load; on failure prints
+ * "lockstep CMD: ..." naming the file and returns NULL (exit LS_EXIT_USAGE).  Sets
+ * *threads to the online CPU count when it is 0. */
+ls_model *bench_load_model(const char *cmd, const char *path, long long *threads);
+
+/* Prints root as one line of JSON (the suites' --json output) and frees it. */
+void bench_print_json(cJSON *root);
 
 /* A user message in the model's chat template with the assistant header, tokenized
  * (BOS as the file says, special tokens parsed), into out[0..cap).  On failure prints

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "bench/cli/bench.h"
+#include "bench/cli/bench_common.h"
 #include "bench/cli/kernel_lab.h"
 #include "cli/cli.h"
 #include "util/util.h"
@@ -85,7 +86,7 @@ int cli_bench_lab(int argc, char **argv) {
 }
 
 int cli_bench_kernels(int argc, char **argv) {
-    const char *cmd = "bench kernels";
+    const char *cmd = "kernels";
     const char *model_path = LS_DEFAULT_MODEL;
     long long threads = 0, reps = 7;
     bool json = false;
@@ -107,20 +108,12 @@ int cli_bench_kernels(int argc, char **argv) {
         }
     }
     if (optind < argc) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
-    if (access(model_path, R_OK) != 0) return cli_usage_error(cmd, "cannot read model file '%s'", model_path);
-    if (threads == 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = n > 0 ? n : 1;
-    }
     ls_err err;
-    ls_model *m = ls_model_load(&(ls_model_params){.size = sizeof(ls_model_params), .path = model_path}, &err);
-    if (!m) {
-        fprintf(stderr, "lockstep bench: cannot load '%s': %s\n", model_path, err.msg);
-        return LS_EXIT_USAGE;
-    }
+    ls_model *m = bench_load_model(cmd, model_path, &threads);
+    if (!m) return LS_EXIT_USAGE;
     ls_isa isa;
     if (ls_isa_from_env(&isa, &err)) {
-        fprintf(stderr, "lockstep bench: %s\n", err.msg);
+        fprintf(stderr, "lockstep-bench: %s\n", err.msg);
         ls_model_free(m);
         return LS_EXIT_USAGE;
     }
@@ -156,7 +149,7 @@ int cli_bench_kernels(int argc, char **argv) {
     double *times = malloc(sizeof(double) * (size_t)reps);
     int rc = 1;
     if (!pool || !x || !y || !scratch || !times) {
-        fprintf(stderr, "lockstep bench: out of memory\n");
+        fprintf(stderr, "lockstep-bench: out of memory\n");
         goto out;
     }
     uint64_t seed = 12345;
@@ -184,7 +177,7 @@ int cli_bench_kernels(int argc, char **argv) {
         ls_wmat *w = ls_wmat_create(s->type, s->N, s->K, s->data, &err);
         if (!w || ls_wmat_prepare_all(w, &err)) {
             ls_wmat_free(w);
-            fprintf(stderr, "lockstep bench: %s: %s\n", s->name, err.msg);
+            fprintf(stderr, "lockstep-bench: %s: %s\n", s->name, err.msg);
             continue;
         }
         double t_narrow = 0;
@@ -226,12 +219,8 @@ int cli_bench_kernels(int argc, char **argv) {
         }
         ls_wmat_free(w);
     }
-    if (json) {
-        char *out = cJSON_PrintUnformatted(root);
-        if (out) puts(out);
-        free(out);
-    }
-    cJSON_Delete(root);
+    if (json) bench_print_json(root);
+    else cJSON_Delete(root);
     rc = 0;
 out:
     free(times);

@@ -1,4 +1,4 @@
-/* bench_mixed.c - `lockstep bench mixed`: one speculative stream amid N classic
+/* bench_mixed.c - `lockstep-bench mixed`: one speculative stream amid N classic
  * streams in the batched engine.  For each N (default 1, 3, 7) three mixes run,
  * interleaved rep by rep:
  *   absent  the N classic streams alone;
@@ -28,7 +28,7 @@
 #include "speculative/spec.h"
 
 static const char *help =
-    "usage: lockstep bench mixed [-m MODEL] [-t THREADS] [--classic LIST] [--gen N] [--spec-gen N]\n"
+    "usage: lockstep-bench mixed [-m MODEL] [-t THREADS] [--classic LIST] [--gen N] [--spec-gen N]\n"
     "                            [--spec KIND] [--draft-max K] [--reps N] [--json]\n"
     "\n"
     "  -m, --model PATH     model (default " LS_DEFAULT_MODEL ")\n"
@@ -168,7 +168,7 @@ enum { MIX_ABSENT, MIX_SPEC, MIX_PLAIN, N_MIX };
 static const char *mix_names[N_MIX] = {"absent", "spec", "plain"};
 
 int cli_bench_mixed(int argc, char **argv) {
-    const char *cmd = "bench mixed";
+    const char *cmd = "mixed";
     const char *model_path = LS_DEFAULT_MODEL, *classic_list = "1,3,7", *kind_name = "ngram";
     long long threads = 0, gen = 64, spec_gen = 0, draft_max = 8, reps = 3;
     bool json = false;
@@ -208,13 +208,8 @@ int cli_bench_mixed(int argc, char **argv) {
     if (ls_spec_kind_from_name(kind_name, &kind, &err) || kind == LS_SPEC_OFF || kind == LS_SPEC_MTP)
         return cli_usage_error(cmd, "invalid value '%s' for --spec (ngram, layerskip or draft)", kind_name);
     if (!spec_gen) spec_gen = 2 * gen;
-    if (access(model_path, R_OK) != 0) return cli_usage_error(cmd, "cannot read model file '%s'", model_path);
-    if (threads == 0) threads = bench_default_threads();
-    ls_model *m = ls_model_load(&(ls_model_params){.size = sizeof(ls_model_params), .path = model_path}, &err);
-    if (!m) {
-        fprintf(stderr, "lockstep %s: cannot load '%s': %s\n", cmd, model_path, err.msg);
-        return LS_EXIT_USAGE;
-    }
+    ls_model *m = bench_load_model(cmd, model_path, &threads);
+    if (!m) return LS_EXIT_USAGE;
     int rc = 1;
     cJSON *root = NULL;
     /* Streams 0..6 classic, 7 the speculative one; each with its prompt, its solo
@@ -231,7 +226,7 @@ int cli_bench_mixed(int argc, char **argv) {
         s[i].toks = malloc(sizeof(int32_t) * (size_t)s[i].max_tokens);
         ref[i] = malloc(sizeof(int32_t) * (size_t)s[i].max_tokens);
         if (!s[i].toks || !ref[i]) {
-            fprintf(stderr, "lockstep %s: out of memory\n", cmd);
+            fprintf(stderr, "lockstep-bench %s: out of memory\n", cmd);
             goto out;
         }
         if (s[i].n_prompt > max_prompt) max_prompt = s[i].n_prompt;
@@ -242,11 +237,11 @@ int cli_bench_mixed(int argc, char **argv) {
     for (int i = 0; i < n_all; i++) {
         mix_result r;
         if (run_mix(&env, &s[i], 1, i < MAX_CLASSIC ? 1 : 0, false, &r, &err)) {
-            fprintf(stderr, "lockstep %s: %s\n", cmd, err.msg);
+            fprintf(stderr, "lockstep-bench %s: %s\n", cmd, err.msg);
             goto out;
         }
         if (s[i].n != s[i].max_tokens) {
-            fprintf(stderr, "lockstep %s: stream %d generated %d of %d tokens alone\n", cmd, i, s[i].n,
+            fprintf(stderr, "lockstep-bench %s: stream %d generated %d of %d tokens alone\n", cmd, i, s[i].n,
                     s[i].max_tokens);
             goto out;
         }
@@ -262,14 +257,14 @@ int cli_bench_mixed(int argc, char **argv) {
                 for (int i = 0; i < nc; i++) run[i] = s[i];
                 run[nc] = s[MAX_CLASSIC]; /* the speculative stream sits after the classic ones */
                 if (run_mix(&env, run, n, nc, mix == MIX_SPEC, &res[a][mix][r], &err)) {
-                    fprintf(stderr, "lockstep %s: %s\n", cmd, err.msg);
+                    fprintf(stderr, "lockstep-bench %s: %s\n", cmd, err.msg);
                     goto out;
                 }
                 for (int i = 0; i < n; i++) {
                     int id = i < nc ? i : MAX_CLASSIC;
                     if (!same_tokens(&run[i], ref[id])) {
                         fprintf(stderr,
-                                "lockstep %s: PARITY FAILURE: %s stream %d in the '%s' mix with %d classic streams "
+                                "lockstep-bench %s: PARITY FAILURE: %s stream %d in the '%s' mix with %d classic streams "
                                 "differs from its solo run\n",
                                 cmd, id == MAX_CLASSIC ? "the speculative" : "classic", id, mix_names[mix], nc);
                         goto out;
@@ -346,9 +341,8 @@ int cli_bench_mixed(int argc, char **argv) {
                    cspec / cabs, sspec, splain, sspec / splain, per_step);
     }
     if (json) {
-        char *str = cJSON_PrintUnformatted(root);
-        if (str) puts(str);
-        free(str);
+        bench_print_json(root);
+        root = NULL;
     } else {
         printf("parity: %d stream runs byte-identical (tokens, memcmp) to their solo runs\n", parity_checked);
     }

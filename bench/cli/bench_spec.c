@@ -1,4 +1,4 @@
-/* bench_spec.c - `lockstep bench spec`: speculative decoding's speedup over plain
+/* bench_spec.c - `lockstep-bench spec`: speculative decoding's speedup over plain
  * decoding and its mean accepted length, per drafter, on input-grounded prompts
  * (quote a text, ask for an edit, a summary or a code rewrite) and on open prose.
  * Greedy, the same tokens with and without speculation (checked here too); runs are
@@ -13,13 +13,14 @@
 #include <unistd.h>
 
 #include "bench/cli/bench.h"
+#include "bench/cli/bench_common.h"
 #include "cli/cli.h"
 #include "util/util.h"
 #include "engine/engine.h"
 #include "speculative/spec.h"
 
 static const char *help =
-    "usage: lockstep bench spec [-m MODEL] [-t THREADS] [-n TOKENS] [--draft-max K] [--reps N] [--json]\n"
+    "usage: lockstep-bench spec [-m MODEL] [-t THREADS] [-n TOKENS] [--draft-max K] [--reps N] [--json]\n"
     "\n"
     "  -m, --model PATH   target model (default " LS_DEFAULT_MODEL "); it is also the\n"
     "                     'draft' drafter's model (self-draft: acceptance must be 100 %;\n"
@@ -165,7 +166,7 @@ static ls_status spec_generate(ls_model *m, const ls_spec_params *sp, int thread
 }
 
 int cli_bench_spec(int argc, char **argv) {
-    const char *cmd = "bench spec";
+    const char *cmd = "spec";
     const char *model_path = LS_DEFAULT_MODEL;
     long long threads = 0, n_gen = 128, draft_max = 8, reps = 3;
     bool json = false;
@@ -190,17 +191,9 @@ int cli_bench_spec(int argc, char **argv) {
         }
     }
     if (optind < argc) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
-    if (access(model_path, R_OK) != 0) return cli_usage_error(cmd, "cannot read model file '%s'", model_path);
-    if (threads == 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = n > 0 ? n : 1;
-    }
     ls_err err;
-    ls_model *m = ls_model_load(&(ls_model_params){.size = sizeof(ls_model_params), .path = model_path}, &err);
-    if (!m) {
-        fprintf(stderr, "lockstep %s: cannot load '%s': %s\n", cmd, model_path, err.msg);
-        return LS_EXIT_USAGE;
-    }
+    ls_model *m = bench_load_model(cmd, model_path, &threads);
+    if (!m) return LS_EXIT_USAGE;
     const ls_chat_template *tmpl = ls_model_chat_template(m);
     const ls_spec_kind kinds[NK] = {LS_SPEC_OFF, LS_SPEC_NGRAM, LS_SPEC_LAYERSKIP, LS_SPEC_DRAFT, LS_SPEC_DRAFT};
     const char *labels[NK] = {"off", "ngram", "layerskip", "draft(self)", "draft(self,k)"};
@@ -217,7 +210,7 @@ int cli_bench_spec(int argc, char **argv) {
         ls_result res = LS_RESULT_INIT;
         if (ls_tokenize(ls_model_tokenizer(m), w, strlen(w), true, false, wt, 64, &nw, &err) ||
             spec_generate(m, &sp, (int)threads, (int32_t)nw + 32, wt, (int32_t)nw, 16, &res, &err)) {
-            fprintf(stderr, "lockstep %s: %s\n", cmd, err.msg);
+            fprintf(stderr, "lockstep-bench %s: %s\n", cmd, err.msg);
             goto out;
         }
         ls_result_free(&res);
@@ -229,14 +222,14 @@ int cli_bench_spec(int argc, char **argv) {
                 char *text = NULL;
                 ls_chat_msg cm = {"user", msg};
                 if (!tmpl || ls_chat_apply(tmpl, &cm, 1, true, &text, &err)) {
-                    fprintf(stderr, "lockstep %s: %s\n", cmd, tmpl ? err.msg : ls_model_template_error(m));
+                    fprintf(stderr, "lockstep-bench %s: %s\n", cmd, tmpl ? err.msg : ls_model_template_error(m));
                     goto out;
                 }
                 int32_t toks[2048];
                 size_t nt;
                 if (ls_tokenize(ls_model_tokenizer(m), text, strlen(text), true, true, toks, 2048, &nt, &err)) {
                     free(text);
-                    fprintf(stderr, "lockstep %s: %s\n", cmd, err.msg);
+                    fprintf(stderr, "lockstep-bench %s: %s\n", cmd, err.msg);
                     goto out;
                 }
                 free(text);
@@ -248,7 +241,7 @@ int cli_bench_spec(int argc, char **argv) {
                     ls_result res = LS_RESULT_INIT;
                     if (spec_generate(m, &sp, (int)threads, (int32_t)(nt + n_gen + 16), toks, (int32_t)nt,
                                       (int32_t)n_gen, &res, &err)) {
-                        fprintf(stderr, "lockstep %s: %s\n", cmd, err.msg);
+                        fprintf(stderr, "lockstep-bench %s: %s\n", cmd, err.msg);
                         goto out;
                     }
                     if (k == 0) {
@@ -261,7 +254,7 @@ int cli_bench_spec(int argc, char **argv) {
                             memcpy(g0_ref, res.tokens, sizeof(int32_t) * (size_t)res.n_tokens);
                         }
                     } else if (res.n_tokens != n_ref || memcmp(ref, res.tokens, sizeof(int32_t) * (size_t)n_ref)) {
-                        fprintf(stderr, "lockstep %s: PARITY FAILURE: %s changed the tokens\n", cmd,
+                        fprintf(stderr, "lockstep-bench %s: PARITY FAILURE: %s changed the tokens\n", cmd,
                                 labels[k]);
                         ls_result_free(&res);
                         goto out;
@@ -322,7 +315,7 @@ int cli_bench_spec(int argc, char **argv) {
         double vms[NV];
         int vreps = 3 * (int)reps > 63 ? 63 : 3 * (int)reps; /* cheap runs, a noisy figure: more of them */
         if (!verify_costs(m, (int)threads, g0, n_g0, g0_ref, n_g0_ref, ks, nv, vreps, vms, steps, &err)) {
-            fprintf(stderr, "lockstep %s: %s\n", cmd, err.msg);
+            fprintf(stderr, "lockstep-bench %s: %s\n", cmd, err.msg);
             cJSON_Delete(root);
             goto out;
         }
@@ -345,12 +338,8 @@ int cli_bench_spec(int argc, char **argv) {
             if (!json) printf("%6d %5d %9.3f %9.2fx %14.2f\n", ks[v], ks[v] + 1, vms[v], x, per);
         }
     }
-    if (json) {
-        char *s = cJSON_PrintUnformatted(root);
-        if (s) puts(s);
-        free(s);
-    }
-    cJSON_Delete(root);
+    if (json) bench_print_json(root);
+    else cJSON_Delete(root);
     rc = 0;
 out:
     ls_model_free(m);

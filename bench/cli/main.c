@@ -20,6 +20,7 @@ int main(int argc, char **argv) {
         fputs(usage, argc < 2 ? stderr : stdout);
         return argc < 2 ? LS_EXIT_USAGE : 0;
     }
+    cli_prog = "lockstep-bench";
     const char *s = argv[1];
     if (!strcmp(s, "kernels")) return cli_bench_kernels(argc - 1, argv + 1);
     if (!strcmp(s, "lab")) return cli_bench_lab(argc - 1, argv + 1);

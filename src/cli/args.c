@@ -10,13 +10,15 @@
 
 #include "cli/cli.h"
 
+const char *cli_prog = "lockstep";
+
 int cli_usage_error(const char *cmd, const char *fmt, ...) {
-    fprintf(stderr, "lockstep %s: ", cmd);
+    fprintf(stderr, "%s %s: ", cli_prog, cmd);
     va_list ap;
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "\n(see `lockstep %s --help`)\n", cmd);
+    fprintf(stderr, "\n(see `%s %s --help`)\n", cli_prog, cmd);
     return LS_EXIT_USAGE;
 }
 

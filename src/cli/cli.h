@@ -34,6 +34,8 @@ bool cli_parse_u64(const char *cmd, const char *flag, const char *s, uint64_t *o
 int cli_cmp_double(const void *a, const void *b);
 double cli_median(double *v, int n);
 /* Prints "lockstep CMD: MSG" and returns LS_EXIT_USAGE. */
+/* The program the messages name: "lockstep", or "lockstep-bench" (bench/cli/main.c). */
+extern const char *cli_prog;
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif
