@@ -704,9 +704,6 @@ static void test_engine_every_path(void **state) {
     (void)state;
     FX_NEED(g_model);
     build_pool();
-    /* pool 8 (71 prompt tokens, 10 generated) and pool 4 (62, 3) fill 9 blocks by the end of
-     * their prefills, and both grow past a block boundary while decoding: with 9 blocks the
-     * newest is preempted; pool 10 repeats pool 8's prompt (a prefix-cache hit) */
     /* pool 23 (79 prompt tokens, 8 generated: 5 blocks, then 6) and pool 16 (57, 9: 4, then
      * 5) on 8 blocks: pool 16 is admitted on the 3 blocks left and stalls mid-prefill,
      * and when pool 23 grows into its sixth block, the newest (pool 16) is preempted and
