@@ -38,6 +38,7 @@ TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
 # Per-ISA kernel files get their instruction set; everything else is baseline x86-64.
 ISA_AVX2   = -mavx2 -mfma -mf16c
+ISA_AVXVNNI = -mavxvnni $(ISA_AVX2)
 ISA_AVX512 = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni $(ISA_AVX2)
 
 .PHONY: all lib cli tests test test-c test-asan test-tsan fuzz run model deps clean mutants
@@ -50,6 +51,10 @@ tests: $(TEST_BIN)
 $(BUILD)/obj/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(ISA_AVX2) $(SAN_ISA) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/%_avxvnni.o: %_avxvnni.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(ISA_AVXVNNI) $(SAN_ISA) -MMD -MP -c $< -o $@
 
 $(BUILD)/obj/%_avx512.o: %_avx512.c
 	@mkdir -p $(dir $@)

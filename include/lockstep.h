@@ -70,8 +70,8 @@ LS_API const char *ls_status_name(ls_status code);
 LS_API void ls_err_clear(ls_err *err);
 
 /* ---- instruction sets ------------------------------------------------------------- */
-typedef enum { LS_ISA_AUTO = -1, LS_ISA_SCALAR = 0, LS_ISA_AVX2 = 1, LS_ISA_AVX512 = 2 } ls_isa;
-#define LS_ISA_COUNT 3
+typedef enum { LS_ISA_AUTO = -1, LS_ISA_SCALAR = 0, LS_ISA_AVX2 = 1, LS_ISA_AVXVNNI = 2, LS_ISA_AVX512 = 3 } ls_isa;
+#define LS_ISA_COUNT 4
 
 LS_API const char *ls_isa_name(ls_isa isa);
 /* The best instruction set this CPU (and OS) supports, minus LOCKSTEP_CPU_HIDE. */

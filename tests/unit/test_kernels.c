@@ -107,14 +107,15 @@ static void test_isa(void **state) {
     assert_true(ls_isa_supported(LS_ISA_SCALAR));
     assert_true(ls_isa_supported(ls_isa_best()));
     assert_string_equal(ls_isa_name(LS_ISA_AVX512), "avx512");
+    assert_string_equal(ls_isa_name(LS_ISA_AVXVNNI), "avxvnni");
     ls_isa isa;
     ls_err err;
     ls_err_clear(&err);
     assert_int_equal(ls_isa_from_name("scalar", &isa, &err), LS_OK);
     assert_int_equal(isa, LS_ISA_SCALAR);
     assert_int_equal(ls_isa_from_name("sse9", &isa, &err), LS_E_INVALID);
-    assert_non_null(strstr(err.msg, "scalar, avx2, avx512"));
-    for (int i = 1; i <= 2; i++) {
+    assert_non_null(strstr(err.msg, "scalar, avx2, avxvnni, avx512"));
+    for (int i = 1; i < LS_ISA_COUNT; i++) {
         ls_status st = ls_isa_from_name(ls_isa_name((ls_isa)i), &isa, &err);
         if (ls_isa_supported((ls_isa)i)) {
             assert_int_equal(st, LS_OK);
@@ -309,7 +310,7 @@ static void test_ops_accuracy(void **state) {
     /* RoPE: rotation of pairs by theta = pos * base^(-2i/d) */
     ls_err err;
     for (int neox = 0; neox < 2; neox++) {
-        ls_rope_params rp = {128, 64, 10000.0f, 1.0f, neox != 0};
+        ls_rope_params rp = {.n_ctx = 128, .head_dim = 64, .freq_base = 10000.0f, .freq_scale = 1.0f, .neox = neox != 0};
         ls_rope *r = ls_rope_create(rp, &err);
         assert_non_null(r);
         float v[2 * 80];
@@ -328,7 +329,7 @@ static void test_ops_accuracy(void **state) {
         }
         ls_rope_free(r);
     }
-    ls_rope_params bad = {0, 64, 10000.0f, 1.0f, false};
+    ls_rope_params bad = {.n_ctx = 0, .head_dim = 64, .freq_base = 10000.0f, .freq_scale = 1.0f};
     assert_null(ls_rope_create(bad, &err));
     assert_int_equal(err.code, LS_E_INVALID);
     /* attention: softmax(q.k * scale) . v */
@@ -347,22 +348,31 @@ static void test_ops_accuracy(void **state) {
         ls_kv_view kv = {kc_, vc, ident, (int64_t)16 * nkv * hd, 4, nkv * hd, hd};
         size_t per = ls_attention_scratch_floats(npos);
         float *scr = malloc(sizeof(float) * per);
-        ls_attention(&kc, q, 1, &pos, &kv, nh, nkv, hd, 0.125f, o, scr, per);
+        /* window 0: keys 0..149; a window of 40: keys 110..149 only; a window as long as the
+         * context: the same bytes as none */
+        float o0[4 * 64];
+        ls_attention(&kc, q, 1, &pos, &kv, nh, nkv, hd, 0.125f, 0, o0, scr, per);
+        ls_attention(&kc, q, 1, &pos, &kv, nh, nkv, hd, 0.125f, npos, o, scr, per);
+        assert_memory_equal(o, o0, sizeof o);
+        for (int win = 0; win <= 40; win += 40) {
+        ls_attention(&kc, q, 1, &pos, &kv, nh, nkv, hd, 0.125f, win, o, scr, per);
+        int first = win ? npos - win : 0;
         for (int h = 0; h < nh; h++) {
             int kvh = h / 2;
             double sc2[150], mx = -1e300, sum = 0;
-            for (int j = 0; j < npos; j++) {
+            for (int j = first; j < npos; j++) {
                 double d = 0;
                 for (int t = 0; t < hd; t++) d += (double)q[h * hd + t] * kc_[(j * nkv + kvh) * hd + t];
                 sc2[j] = d * 0.125;
                 mx = fmax(mx, sc2[j]);
             }
-            for (int j = 0; j < npos; j++) sum += (sc2[j] = exp(sc2[j] - mx));
+            for (int j = first; j < npos; j++) sum += (sc2[j] = exp(sc2[j] - mx));
             for (int t = 0; t < hd; t++) {
                 double acc = 0;
-                for (int j = 0; j < npos; j++) acc += sc2[j] * vc[(j * nkv + kvh) * hd + t];
+                for (int j = first; j < npos; j++) acc += sc2[j] * vc[(j * nkv + kvh) * hd + t];
                 assert_true(fabs(o[h * hd + t] - acc / sum) < 1e-5);
             }
+        }
         }
         free(scr);
         free(kc_);
@@ -400,7 +410,7 @@ static void parity_case(uint32_t type, int64_t K, int64_t N, int64_t Mmax, uint6
     assert_int_equal(ls_wmat_prepare_all(w, &err), LS_OK);
     float *ref = malloc(sizeof(float) * (size_t)(Mmax * N)), *y = malloc(sizeof(float) * (size_t)(Mmax * N));
     for (int64_t m = 0; m < Mmax; m++) run_matmul(LS_ISA_SCALAR, NULL, w, x + m * K, 1, ref + m * N);
-    for (int isa = 0; isa <= 2; isa++) {
+    for (int isa = 0; isa < LS_ISA_COUNT; isa++) {
         if (!ls_isa_supported((ls_isa)isa)) continue;
         for (int t = 1; t <= 3; t++) {
             for (size_t mi = 0; mi < N_MS && Ms_all[mi] <= Mmax; mi++) {
@@ -478,6 +488,16 @@ static void test_parity_long_k(void **state) {
     for (size_t ti = 0; ti < 3; ti++)
         for (size_t ki = 0; ki < 3; ki++)
             parity_case(types[ti], Ks[ki], ki == 1 ? 47 : 33, 17, 7700 + (uint64_t)(ti * 10 + ki));
+    /* rows longer than the scalar kernel's 64 KiB of un-grouped codes: read in place */
+    parity_case(LS_TYPE_Q4_1, 65536 + 96, 5, 3, 7790);
+    /* K-quants (Q4_K's multi-row panel tiles): nb = 64, 104 (several units per recipe
+     * group, a partial last record group), 136; N leaves a partial last panel; M up to
+     * 17 covers tiles of 1..12 rows and a tile after a full one */
+    const uint32_t ktypes[] = {LS_TYPE_Q4_K, LS_TYPE_Q6_K};
+    const int64_t Kk[] = {2048, 3328, 4096 + 256};
+    for (size_t ti = 0; ti < 2; ti++)
+        for (size_t ki = 0; ki < 3; ki++)
+            parity_case(ktypes[ti], Kk[ki], ki == 1 ? 47 : 33, 17, 7800 + (uint64_t)(ti * 10 + ki));
 }
 
 /* Rows split into runs by parity need (rows without it on the narrow family, rows with
@@ -486,12 +506,12 @@ static void test_parity_long_k(void **state) {
  * the scalar reference's bits. */
 static void test_parity_row_runs(void **state) {
     (void)state;
-    const uint32_t types[] = {LS_TYPE_Q4_1, LS_TYPE_Q8_0, LS_TYPE_Q4_0};
-    const int64_t Ks[] = {576, 1536};
+    const uint32_t types[] = {LS_TYPE_Q4_1, LS_TYPE_Q8_0, LS_TYPE_Q4_0, LS_TYPE_Q4_K, LS_TYPE_Q6_K};
+    const int64_t Ks[] = {576, 1536}, Ks_k[] = {768, 1536};
     const int64_t M = 31, N = 53;
-    for (size_t ti = 0; ti < 3; ti++)
+    for (size_t ti = 0; ti < 5; ti++)
         for (size_t ki = 0; ki < 2; ki++) {
-            int64_t K = Ks[ki];
+            int64_t K = type_block(types[ti]) == 256 ? Ks_k[ki] : Ks[ki];
             uint64_t seed = 8800 + ti * 10 + ki;
             uint8_t *wq = make_weights(types[ti], N, K, seed, NULL);
             float *x = make_x(M * K, seed + 1);
@@ -509,7 +529,7 @@ static void test_parity_row_runs(void **state) {
                     r = r * 6364136223846793005ull + 1442695040888963407ull;
                     need[m] = m == 0 ? (uint8_t)(pat & 1) : (r >> 60) < 5 ? (uint8_t)!need[m - 1] : need[m - 1];
                 }
-                for (int isa = 0; isa <= 2; isa++) {
+                for (int isa = 0; isa < LS_ISA_COUNT; isa++) {
                     if (!ls_isa_supported((ls_isa)isa)) continue;
                     ls_kctx kc = {(ls_isa)isa, g_pools[2], scratch, sb, .fam = &ls_mm_narrow, .fam_parity = &ls_mm_wide};
                     memset(y, 0xA5, sizeof(float) * (size_t)(M * N));
@@ -555,7 +575,7 @@ static void test_parity_extreme_x(void **state) {
         assert_int_equal(ls_wmat_prepare_all(w, NULL), LS_OK);
         float ref[9 * 33], y[9 * 33];
         for (int64_t m = 0; m < M; m++) run_matmul(LS_ISA_SCALAR, NULL, w, x + m * k, 1, ref + m * N);
-        for (int isa = 1; isa <= 2; isa++) {
+        for (int isa = 1; isa < LS_ISA_COUNT; isa++) {
             if (!ls_isa_supported((ls_isa)isa)) continue;
             for (int64_t mm = 1; mm <= M; mm += 8) {
                 if (mm == 9) /* rows 6, 7 are non-finite: the output is NaN on every path */
@@ -575,16 +595,18 @@ static void test_parity_extreme_x(void **state) {
 }
 
 /* Step 1 of the recipe (activation quantization): the AVX-512 quantizer, alone and with
- * its packed records, against the scalar one, byte for byte.  Rows mix, block by block,
+ * its packed records, and the AVX2 one, against the scalar one, byte for byte.  Rows mix, block by block,
  * ordinary values at many scales, zeros, blocks just below and at the tiny threshold,
  * denormals, FLT_MAX, infinities and NaNs; K covers full 16-block groups, a partial last
  * group, and K < 512. */
 static void test_parity_quantize(void **state) {
     (void)state;
-    if (!ls_isa_supported(LS_ISA_AVX512)) {
-        printf("SKIPPED: %s: the AVX-512 activation quantizer (the CPU lacks AVX-512)\n", __func__);
+    const bool z = ls_isa_supported(LS_ISA_AVX512), y = ls_isa_supported(LS_ISA_AVX2);
+    if (!y) {
+        printf("SKIPPED: %s: the AVX2 and AVX-512 activation quantizers (the CPU lacks AVX2)\n", __func__);
         skip();
     }
+    if (!z) printf("SKIPPED: %s: the AVX-512 activation quantizer (the CPU lacks AVX-512); AVX2 checked\n", __func__);
     static const int64_t Ks[] = {32, 96, 512, 544, 576, 1536, 2080};
     uint64_t s = 4711;
     long compared = 0;
@@ -592,7 +614,7 @@ static void test_parity_quantize(void **state) {
         const int64_t K = Ks[ki], nb = K / 32;
         const size_t rb = ls_xq_row_bytes(K);
         float *x = malloc(sizeof(float) * (size_t)K);
-        uint8_t *ref = malloc(rb), *got = malloc(rb), *got2 = malloc(rb);
+        uint8_t *ref = malloc(rb), *got = malloc(rb), *got2 = malloc(rb), *goty = malloc(rb);
         uint8_t *rec_ref = malloc((size_t)nb * LS_XP_UNIT), *rec = malloc((size_t)nb * LS_XP_UNIT);
         for (int rep = 0; rep < 200; rep++) {
             for (int64_t b = 0; b < nb; b++) {
@@ -618,9 +640,19 @@ static void test_parity_quantize(void **state) {
             memset(ref, 0xA5, rb);
             memset(got, 0xA5, rb);
             memset(got2, 0xA5, rb);
+            memset(goty, 0xA5, rb);
             memset(rec, 0x5A, (size_t)nb * LS_XP_UNIT);
             memset(rec_ref, 0x5A, (size_t)nb * LS_XP_UNIT);
             ls_quantize_x_row(x, K, ref);
+            ls_quantize_x_row_avx2(x, K, goty, NULL);
+            if (memcmp(ref, goty, rb)) {
+                for (size_t i = 0; i < rb; i++)
+                    if (ref[i] != goty[i])
+                        fail_msg("K=%lld rep %d: row byte %zu scalar %02x avx2 %02x", (long long)K, rep, i, ref[i],
+                                 goty[i]);
+            }
+            compared++;
+            if (!z) continue;
             ls_quantize_x_row_avx512(x, K, got, NULL);
             ls_quantize_x_row_avx512(x, K, got2, rec);
             const ls_xq xr = ls_xq_row(ref, K, 0);
@@ -645,10 +677,11 @@ static void test_parity_quantize(void **state) {
         free(ref);
         free(got);
         free(got2);
+        free(goty);
         free(rec_ref);
         free(rec);
     }
-    assert_int_equal(compared, 200 * (long)(sizeof Ks / sizeof Ks[0]));
+    assert_int_equal(compared, (z ? 2 : 1) * 200 * (long)(sizeof Ks / sizeof Ks[0]));
 }
 
 /* ls_expf: scalar vs every SIMD ISA, bit for bit, over a stride of all 2^32 patterns
@@ -672,7 +705,7 @@ static void test_parity_expf(void **state) {
         }
         for (; n < CH && u <= 0xFFFFFFFFull; u += stride) in[n++] = u2f((uint32_t)u);
         for (int i = 0; i < n; i++) ref[i] = ls_expf(in[i]);
-        for (int isa = 1; isa <= 2; isa++) {
+        for (int isa = 1; isa < LS_ISA_COUNT; isa++) {
             if (!ls_isa_supported((ls_isa)isa)) continue;
             /* through the public ops: swiglu(g, 1) uses exp(-g); direct check via attention is below */
             extern void ls_expf_n_avx2(const float *, int64_t, float *);
@@ -712,7 +745,7 @@ static void test_parity_ops(void **state) {
                 if (op == 0) ls_rmsnorm(&ks, x + m * n, wv, 1e-5f, 1, n, ref + m * n);
                 else ls_swiglu(&ks, x + m * n, u + m * n, 1, n, ref + m * n);
             }
-            for (int isa = 0; isa <= 2; isa++) {
+            for (int isa = 0; isa < LS_ISA_COUNT; isa++) {
                 if (!ls_isa_supported((ls_isa)isa)) continue;
                 for (int t = 1; t <= 3; t++) {
                     ls_kctx kc = {(ls_isa)isa, g_pools[t], NULL, 0, .narrow = false};
@@ -729,7 +762,7 @@ static void test_parity_ops(void **state) {
     for (int hi = 0; hi < 4; hi++)
         for (int neox = 0; neox < 2; neox++) {
             int hd = hds[hi], nh = 3, stride = hd + 4;
-            ls_rope_params rp = {600, hd, 10000.0f, 0.5f, neox != 0};
+            ls_rope_params rp = {.n_ctx = 600, .head_dim = hd, .freq_base = 10000.0f, .freq_scale = 0.5f, .neox = neox != 0};
             ls_rope *r = ls_rope_create(rp, NULL);
             assert_non_null(r);
             int64_t len = M * nh * stride;
@@ -741,7 +774,7 @@ static void test_parity_ops(void **state) {
             memcpy(ref, x0, sizeof(float) * (size_t)len);
             ls_kctx ks = {LS_ISA_SCALAR, NULL, NULL, 0, .narrow = false};
             for (int m = 0; m < M; m++) ls_rope_apply(&ks, r, ref + m * nh * stride, 1, nh, stride, &pos[m]);
-            for (int isa = 0; isa <= 2; isa++) {
+            for (int isa = 0; isa < LS_ISA_COUNT; isa++) {
                 if (!ls_isa_supported((ls_isa)isa)) continue;
                 for (int t = 1; t <= 3; t += 2) {
                     memcpy(y, x0, sizeof(float) * (size_t)len);
@@ -803,13 +836,19 @@ static void test_parity_ops(void **state) {
         for (int m = 0; m < 13; m++) mview[m] = (m < 3 || (m >= 4 && m < 8) || m == 12) ? cview[m] : pview[m];
         ls_kctx ks = {LS_ISA_SCALAR, NULL, NULL, 0, .narrow = false};
         /* random queries; then queries of zeros and of -0 (every score is a zero: the
-         * maximum is a zero, whose sign the AVX-512 lane-wise max need not keep) */
-        for (int qk = 0; qk < 3; qk++) {
+         * maximum is a zero, whose sign the AVX-512 lane-wise max need not keep).  Windows
+         * (sliding-window layers): none, 1 key, 16 (slice-aligned starts for rows at
+         * 16k - 1), 37 (starts at every offset inside a slice and a block), 100 (longer
+         * than a chunk: rows past it start mid-chunk). */
+        const int32_t wins[] = {0, 1, 16, 37, 100};
+        for (int wi = 0; wi < 5; wi++) {
+        const int32_t win = wins[wi];
+        for (int qk = 0; qk < (wi == 0 ? 3 : 2); qk++) {
         for (int i = 0; i < 13 * nh * hd; i++) q[i] = qk == 0 ? 3.0f * rng_unif(&s) : qk == 1 ? 0.0f : -0.0f;
         for (int m = 0; m < 13; m++)
-            ls_attention(&ks, q + m * nh * hd, 1, &posv[m], &cview[m], nh, nkv, hd, 0.125f, ref + m * nh * hd,
+            ls_attention(&ks, q + m * nh * hd, 1, &posv[m], &cview[m], nh, nkv, hd, 0.125f, win, ref + m * nh * hd,
                          scr, per);
-        for (int isa = 0; isa <= 2; isa++) {
+        for (int isa = 0; isa < LS_ISA_COUNT; isa++) {
             if (!ls_isa_supported((ls_isa)isa)) continue;
             for (int t = 1; t <= 3; t++) {
                 ls_kctx kc = {(ls_isa)isa, g_pools[t], NULL, 0, .narrow = false};
@@ -817,11 +856,12 @@ static void test_parity_ops(void **state) {
                     for (int paged = 0; paged < 3; paged++) {
                         memset(y, 0, sizeof y);
                         ls_attention(&kc, q, mm, posv, paged == 2 ? mview : paged ? pview : cview, nh, nkv, hd,
-                                     0.125f, y, scr, per);
+                                     0.125f, win, y, scr, per);
                         assert_memory_equal(y, ref, sizeof(float) * (size_t)(mm * nh * hd));
                     }
                 }
             }
+        }
         }
         }
         if (hi == 0) { /* 300 rows of alternating views: 300 one-row blocks, more than one
@@ -836,14 +876,14 @@ static void test_parity_ops(void **state) {
             for (int m = 0; m < NR; m++) {
                 pb[m] = (int32_t)((m * 37) % npos);
                 vb[m] = m % 2 ? pview[0] : cview[0];
-                ls_attention(&ks, qb + m * nh * hd, 1, &pb[m], &cview[0], nh, nkv, hd, 0.125f, rb + m * nh * hd, scr,
+                ls_attention(&ks, qb + m * nh * hd, 1, &pb[m], &cview[0], nh, nkv, hd, 0.125f, 0, rb + m * nh * hd, scr,
                              per);
             }
-            for (int isa = 1; isa <= 2; isa++) {
+            for (int isa = 1; isa < LS_ISA_COUNT; isa++) {
                 if (!ls_isa_supported((ls_isa)isa)) continue;
                 ls_kctx kc = {(ls_isa)isa, g_pools[2], NULL, 0, .narrow = false};
                 memset(yb, 0, sizeof(float) * NR * nh * hd);
-                ls_attention(&kc, qb, NR, pb, vb, nh, nkv, hd, 0.125f, yb, scr, per);
+                ls_attention(&kc, qb, NR, pb, vb, nh, nkv, hd, 0.125f, 0, yb, scr, per);
                 assert_memory_equal(yb, rb, sizeof(float) * NR * nh * hd);
             }
             free(qb); free(rb); free(yb); free(pb); free(vb);

@@ -83,7 +83,7 @@ static void test_logits_identical_across_isa_threads_chunks(void **state) {
     if (!f) skip();
     assert_true(f->n > 17); /* so that chunks of 17 really split the prompt */
     float *ref = eval(f, LS_ISA_SCALAR, 1, f->n);
-    const ls_isa isas[] = {LS_ISA_SCALAR, LS_ISA_AVX2, LS_ISA_AVX512};
+    const ls_isa isas[] = {LS_ISA_SCALAR, LS_ISA_AVX2, LS_ISA_AVXVNNI, LS_ISA_AVX512};
     const int threads[] = {1, 2};
     int32_t chunks[] = {f->n, 3, 17, 1};
     /* LOCKSTEP_TEST_QUICK=1 (the sanitizer runs): one chunk and chunks of 3 only;
@@ -93,7 +93,7 @@ static void test_logits_identical_across_isa_threads_chunks(void **state) {
     size_t n_chunks = quick ? 2 : 4;
     int checked = 0;
     bool simd = ls_isa_supported(LS_ISA_AVX2);
-    for (size_t a = 0; a < 3; a++) {
+    for (size_t a = 0; a < sizeof isas / sizeof isas[0]; a++) {
         if (!ls_isa_supported(isas[a])) {
             printf("NOT CHECKED: model parity on the %s kernels (the CPU lacks them)\n", ls_isa_name(isas[a]));
             continue;

@@ -6,7 +6,7 @@
 #include "kernels/cpu/internal.h"
 
 static void ls_quantize_row_plain(const float *x, int64_t K, void *row_out, uint8_t *xp) {
-    LS_ASSERT(!xp); /* only the AVX-512 multi-row kernel reads a packed copy */
+    LS_ASSERT(!xp); /* the scalar kernels read no packed copy */
     ls_quantize_x_row(x, K, row_out);
 }
 
@@ -15,16 +15,21 @@ static void ls_quantize_row_plain(const float *x, int64_t K, void *row_out, uint
 
 static const ls_kvtab ls_vt_scalar = {LS_ISA_SCALAR, ls_quantize_row_plain, false, NULL, NULL, LS_ROWOPS(scalar),
                                       NULL, 0};
-static const ls_kvtab ls_vt_avx2 = {LS_ISA_AVX2, ls_quantize_row_plain, false, NULL, NULL, LS_ROWOPS(avx2), NULL, 0};
-static const ls_kvtab ls_vt_avx512 = {LS_ISA_AVX512,          ls_quantize_x_row_avx512, true,
-                                      ls_prepare_bytes_avx512, ls_prepare_avx512,        LS_ROWOPS(avx512),
-                                      ls_attn_block_avx512,    64};
+static const ls_kvtab ls_vt_avx2 = {LS_ISA_AVX2,    ls_quantize_x_row_avx2, true, ls_panel_bytes, ls_panel_build,
+                                    LS_ROWOPS(avx2), ls_attn_block_avx2,     64};
+/* AVX-VNNI: the AVX2 row operations and quantizer; only the matmul kernels differ. */
+static const ls_kvtab ls_vt_avxvnni = {LS_ISA_AVXVNNI, ls_quantize_x_row_avx2, true, ls_panel_bytes, ls_panel_build,
+                                       LS_ROWOPS(avx2), ls_attn_block_avx2,     64};
+static const ls_kvtab ls_vt_avx512 = {LS_ISA_AVX512,        ls_quantize_x_row_avx512, true, ls_panel_bytes,
+                                      ls_panel_build,       LS_ROWOPS(avx512),        ls_attn_block_avx512,
+                                      64};
 
 const ls_kvtab *ls_kvtab_for(ls_isa isa) {
     LS_ASSERT(ls_isa_supported(isa)); /* a kctx must carry an ISA this CPU runs (ls_isa_from_env checks) */
     switch (isa) {
     case LS_ISA_SCALAR: return &ls_vt_scalar;
     case LS_ISA_AVX2: return &ls_vt_avx2;
+    case LS_ISA_AVXVNNI: return &ls_vt_avxvnni;
     case LS_ISA_AVX512: return &ls_vt_avx512;
     default: break;
     }

@@ -53,12 +53,19 @@ struct ls_wmat {
     void *owned;
     unsigned prepared;      /* bit isa: ls_wmat_prepare ran for that ISA */
     void *prep_owned;       /* what ls_wmat_prepare allocated itself (mem NULL), freed with the matrix */
-    /* Panel copy (Q4_1 and Q8_0, built by the AVX-512 entry's prepare; else NULL):
+    /* Panel copy (Q4_1, Q8_0 and Q4_K, built by the prepare of the first of AVX-512,
+     * AVX-VNNI, AVX2 to use the matrix, read by all three; else NULL):
      * rows in panels of 16 (the last one zero-padded); panel P is panel_bytes long at
      * panel + P * panel_bytes and holds, for unit b = 0..nb-1, the codes of its 16 rows at
      * b * pcode (planes of 16 lanes x 4 bytes, lane r = row 16P + r, same byte packing as a
-     * group record's planes: NIB 4 planes, BYTE 8 planes), then the fp16 d of the 16 rows
-     * at nb * pcode + 32 b, then (Q4_1) the fp16 m at nb * (pcode + 32) + 32 b. */
+     * group record's planes: NIB 4 planes, BYTE 8 planes), then the scale fields:
+     *   Q4_1, Q8_0: the fp16 d of the 16 rows at nb * pcode + 32 b, then (Q4_1) the fp16 m
+     *               at nb * (pcode + 32) + 32 b;
+     *   Q4_K:       the u8 6-bit scale sc of the 16 rows at nb * pcode + 32 b and their
+     *               6-bit min mn at nb * pcode + 32 b + 16, then per super-block j = b / 8
+     *               the rows' fp16 d at nb * (pcode + 32) + 64 j and fp16 dmin 32 bytes on
+     *               (the raw fields: the kernels form d * dx, sc * isum and dmin * mn per
+     *               unit exactly as the recipe's c_b does). */
     uint8_t *panel;
     size_t panel_bytes, pcode;
 };
@@ -95,6 +102,7 @@ typedef void (*ls_mm_fn)(const ls_mm_job *job, int64_t n0, int64_t n1);
 #define LS_DECL_MM(T, nm)                                                \
     void ls_mm_##nm##_scalar(const ls_mm_job *job, int64_t n0, int64_t n1); \
     void ls_mm_##nm##_avx2(const ls_mm_job *job, int64_t n0, int64_t n1);   \
+    void ls_mm_##nm##_avxvnni(const ls_mm_job *job, int64_t n0, int64_t n1); \
     void ls_mm_##nm##_avx512(const ls_mm_job *job, int64_t n0, int64_t n1);
 LS_WTYPE_LIST(LS_DECL_MM)
 
@@ -108,8 +116,9 @@ typedef struct ls_wtype_s {
     void (*put_scales)(const ls_rec *r, uint32_t l, const ls_unit *un, uint8_t *rec); /* into lane l */
     /* Step 2 of the recipe for unit l of a record: u its 32 codes, q the activation
      * block's 32 codes, dx and sx its scale and scaled sum (the scalar definition). */
-    float (*unit_c)(const ls_rec *r, uint32_t l, const uint8_t *rec, const int *u, const int *q, float dx, float sx);
-    ls_mm_fn mm[3];         /* the kernels, indexed by ls_isa */
+    float (*unit_c)(const ls_rec *r, uint32_t l, const uint8_t *rec, const int16_t *u, const int16_t *q, float dx,
+                    float sx);
+    ls_mm_fn mm[LS_ISA_COUNT]; /* the kernels, indexed by ls_isa */
 } ls_wtype;
 /* The row of a type with a matmul kernel, or NULL. */
 const ls_wtype *ls_wtype_get(uint32_t type);
@@ -155,12 +164,15 @@ void ls_quantize_x_row(const float *x, int64_t K, void *row_out);
  * writing the row's tile-packed records (below) when xp is not NULL: xp is the row's
  * record of unit 0, unit b's at xp + b * LS_XP_UNIT. */
 void ls_quantize_x_row_avx512(const float *x, int64_t K, void *row_out, uint8_t *xp);
-/* The AVX-512 entry's prepare hook (matmul_avx512.c): the panel copy of Q4_1 / Q8_0. */
-size_t ls_prepare_bytes_avx512(const ls_wmat *w);
-void ls_prepare_avx512(ls_wmat *w, void *mem);
+/* The same with AVX2 (same bits), also writing the tile-packed records when xp is not NULL. */
+void ls_quantize_x_row_avx2(const float *x, int64_t K, void *row_out, uint8_t *xp);
+/* The prepare hook of the AVX-512, AVX-VNNI and AVX2 entries (wmat.c): the panel copy of
+ * Q4_1 / Q8_0 / Q4_K, one layout shared by the three (built once per matrix). */
+size_t ls_panel_bytes(const ls_wmat *w);
+void ls_panel_build(ls_wmat *w, void *mem);
 
-/* Tile-packed copy of a call's quantized activations, read by the AVX-512 multi-row
- * panel kernel: rows in tiles of LS_XP_R (row m: tile m / LS_XP_R, lane m % LS_XP_R);
+/* Tile-packed copy of a call's quantized activations, read by the multi-row panel
+ * kernels (AVX-512, AVX-VNNI, AVX2): rows in tiles of LS_XP_R (row m: tile m / LS_XP_R, lane m % LS_XP_R);
  * per tile, per unit b, an LS_XP_UNIT-byte record of LS_XP_ROW bytes per lane r: the
  * unit's 32 code bytes in slot order (slot s = elements 4s..4s+3 at 4s), then dx
  * (float), sx (float), 128 * sq (int32).  A tile's rows are then read at constant
@@ -194,13 +206,14 @@ typedef struct {
     void (*swiglu_row)(const float *g, const float *u, int64_t n, float *out);
     void (*rope_row)(float *x, int n_heads, int head_stride, int head_dim, bool neox, const float *cs,
                      const float *sn);
-    void (*attn_head)(const float *q, int64_t n_keys, const ls_kv_view *kv, int kv_off, int kv_stride,
+    /* One query head against keys k0..n_keys-1 (scores[j - k0]: the recipe over those keys). */
+    void (*attn_head)(const float *q, int64_t k0, int64_t n_keys, const ls_kv_view *kv, int kv_off, int kv_stride,
                       int head_dim, float scale, float *out, float *scores);
     void (*expf_n)(const float *x, int64_t n, float *out);
     /* Attention for blocks of rows x heads sharing loads (NULL: one (row, head) at a
      * time), for head_dim a multiple of 16 up to attn_block_head_dim. */
     void (*attn_block)(int nr, int nh, const float *q, int64_t row_stride, int q_stride, const int32_t *pos,
-                       const ls_kv_view *kv, int kv_off, int kv_stride, int head_dim, float scale, float *out,
+                       int32_t window, const ls_kv_view *kv, int kv_off, int kv_stride, int head_dim, float scale, float *out,
                        float *scores, size_t per);
     int attn_block_head_dim;
 } ls_kvtab;
@@ -208,13 +221,26 @@ typedef struct {
 /* AVX-512 attention for a block of nr rows of one sequence x nh (<= LS_ATTN_HMAX) query
  * heads sharing a kv head, nr * nh <= LS_ATTN_VMAX vectors (same bits as
  * ls_attn_head_avx512 per row and head).  Row r's queries are q + r * row_stride + h *
- * q_stride (out likewise), at position pos[r].  head_dim: a multiple of 16, at most 64.
+ * q_stride (out likewise), at position pos[r], reading keys ls_attn_first(pos[r], window)..pos[r].
+ * head_dim: a multiple of 16, at most 64.
  * scores: nr * nh x per floats. */
 #define LS_ATTN_HMAX 4
 #define LS_ATTN_VMAX 12
 void ls_attn_block_avx512(int nr, int nh, const float *q, int64_t row_stride, int q_stride, const int32_t *pos,
-                          const ls_kv_view *kv, int kv_off, int kv_stride, int head_dim, float scale, float *out,
+                          int32_t window, const ls_kv_view *kv, int kv_off, int kv_stride, int head_dim, float scale, float *out,
                           float *scores, size_t per);
+
+/* The first key a row at position pos reads: pos - window + 1 in a sliding-window layer
+ * (window > 0; never below 0), else 0. */
+static inline int64_t ls_attn_first(int64_t pos, int32_t window) {
+    return window > 0 && pos >= window ? pos - window + 1 : 0;
+}
+
+/* The same with AVX2 (ops_avx2.c; same bits as ls_attn_head_avx2 per row and head), for
+ * the AVX2 and AVX-VNNI levels. */
+void ls_attn_block_avx2(int nr, int nh, const float *q, int64_t row_stride, int q_stride, const int32_t *pos,
+                        int32_t window, const ls_kv_view *kv, int kv_off, int kv_stride, int head_dim, float scale, float *out,
+                        float *scores, size_t per);
 
 /* Key row j of a paged view (kv_off selects the kv head inside the row). */
 static inline const float *ls_kv_krow(const ls_kv_view *kv, int kv_off, int kv_stride, int64_t j) {
@@ -235,8 +261,8 @@ const ls_kvtab *ls_kvtab_for(ls_isa isa);
     void ls_swiglu_row_##sfx(const float *g, const float *u, int64_t n, float *out);            \
     void ls_rope_row_##sfx(float *x, int n_heads, int head_stride, int head_dim, bool neox,     \
                            const float *cs, const float *sn);                                   \
-    void ls_attn_head_##sfx(const float *q, int64_t n_keys, const ls_kv_view *kv, int kv_off,   \
-                            int kv_stride, int head_dim, float scale, float *out, float *scores); \
+    void ls_attn_head_##sfx(const float *q, int64_t k0, int64_t n_keys, const ls_kv_view *kv,   \
+                            int kv_off, int kv_stride, int head_dim, float scale, float *out, float *scores); \
     void ls_expf_n_##sfx(const float *x, int64_t n, float *out);
 LS_DECL_ISA(scalar)
 LS_DECL_ISA(avx2)

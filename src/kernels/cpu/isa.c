@@ -24,6 +24,11 @@ static unsigned ls_isa_mask(void) {
     __cpuid_count(7, 0, a, b, c, d);
     bool avx2 = b & (1u << 5);
     if (avx2 && fma && f16c) mask |= 1u << LS_ISA_AVX2;
+    if ((mask & (1u << LS_ISA_AVX2)) && __get_cpuid_max(0, NULL) >= 7) {
+        unsigned a1, b1, c1, d1;
+        __cpuid_count(7, 1, a1, b1, c1, d1);
+        if (a1 & (1u << 4)) mask |= 1u << LS_ISA_AVXVNNI; /* AVX-VNNI: vpdpbusd on ymm (VEX) */
+    }
     bool f = b & (1u << 16), dq = b & (1u << 17), bw = b & (1u << 30), vl = b & (1u << 31);
     bool vnni = c & (1u << 11);
     bool zmm_os = (xcr0 & 0xe6) == 0xe6; /* opmask, ZMM_Hi256, Hi16_ZMM */
@@ -31,8 +36,8 @@ static unsigned ls_isa_mask(void) {
     return mask;
 }
 
-/* LOCKSTEP_CPU_HIDE=avx512 (or avx2) makes this process see a CPU without AVX-512 (or
- * without AVX2 and AVX-512), as if it ran on an older machine: for tests of the paths
+/* LOCKSTEP_CPU_HIDE=avx512 (or avxvnni, or avx2) makes this process see a CPU without
+ * AVX-512 (without AVX-VNNI and AVX-512; without AVX2, AVX-VNNI and AVX-512), as if it ran on an older machine: for tests of the paths
  * such a CPU takes, including that nothing there touches a hidden instruction set (a
  * kernel table lookup for one asserts).  Returns the bits to clear; an unknown value
  * hides nothing here, and ls_isa_from_env reports it. */
@@ -40,7 +45,8 @@ static unsigned ls_isa_hidden(void) {
     const char *h = getenv("LOCKSTEP_CPU_HIDE");
     if (!h) return 0;
     if (strcmp(h, "avx512") == 0) return 1u << LS_ISA_AVX512;
-    if (strcmp(h, "avx2") == 0) return (1u << LS_ISA_AVX2) | (1u << LS_ISA_AVX512);
+    if (strcmp(h, "avxvnni") == 0) return (1u << LS_ISA_AVXVNNI) | (1u << LS_ISA_AVX512);
+    if (strcmp(h, "avx2") == 0) return (1u << LS_ISA_AVX2) | (1u << LS_ISA_AVXVNNI) | (1u << LS_ISA_AVX512);
     return 0;
 }
 
@@ -63,6 +69,7 @@ bool ls_isa_supported(ls_isa isa) {
 ls_isa ls_isa_best(void) {
     unsigned m = ls_isa_mask_cached();
     if (m & (1u << LS_ISA_AVX512)) return LS_ISA_AVX512;
+    if (m & (1u << LS_ISA_AVXVNNI)) return LS_ISA_AVXVNNI;
     if (m & (1u << LS_ISA_AVX2)) return LS_ISA_AVX2;
     return LS_ISA_SCALAR;
 }
@@ -71,6 +78,7 @@ const char *ls_isa_name(ls_isa isa) {
     switch (isa) {
     case LS_ISA_SCALAR: return "scalar";
     case LS_ISA_AVX2: return "avx2";
+    case LS_ISA_AVXVNNI: return "avxvnni";
     case LS_ISA_AVX512: return "avx512";
     case LS_ISA_AUTO: return "auto";
     }
@@ -80,32 +88,33 @@ const char *ls_isa_name(ls_isa isa) {
 static const char *ls_isa_needs(ls_isa isa) {
     switch (isa) {
     case LS_ISA_AVX2: return "AVX2, FMA and F16C with OS support for YMM state";
+    case LS_ISA_AVXVNNI: return "AVX2, FMA, F16C and AVX-VNNI (CPUID 7.1 EAX bit 4) with OS support for YMM state";
     case LS_ISA_AVX512: return "AVX-512 F/BW/VL/DQ/VNNI with OS support for ZMM state";
     default: return "nothing";
     }
 }
 
 ls_status ls_isa_from_name(const char *name, ls_isa *out, ls_err *err) {
-    static const ls_isa all[] = {LS_ISA_SCALAR, LS_ISA_AVX2, LS_ISA_AVX512};
+    static const ls_isa all[] = {LS_ISA_SCALAR, LS_ISA_AVX2, LS_ISA_AVXVNNI, LS_ISA_AVX512};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
         if (name && strcmp(name, ls_isa_name(all[i])) == 0) {
             if (!ls_isa_supported(all[i]))
                 return ls_err_set(err, LS_E_UNSUPPORTED,
                                   "LOCKSTEP_ISA=%s but this CPU lacks %s (%s); best available is %s", name,
-                                  all[i] == LS_ISA_AVX512 ? "AVX-512" : "AVX2", ls_isa_needs(all[i]),
+                                  all[i] == LS_ISA_AVX512 ? "AVX-512" : all[i] == LS_ISA_AVXVNNI ? "AVX-VNNI" : "AVX2", ls_isa_needs(all[i]),
                                   ls_isa_name(ls_isa_best()));
             *out = all[i];
             return LS_OK;
         }
     }
-    return ls_err_set(err, LS_E_INVALID, "unknown instruction set '%s' (valid: scalar, avx2, avx512)",
+    return ls_err_set(err, LS_E_INVALID, "unknown instruction set '%s' (valid: scalar, avx2, avxvnni, avx512)",
                       name ? name : "(null)");
 }
 
 ls_status ls_isa_from_env(ls_isa *out, ls_err *err) {
     const char *h = getenv("LOCKSTEP_CPU_HIDE");
-    if (h && strcmp(h, "avx512") != 0 && strcmp(h, "avx2") != 0)
-        return ls_err_set(err, LS_E_INVALID, "LOCKSTEP_CPU_HIDE='%s': expected avx512 or avx2", h);
+    if (h && strcmp(h, "avx512") != 0 && strcmp(h, "avxvnni") != 0 && strcmp(h, "avx2") != 0)
+        return ls_err_set(err, LS_E_INVALID, "LOCKSTEP_CPU_HIDE='%s': expected avx512, avxvnni or avx2", h);
     const char *v = getenv("LOCKSTEP_ISA");
     if (!v || !*v) {
         *out = ls_isa_best();

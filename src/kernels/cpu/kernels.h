@@ -124,6 +124,10 @@ void ls_rmsnorm(const ls_kctx *kc, const float *x, const float *w, float eps, in
                 float *out);
 /* out[i] = silu(gate[i]) * up[i] for M rows of n */
 void ls_swiglu(const ls_kctx *kc, const float *gate, const float *up, int64_t M, int64_t n, float *out);
+/* out[i] = gelu_tanh(gate[i]) * up[i] for M rows of n (GeGLU, gemma; geglu.c): one scalar
+ * recipe on every ISA, gelu_tanh(g) = g / (1 + ls_expf(-2u)), u = sqrt(2/pi) (g + 0.044715 g^3). */
+void ls_geglu(const ls_kctx *kc, const float *gate, const float *up, int64_t M, int64_t n, float *out);
+float ls_gelu_tanh(float g);
 
 /* RoPE tables, computed once: cos/sin for positions [0, n_ctx) and head_dim/2 freqs.
  * NeoX-style (neox=true) rotates pairs (i, i+d/2); normal style rotates (2i, 2i+1). */
@@ -132,10 +136,21 @@ typedef struct {
     int32_t n_ctx;
     int32_t head_dim;      /* rotated dims (rope.dimension_count) */
     float freq_base;       /* rope.freq_base */
-    float freq_scale;      /* 1/rope.scaling.factor for linear scaling, else 1 */
+    float freq_scale;      /* 1/rope.scaling.factor for linear and YaRN scaling, else 1 */
     bool neox;
+    /* YaRN (rope.scaling.type = yarn; docs/numerics.md): each frequency mixes the
+     * interpolated (freq_scale) and the original angle by a ramp over the dims between the
+     * correction dims of beta_fast and beta_slow rotations in n_ctx_orig positions, and
+     * cos/sin are scaled by attn_factor * (1 + 0.1 ln(1/freq_scale)) (when freq_scale < 1). */
+    bool yarn;
+    int32_t yarn_n_ctx_orig;
+    float yarn_beta_fast, yarn_beta_slow, yarn_attn_factor;
 } ls_rope_params;
 ls_rope *ls_rope_create(ls_rope_params p, ls_err *err);
+/* The same with head_dim/2 factors dividing each frequency (rope_freqs.weight, Llama
+ * 3.1+: theta_i = pos * freq_scale * base^(-2i/d) / factors[i], in double); factors
+ * NULL is ls_rope_create.  factors is read only here. */
+ls_rope *ls_rope_create_factors(ls_rope_params p, const float *factors, ls_err *err);
 void ls_rope_free(ls_rope *r);
 /* Rotates, in place, M rows each holding n_heads heads of head_stride floats, row m
  * at position pos[m].  Rotates the first head_dim dims of each head. */
@@ -168,11 +183,14 @@ typedef struct {
  * index (scores, max, exp, sums in chunks of LS_ATTN_CHUNK keys, then p.v in key
  * order), so a row's result does not depend on the other rows, on the pool, on the
  * ISA, or on where the blocks live.
+ * window > 0 (a sliding-window layer): the row at position p reads keys
+ * max(0, p - window + 1)..p only, and runs the same recipe over that list of keys as
+ * if they were keys 0..n-1 (docs/numerics.md); 0: every key 0..p.
  * scratch: at least ls_attention_scratch_floats(max_pos+1) floats per pool thread. */
 #define LS_ATTN_CHUNK 64
 size_t ls_attention_scratch_floats(int64_t n_keys);
 void ls_attention(const ls_kctx *kc, const float *q, int64_t M, const int32_t *pos, const ls_kv_view *kv,
-                  int n_head, int n_kv_head, int head_dim, float scale, float *out, float *scratch,
+                  int n_head, int n_kv_head, int head_dim, float scale, int32_t window, float *out, float *scratch,
                   size_t scratch_floats_per_thread);
 
 /* The project's own transcendentals: identical bits on every ISA. */

@@ -6,10 +6,23 @@
  * Integer dot products use vpmaddubsw (u8 x s8 -> s16 pairs) and vpmaddwd with
  * ones; the number of s16 products summed before widening is chosen per type so
  * that no s16 sum can saturate (bounds beside LS_Y_PAIRS), so isum is exact. */
+/* The same file, compiled with LS_Y_VNNI = 1 (matmul_avxvnni.c, -mavxvnni), is the
+ * AVX-VNNI level: one vpdpbusd (ymm) per slot replaces the vpmaddubsw + vpmaddwd pairs;
+ * the integer sums are the same exact integers, so the bits are the same. */
 #include <immintrin.h>
+#include <math.h>
 
 #include "kernels/cpu/internal.h"
 #include "kernels/cpu/tree_avx2.h"
+
+#ifndef LS_Y_VNNI
+#define LS_Y_VNNI 0
+#define LS_Y_SFX avx2
+#else
+#define LS_Y_SFX avxvnni
+#endif
+#define LS_Y_CAT2(a, b) a##b
+#define LS_Y_CAT(a, b) LS_Y_CAT2(a, b)
 
 #define AI static inline __attribute__((always_inline))
 
@@ -135,9 +148,21 @@ AI __m256 ls_y_c(const uint32_t type, bool full, int cnt, __m256i lm, uint32_t L
                  int64_t G) {
     uint32_t ps = L * 4;
     const int8_t *xg = x->q + G * (LS_GROUP * 32) + 32 * h;
+    __m256i acc = _mm256_setzero_si256(), acc2 = _mm256_setzero_si256();
+#if LS_Y_VNNI
+    /* two dpbusd chains (slots 0-3, 4-7); Q6_K keeps them apart (its two half scales) */
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; s++) {
+        __m256i xs = ls_y_ldb(full, lm, xg + s * ps);
+        if (s >= 4)
+            acc2 = _mm256_dpbusd_avx_epi32(acc2, W->w[s], xs);
+        else
+            acc = _mm256_dpbusd_avx_epi32(acc, W->w[s], xs);
+    }
+    if (type != LS_TYPE_Q6_K) acc = _mm256_add_epi32(acc, acc2);
+#else
     const __m256i ones = _mm256_set1_epi16(1);
     const int P = ls_y_pairs(type);
-    __m256i acc = _mm256_setzero_si256(), acc2 = _mm256_setzero_si256();
     #pragma GCC unroll 8
     for (int s0 = 0; s0 < 8; s0 += P) {
         __m256i p16 = ls_y_prod(type, W->w[s0], ls_y_ldb(full, lm, xg + s0 * ps));
@@ -149,8 +174,13 @@ AI __m256 ls_y_c(const uint32_t type, bool full, int cnt, __m256i lm, uint32_t L
         else
             acc = _mm256_add_epi32(acc, p32);
     }
+#endif
     int64_t u0 = G * LS_GROUP + 8 * h;
     __m256 dx = ls_y_ldf(full, lm, x->dx + u0);
+#if LS_Y_VNNI
+    if (type == LS_TYPE_Q8_0) /* dpbusd took the unsigned codes u = w + 128: subtract 128 * sum q */
+        acc = _mm256_sub_epi32(acc, _mm256_slli_epi32(ls_y_ldi(full, lm, x->sq + u0), 7));
+#endif
     switch (type) {
     case LS_TYPE_Q4_0: case LS_TYPE_Q5_0: case LS_TYPE_MXFP4: {
         int off = type == LS_TYPE_Q4_0 ? 8 : type == LS_TYPE_Q5_0 ? 16 : 12;
@@ -158,7 +188,7 @@ AI __m256 ls_y_c(const uint32_t type, bool full, int cnt, __m256i lm, uint32_t L
         __m256i isum = _mm256_sub_epi32(acc, _mm256_mullo_epi32(sq, _mm256_set1_epi32(off)));
         return _mm256_mul_ps(_mm256_mul_ps(W->f0, dx), _mm256_cvtepi32_ps(isum));
     }
-    case LS_TYPE_Q8_0: /* the sign trick gives sum w*q directly */
+    case LS_TYPE_Q8_0: /* the sign trick (AVX-VNNI: the correction above) gives sum w*q */
         return _mm256_mul_ps(_mm256_mul_ps(W->f0, dx), _mm256_cvtepi32_ps(acc));
     case LS_TYPE_Q4_1: case LS_TYPE_Q5_1: {
         __m256 sx = ls_y_ldf(full, lm, x->sx + u0);
@@ -270,6 +300,385 @@ AI void ls_y_tile_f(const uint32_t type, const int R, const ls_wmat *w, const ui
     for (int i = 0; i < R; i++) yr[i][n] = ls_y_tree16(a0[i], a1[i]);
 }
 
+/* ---- the panel copy (Q4_1, Q8_0, Q4_K; internal.h, docs/numerics.md) ----------------
+ * The same layout as the AVX-512 kernels read: a panel of 16 weight rows, per unit b its
+ * codes as planes of 16 lanes x 4 bytes (lane r = row 16P + r), then the rows' fp16 d (and
+ * m; Q4_K: sc, mn and the super-block d, dmin; its nibble codes are read as Q4_1's, and
+ * its panel is used for M >= 2 only).  Here a panel is two halves of 8 lanes (h = 0: rows
+ * 0..7, bytes 0..31 of each 64-byte plane; h = 1: rows 8..15).  One unit's integer dot products for the 16 rows come out
+ * lane-wise: AVX-VNNI, one vpdpbusd per slot and half against the activation's 4-byte
+ * chunk broadcast; AVX2, vpmaddubsw of the nibble operands (Q8_0's byte codes u = w + 128
+ * split into their two nibbles, u = 16 hi + lo) summed in s16 over the unit's 8 slots
+ * (<= 8 * 2 * 15 * 127 = 30480: no saturation), widened once with vpmaddwd.  Both give the
+ * exact isum (Q8_0: minus 128 * sum q).  c_b is lane-wise step 2 (d, m per lane; dx, sx
+ * broadcast); S_g = (+0 + c_g) + c_{g+32} + ... in increasing b; the 32-leaf tree is
+ * formed as the groups complete (a binary counter of pending left subtrees), vertical adds
+ * only, so every lane is its row's scalar recipe.  Tiles of up to LS_YP_R activation rows
+ * share each loaded weight operand (rows from the tile-packed activation copy, M >= 2);
+ * M >= 2 runs column blocks of ~256 KiB of panels with every row tile passing over each;
+ * the next panel is prefetched while one is computed. */
+#ifndef LS_YP_R
+#define LS_YP_R 4
+#endif
+
+/* Prefetch of the next panel's unit b (codes and scale lines); pn = NULL: none. */
+AI void ls_yp_pf_unit(const uint32_t type, const ls_wmat *w, const uint8_t *pn, int64_t b) {
+    if (!pn) return;
+    const char *c = (const char *)(pn + (size_t)b * w->pcode);
+    _mm_prefetch(c, _MM_HINT_T0);
+    _mm_prefetch(c + 64, _MM_HINT_T0);
+    _mm_prefetch(c + 128, _MM_HINT_T0);
+    _mm_prefetch(c + 192, _MM_HINT_T0);
+    if (type == LS_TYPE_Q8_0) {
+        _mm_prefetch(c + 256, _MM_HINT_T0);
+        _mm_prefetch(c + 320, _MM_HINT_T0);
+        _mm_prefetch(c + 384, _MM_HINT_T0);
+        _mm_prefetch(c + 448, _MM_HINT_T0);
+    }
+    if (!(b & 1)) {
+        const char *d = (const char *)(pn + (size_t)w->nb * w->pcode + 32 * (size_t)b);
+        _mm_prefetch(d, _MM_HINT_T0);
+        if (type == LS_TYPE_Q4_1) _mm_prefetch(d + 32 * (size_t)w->nb, _MM_HINT_T0);
+    }
+    if (type == LS_TYPE_Q4_K && !(b & 7)) /* the super-block's d, dmin line */
+        _mm_prefetch((const char *)(pn + (size_t)w->nb * (w->pcode + 32) + 8 * (size_t)b), _MM_HINT_T0);
+}
+
+AI __m256i ls_yp_bc(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+AI float ls_yp_f(const uint8_t *p) {
+    float v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* c_b of unit b for R activation rows x the 16 rows of panel p: c[r][h] (lanes = rows
+ * 8h..8h+7).  packed: row r's activations are the packed records at xpb (row r at
+ * r * LS_XP_ROW); else one row, x1 (xq layout). */
+AI void ls_yp_unit(const uint32_t type, const int R, const bool packed, const ls_wmat *w, const uint8_t *p,
+                   const uint8_t *xpb, const ls_xq *x1, int64_t b, const uint8_t *pn, __m256 c[][2]) {
+    const int64_t nb = w->nb;
+    ls_yp_pf_unit(type, w, pn, b);
+    const uint8_t *codes = p + (size_t)b * w->pcode;
+    const uint8_t *xu;
+    int64_t xst; /* bytes between a unit's slots */
+    if (packed) {
+        xu = xpb + (size_t)b * LS_XP_UNIT;
+        xst = 4;
+    } else {
+        const int64_t G = b / LS_GROUP, l = b % LS_GROUP;
+        const int64_t L = (G + 1) * LS_GROUP <= nb ? LS_GROUP : nb % LS_GROUP;
+        xu = (const uint8_t *)x1->q + G * (LS_GROUP * 32) + l * 4;
+        xst = L * 4;
+    }
+#define LS_YP_X(r, s) ls_yp_bc(xu + (r) * LS_XP_ROW + (s) * xst)
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256i acc[LS_YP_R][2];
+#if LS_Y_VNNI
+    /* one or (R = 1) two dpbusd chains per row and half; integer sums are exact in any order */
+    __m256i acc2[LS_YP_R][2];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = acc2[r][0] = acc2[r][1] = _mm256_setzero_si256();
+    if (type == LS_TYPE_Q4_1 || type == LS_TYPE_Q4_K) { /* nibble codes */
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++) {
+            __m256i v0 = _mm256_loadu_si256((const __m256i *)(codes + 64 * q));
+            __m256i v1 = _mm256_loadu_si256((const __m256i *)(codes + 64 * q + 32));
+            __m256i lo0 = _mm256_and_si256(v0, m4), lo1 = _mm256_and_si256(v1, m4);
+            __m256i hi0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4);
+            __m256i hi1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) {
+                __m256i xa = LS_YP_X(r, q), xb = LS_YP_X(r, q + 4);
+                acc[r][0] = _mm256_dpbusd_avx_epi32(acc[r][0], lo0, xa);
+                acc[r][1] = _mm256_dpbusd_avx_epi32(acc[r][1], lo1, xa);
+                if (R == 1) {
+                    acc2[r][0] = _mm256_dpbusd_avx_epi32(acc2[r][0], hi0, xb);
+                    acc2[r][1] = _mm256_dpbusd_avx_epi32(acc2[r][1], hi1, xb);
+                } else {
+                    acc[r][0] = _mm256_dpbusd_avx_epi32(acc[r][0], hi0, xb);
+                    acc[r][1] = _mm256_dpbusd_avx_epi32(acc[r][1], hi1, xb);
+                }
+            }
+        }
+    } else {
+#pragma GCC unroll 8
+        for (int s = 0; s < 8; s++) {
+            __m256i w0 = _mm256_loadu_si256((const __m256i *)(codes + 64 * s));
+            __m256i w1 = _mm256_loadu_si256((const __m256i *)(codes + 64 * s + 32));
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) {
+                __m256i xs = LS_YP_X(r, s);
+                if (R == 1 && s >= 4) {
+                    acc2[r][0] = _mm256_dpbusd_avx_epi32(acc2[r][0], w0, xs);
+                    acc2[r][1] = _mm256_dpbusd_avx_epi32(acc2[r][1], w1, xs);
+                } else {
+                    acc[r][0] = _mm256_dpbusd_avx_epi32(acc[r][0], w0, xs);
+                    acc[r][1] = _mm256_dpbusd_avx_epi32(acc[r][1], w1, xs);
+                }
+            }
+        }
+    }
+    if (R == 1) {
+        acc[0][0] = _mm256_add_epi32(acc[0][0], acc2[0][0]);
+        acc[0][1] = _mm256_add_epi32(acc[0][1], acc2[0][1]);
+    }
+#else
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i p16[LS_YP_R][2];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) p16[r][0] = p16[r][1] = _mm256_setzero_si256();
+    if (type == LS_TYPE_Q4_1 || type == LS_TYPE_Q4_K) { /* nibble codes */
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++) {
+            __m256i v0 = _mm256_loadu_si256((const __m256i *)(codes + 64 * q));
+            __m256i v1 = _mm256_loadu_si256((const __m256i *)(codes + 64 * q + 32));
+            __m256i lo0 = _mm256_and_si256(v0, m4), lo1 = _mm256_and_si256(v1, m4);
+            __m256i hi0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4);
+            __m256i hi1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) {
+                __m256i xa = LS_YP_X(r, q), xb = LS_YP_X(r, q + 4);
+                p16[r][0] = _mm256_add_epi16(p16[r][0], _mm256_add_epi16(_mm256_maddubs_epi16(lo0, xa),
+                                                                          _mm256_maddubs_epi16(hi0, xb)));
+                p16[r][1] = _mm256_add_epi16(p16[r][1], _mm256_add_epi16(_mm256_maddubs_epi16(lo1, xa),
+                                                                          _mm256_maddubs_epi16(hi1, xb)));
+            }
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            acc[r][0] = _mm256_madd_epi16(p16[r][0], ones);
+            acc[r][1] = _mm256_madd_epi16(p16[r][1], ones);
+        }
+    } else { /* Q8_0: u = 16 hi + lo, each nibble product summed in s16 */
+        __m256i h16[LS_YP_R][2];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) h16[r][0] = h16[r][1] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int s = 0; s < 8; s++) {
+            __m256i u0 = _mm256_loadu_si256((const __m256i *)(codes + 64 * s));
+            __m256i u1 = _mm256_loadu_si256((const __m256i *)(codes + 64 * s + 32));
+            __m256i lo0 = _mm256_and_si256(u0, m4), lo1 = _mm256_and_si256(u1, m4);
+            __m256i hi0 = _mm256_and_si256(_mm256_srli_epi16(u0, 4), m4);
+            __m256i hi1 = _mm256_and_si256(_mm256_srli_epi16(u1, 4), m4);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) {
+                __m256i xs = LS_YP_X(r, s);
+                p16[r][0] = _mm256_add_epi16(p16[r][0], _mm256_maddubs_epi16(lo0, xs));
+                p16[r][1] = _mm256_add_epi16(p16[r][1], _mm256_maddubs_epi16(lo1, xs));
+                h16[r][0] = _mm256_add_epi16(h16[r][0], _mm256_maddubs_epi16(hi0, xs));
+                h16[r][1] = _mm256_add_epi16(h16[r][1], _mm256_maddubs_epi16(hi1, xs));
+            }
+        }
+        const __m256i sixteen = _mm256_set1_epi16(16);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            acc[r][0] = _mm256_add_epi32(_mm256_madd_epi16(p16[r][0], ones), _mm256_madd_epi16(h16[r][0], sixteen));
+            acc[r][1] = _mm256_add_epi32(_mm256_madd_epi16(p16[r][1], ones), _mm256_madd_epi16(h16[r][1], sixteen));
+        }
+    }
+#endif
+#undef LS_YP_X
+    const uint8_t *dp = p + (size_t)nb * w->pcode + 32 * (size_t)b;
+    if (type == LS_TYPE_Q4_K) {
+        /* c_b = fma(d * dx, (float)(isum * sc), (-(dmin * mn)) * sx), as c_kq: isum * sc is
+         * formed as (float)isum * (float)sc, the same value, since |isum| <= 32 * 15 * 127 and
+         * sc <= 63 make the product an integer below 2^24 (exact in float either way). */
+        const uint8_t *kp = p + (size_t)nb * (w->pcode + 32) + 8 * (size_t)(b & ~(int64_t)7);
+        __m256 d[2], sc[2], nmt[2];
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            d[h] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kp + 16 * h)));
+            const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kp + 32 + 16 * h)));
+            sc[h] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(dp + 8 * h))));
+            const __m256 mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(dp + 16 + 8 * h))));
+            nmt[h] = _mm256_xor_ps(_mm256_mul_ps(dmin, mn), _mm256_set1_ps(-0.0f));
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            const uint8_t *xr = xu + r * LS_XP_ROW;
+            const __m256 dx = _mm256_set1_ps(packed ? ls_yp_f(xr + LS_XP_DX) : x1->dx[b]);
+            const __m256 sx = _mm256_set1_ps(packed ? ls_yp_f(xr + LS_XP_SX) : x1->sx[b]);
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++)
+                c[r][h] = _mm256_fmadd_ps(_mm256_mul_ps(d[h], dx),
+                                          _mm256_mul_ps(_mm256_cvtepi32_ps(acc[r][h]), sc[h]),
+                                          _mm256_mul_ps(nmt[h], sx));
+        }
+        return;
+    }
+    __m256 d[2], m[2];
+    d[0] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dp));
+    d[1] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dp + 16)));
+    if (type == LS_TYPE_Q4_1) {
+        m[0] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dp + 32 * (size_t)nb)));
+        m[1] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dp + 32 * (size_t)nb + 16)));
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+        const uint8_t *xr = xu + r * LS_XP_ROW;
+        const __m256 dx = _mm256_set1_ps(packed ? ls_yp_f(xr + LS_XP_DX) : x1->dx[b]);
+        if (type == LS_TYPE_Q4_1) {
+            const __m256 sx = _mm256_set1_ps(packed ? ls_yp_f(xr + LS_XP_SX) : x1->sx[b]);
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++)
+                c[r][h] = _mm256_fmadd_ps(_mm256_mul_ps(d[h], dx), _mm256_cvtepi32_ps(acc[r][h]), _mm256_mul_ps(m[h], sx));
+        } else {
+            int32_t sq128;
+            if (packed)
+                memcpy(&sq128, xr + LS_XP_SQ, 4);
+            else
+                sq128 = 128 * x1->sq[b];
+            const __m256i o = _mm256_set1_epi32(sq128);
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++)
+                c[r][h] = _mm256_mul_ps(_mm256_mul_ps(d[h], dx), _mm256_cvtepi32_ps(_mm256_sub_epi32(acc[r][h], o)));
+        }
+    }
+}
+
+/* Adds group g's sums S (R rows) to the tree: stk[r][.][l] holds the pending left subtree
+ * of 2^l leaves; bit l of *zst says it is a subtree of empty groups (exactly +0). */
+AI void ls_yp_push(const int R, __m256 stk[][2][6], unsigned *zst, int g, __m256 S[][2]) {
+    int lvl = 0;
+    for (; (g >> lvl) & 1; lvl++) {
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            S[r][0] = _mm256_add_ps(stk[r][0][lvl], S[r][0]);
+            S[r][1] = _mm256_add_ps(stk[r][1][lvl], S[r][1]);
+        }
+    }
+    *zst &= ~(1u << lvl);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+        stk[r][0][lvl] = S[r][0];
+        stk[r][1][lvl] = S[r][1];
+    }
+}
+
+/* The same for an empty group g (S_g = +0): a real left subtree x joined with a subtree
+ * of empty groups is the single add x + (+0). */
+AI void ls_yp_push_empty(const int R, __m256 stk[][2][6], unsigned *zst, int g) {
+    __m256 T[LS_YP_R][2];
+    bool tz = true;
+    int lvl = 0;
+    for (; (g >> lvl) & 1; lvl++) {
+        if (*zst >> lvl & 1) continue; /* +0 + +0 */
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+            for (int h = 0; h < 2; h++) T[r][h] = _mm256_add_ps(stk[r][h][lvl], tz ? _mm256_setzero_ps() : T[r][h]);
+        tz = false;
+    }
+    if (tz) {
+        *zst |= 1u << lvl;
+    } else {
+        *zst &= ~(1u << lvl);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            stk[r][0][lvl] = T[r][0];
+            stk[r][1][lvl] = T[r][1];
+        }
+    }
+}
+
+/* R activation rows x the 16 rows of panel P; writes columns [16P + lo, 16P + hi). */
+AI void ls_yp_tile(const uint32_t type, const int R, const bool packed, const ls_wmat *w, int64_t P,
+                   const uint8_t *xpb, const ls_xq *x1, float *const *yr, int lo, int hi, const uint8_t *pn) {
+    const uint8_t *p = w->panel + (size_t)P * w->panel_bytes;
+    const int64_t nb = w->nb;
+    __m256 stk[LS_YP_R][2][6];
+    unsigned zst = 0;
+    for (int g = 0; g < LS_NGRP; g++) {
+        if (g >= nb) {
+            ls_yp_push_empty(R, stk, &zst, g);
+            continue;
+        }
+        __m256 S[LS_YP_R][2], c[LS_YP_R][2];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) S[r][0] = S[r][1] = _mm256_setzero_ps();
+        for (int64_t b = g; b < nb; b += LS_NGRP) {
+            ls_yp_unit(type, R, packed, w, p, xpb, x1, b, pn, c);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) {
+                S[r][0] = _mm256_add_ps(S[r][0], c[r][0]);
+                S[r][1] = _mm256_add_ps(S[r][1], c[r][1]);
+            }
+        }
+        ls_yp_push(R, stk, &zst, g, S);
+    }
+    if (lo == 0 && hi == 16) {
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            _mm256_storeu_ps(yr[r] + P * 16, stk[r][0][5]);
+            _mm256_storeu_ps(yr[r] + P * 16 + 8, stk[r][1][5]);
+        }
+        return;
+    }
+    const __m256i ix = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int h = 0; h < 2; h++) {
+        const __m256i j = _mm256_add_epi32(ix, _mm256_set1_epi32(8 * h));
+        const __m256i km = _mm256_and_si256(_mm256_cmpgt_epi32(j, _mm256_set1_epi32(lo - 1)),
+                                            _mm256_cmpgt_epi32(_mm256_set1_epi32(hi), j));
+        for (int r = 0; r < R; r++) _mm256_maskstore_ps(yr[r] + P * 16 + 8 * h, km, stk[r][h][5]);
+    }
+}
+
+/* All M rows x columns [n0, n1) over the panel copy. */
+AI void ls_yp_mm(const uint32_t type, const ls_mm_job *job, int64_t n0, int64_t n1) {
+    const ls_wmat *w = job->w;
+    const int64_t M = job->M;
+    LS_ASSERT(w->panel); /* ls_wmat_prepare built it */
+    const int64_t P0 = n0 / 16, P1 = (n1 + 15) / 16;
+    if (!job->xp) { /* one row at a time from the xq layout (M = 1, the narrow pin) */
+        for (int64_t m = 0; m < M; m++) {
+            ls_xq x = ls_xq_row(job->xq, w->K, m);
+            float *yr[1] = {job->y + m * w->N};
+            for (int64_t P = P0; P < P1; P++) {
+                int64_t lo = P * 16 > n0 ? P * 16 : n0, hi = P * 16 + 16 < n1 ? P * 16 + 16 : n1;
+                const uint8_t *pn = P + 1 < P1 ? w->panel + (size_t)(P + 1) * w->panel_bytes : NULL;
+                ls_yp_tile(type, 1, false, w, P, NULL, &x, yr, (int)(lo - P * 16), (int)(hi - P * 16), pn);
+            }
+        }
+        return;
+    }
+    int64_t pblk = (int64_t)(256 * 1024 / w->panel_bytes);
+    if (pblk < 1) pblk = 1;
+    for (int64_t q0 = P0; q0 < P1; q0 += pblk) {
+        int64_t q1 = q0 + pblk < P1 ? q0 + pblk : P1;
+        for (int64_t m0 = 0; m0 < M;) { /* row tiles inside the packed tiles */
+            const int64_t a = job->xp_row0 + m0;
+            int R = LS_XP_R - (int)(a % LS_XP_R);
+            if (R > LS_YP_R) R = LS_YP_R;
+            if (R > M - m0) R = (int)(M - m0);
+            const uint8_t *xpb = job->xp + (size_t)(a / LS_XP_R) * ls_xp_tile_bytes(w->K) + (size_t)(a % LS_XP_R) * LS_XP_ROW;
+            float *yr[LS_YP_R];
+            for (int r = 0; r < R; r++) yr[r] = job->y + (m0 + r) * w->N;
+            for (int64_t P = q0; P < q1; P++) {
+                int lo = (int)((P * 16 > n0 ? P * 16 : n0) - P * 16), hi = (int)((P * 16 + 16 < n1 ? P * 16 + 16 : n1) - P * 16);
+                const uint8_t *pn = P + 1 < q1 ? w->panel + (size_t)(P + 1) * w->panel_bytes : NULL;
+                switch (R) {
+#if LS_YP_R >= 6
+                case 6: ls_yp_tile(type, 6, true, w, P, xpb, NULL, yr, lo, hi, pn); break;
+                case 5: ls_yp_tile(type, 5, true, w, P, xpb, NULL, yr, lo, hi, pn); break;
+#endif
+#if LS_YP_R >= 4
+                case 4: ls_yp_tile(type, 4, true, w, P, xpb, NULL, yr, lo, hi, pn); break;
+#endif
+#if LS_YP_R >= 3
+                case 3: ls_yp_tile(type, 3, true, w, P, xpb, NULL, yr, lo, hi, pn); break;
+#endif
+                case 2: ls_yp_tile(type, 2, true, w, P, xpb, NULL, yr, lo, hi, pn); break;
+                default: ls_yp_tile(type, 1, true, w, P, xpb, NULL, yr, lo, hi, pn); break;
+                }
+            }
+            m0 += R;
+        }
+    }
+}
+
 #define LS_GEMM_MIN_M 16
 #define LS_GEMM_L2_BYTES (256 * 1024)
 
@@ -296,6 +705,14 @@ AI void ls_y_rows(const uint32_t type, const int R, const ls_mm_job *job, int64_
 }
 
 AI void ls_y_mm_type(const uint32_t type, const ls_mm_job *job, int64_t n0, int64_t n1) {
+    if (type == LS_TYPE_Q4_1 || type == LS_TYPE_Q8_0) { /* the panel copy: every M */
+        ls_yp_mm(type, job, n0, n1);
+        return;
+    }
+    if (type == LS_TYPE_Q4_K && job->M >= 2 && job->xp && job->w->panel) { /* panel copy: multi-row tiles */
+        ls_yp_mm(type, job, n0, n1);
+        return;
+    }
     int64_t M = job->M, nblk = n1 - n0;
     if (M >= LS_GEMM_MIN_M) {
         nblk = (int64_t)(LS_GEMM_L2_BYTES / (job->w->row_bytes + 1));
@@ -309,6 +726,91 @@ AI void ls_y_mm_type(const uint32_t type, const ls_mm_job *job, int64_t n0, int6
     }
 }
 
-#define LS_Y_ENTRY(T, nm) \
-    void ls_mm_##nm##_avx2(const ls_mm_job *job, int64_t n0, int64_t n1) { ls_y_mm_type(T, job, n0, n1); }
+#define LS_Y_ENTRY(T, nm)                                                                 \
+    void LS_Y_CAT(ls_mm_##nm##_, LS_Y_SFX)(const ls_mm_job *job, int64_t n0, int64_t n1) { \
+        ls_y_mm_type(T, job, n0, n1);                                                     \
+    }
 LS_WTYPE_LIST(LS_Y_ENTRY)
+
+#if !LS_Y_VNNI /* the AVX-VNNI level uses the AVX2 quantizer */
+
+/* ---- step 1 of the recipe (matmul.c's ls_quantize_x_row) with AVX2, the same bits ----
+ * A block at a time: |x| as integer bits (non-negative floats order as their patterns,
+ * every NaN above +inf), so one unsigned maximum gives amax and finiteness; d and id are
+ * the same correctly rounded scalar divisions; x * id and the rounding (+1.5*2^23, the
+ * integer bits) are lane-wise the scalar operations; the sums are exact integers.  The 8
+ * slots of 4 codes go to their xq places (ls_xq_chunk; a full group: (t*16 + l)*4). */
+AI __m256i ls_y_absbits(const float *p) {
+    return _mm256_and_si256(_mm256_castps_si256(_mm256_loadu_ps(p)), _mm256_set1_epi32(0x7fffffff));
+}
+AI uint32_t ls_y_hmaxu(__m256i v) {
+    __m128i m = _mm_max_epu32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0x4E));
+    m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0xB1));
+    return (uint32_t)_mm_cvtsi128_si32(m);
+}
+AI int32_t ls_y_hsum(__m256i v) {
+    __m128i m = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    m = _mm_add_epi32(m, _mm_shuffle_epi32(m, 0x4E));
+    m = _mm_add_epi32(m, _mm_shuffle_epi32(m, 0xB1));
+    return _mm_cvtsi128_si32(m);
+}
+/* 8 int32 lanes (each in -127..127) -> 8 int8 in lane order. */
+AI __m128i ls_y_pack8(__m256i v) {
+    __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    return _mm_packs_epi16(w, w);
+}
+
+void ls_quantize_x_row_avx2(const float *x, int64_t K, void *row_out, uint8_t *xp) {
+    const int64_t nb = K / 32;
+    uint8_t *base = row_out;
+    int8_t *q = (int8_t *)base;
+    float *dx = (float *)(base + K), *sx = dx + nb;
+    int32_t *sq = (int32_t *)(sx + nb), *sqlo = sq + nb;
+    const __m256 magic = _mm256_set1_ps(12582912.0f);
+    const __m256i mbits = _mm256_set1_epi32(0x4B400000);
+    for (int64_t b = 0; b < nb; b++) {
+        const float *xb = x + 32 * b;
+        __m256i am = _mm256_max_epu32(_mm256_max_epu32(ls_y_absbits(xb), ls_y_absbits(xb + 8)),
+                                      _mm256_max_epu32(ls_y_absbits(xb + 16), ls_y_absbits(xb + 24)));
+        uint32_t ab = ls_y_hmaxu(am);
+        float amax;
+        memcpy(&amax, &ab, 4);
+        int32_t s = 0, slo = 0;
+        float d = 0.0f;
+        uint32_t qd[8] = {0};
+        if (ab <= 0x7f7fffffu && amax >= LS_QX_TINY) {
+            d = amax / 127.0f;
+            const __m256 id = _mm256_set1_ps(127.0f / amax);
+            __m256i v[4];
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++)
+                v[j] = _mm256_sub_epi32(
+                    _mm256_castps_si256(_mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(xb + 8 * j), id), magic)), mbits);
+            slo = ls_y_hsum(_mm256_add_epi32(v[0], v[1]));
+            s = slo + ls_y_hsum(_mm256_add_epi32(v[2], v[3]));
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) _mm_storel_epi64((__m128i *)(qd + 2 * j), ls_y_pack8(v[j]));
+        } else if (ab > 0x7f7fffffu) {
+            d = NAN;
+        }
+        const int64_t G = b / LS_GROUP, l = b % LS_GROUP;
+        const int64_t L = (G + 1) * LS_GROUP <= nb ? LS_GROUP : nb % LS_GROUP;
+        int8_t *qg = q + G * (LS_GROUP * 32) + l * 4;
+#pragma GCC unroll 8
+        for (int t = 0; t < 8; t++) memcpy(qg + t * L * 4, &qd[t], 4);
+        dx[b] = d;
+        sx[b] = d * (float)s;
+        sq[b] = s;
+        sqlo[b] = slo;
+        if (xp) { /* the tile-packed record of unit b (internal.h) */
+            uint8_t *rec = xp + (size_t)b * LS_XP_UNIT;
+            int32_t sq128 = 128 * s;
+            memcpy(rec, qd, 32);
+            memcpy(rec + LS_XP_DX, &dx[b], 4);
+            memcpy(rec + LS_XP_SX, &sx[b], 4);
+            memcpy(rec + LS_XP_SQ, &sq128, 4);
+        }
+    }
+}
+#endif

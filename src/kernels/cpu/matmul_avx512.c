@@ -6,7 +6,8 @@
  * horizontal reduction.  Groups alternate between two accumulators: S[0] holds
  * recipe groups g = 0..15, S[1] g = 16..31 (unit b = 16G + l lands in g = b mod 32).
  * The last, partial group (L < 16 units) uses masked loads and a masked add.
- * Q4_1 and Q8_0 use the panel copy instead (ls_z_panel*, below; lanes = 16 weight rows).
+ * Q4_1 and Q8_0 use the panel copy instead (ls_z_panel*, below; lanes = 16 weight rows),
+ * and so does Q4_K for M >= 2 (its multi-row tiles; M = 1 stays on the narrow path).
  * Paths: narrow (one row, two columns interleaved), wide (tiles of 4 rows sharing each
  * weight group), GEMM (wide tiles inside column blocks that stay in L2).  All run
  * the same per-row instruction sequence, hence the same bits as the scalar code. */
@@ -442,6 +443,8 @@ AI void ls_z_pf_unit(const uint32_t type, const ls_wmat *w, const uint8_t *pn, i
         _mm_prefetch(d, _MM_HINT_T0);
         if (type == LS_TYPE_Q4_1) _mm_prefetch(d + 32 * (size_t)w->nb, _MM_HINT_T0);
     }
+    if (type == LS_TYPE_Q4_K && !(b & 7)) /* the super-block's d, dmin line */
+        _mm_prefetch((const char *)(pn + (size_t)w->nb * (w->pcode + 32) + 8 * (size_t)b), _MM_HINT_T0);
 }
 
 /* Activation chunk s (elements 4s..4s+3) of unit b, broadcast to 16 lanes. */
@@ -523,6 +526,8 @@ AI void ls_z_panel_rows1(const uint32_t type, const ls_mm_job *job, int64_t n0, 
  * joining one to a real subtree x is the single add x + (+0); the tree is not walked
  * for them. */
 #define LS_PT_R LS_XP_R /* 12 */
+/* Panel types with nibble codes (Q4_1, Q4_K): the same code operands, only c_b differs. */
+#define LS_Z_PNIB(type) ((type) == LS_TYPE_Q4_1 || (type) == LS_TYPE_Q4_K)
 #ifndef LS_PT_PAIR_R
 #define LS_PT_PAIR_R 3 /* Q4_1 tiles of up to 3 rows pair units (measured: slower for Q8_0; from 4 rows
                         * on two units' accumulators do not fit in 32 registers) */
@@ -547,7 +552,7 @@ AI void ls_z_tile_units(const uint32_t type, const int R, const int U, const ls_
             const uint8_t *codes = p + (size_t)(b + u) * w->pcode;
             const uint8_t *xu = xpb + (size_t)(b + u) * LS_XP_UNIT; /* this unit's packed activations */
             __m512i wv;
-            if (type == LS_TYPE_Q4_1) {
+            if (LS_Z_PNIB(type)) {
                 const __m512i m4 = _mm512_set1_epi8(0x0F);
                 wv = s2 < 4 ? _mm512_and_si512(_mm512_loadu_si512(codes + 64 * s2), m4)
                             : _mm512_and_si512(_mm512_srli_epi16(_mm512_loadu_si512(codes + 64 * (s2 - 4)), 4), m4);
@@ -561,6 +566,33 @@ AI void ls_z_tile_units(const uint32_t type, const int R, const int U, const ls_
                 acc[u][r] = _mm512_dpbusd_epi32(acc[u][r], wv, _mm512_set1_epi32(v0));
             }
         }
+    }
+    if (type == LS_TYPE_Q4_K) {
+        /* c_b = fma(d * dx, (float)(isum * sc), (-(dmin * mn)) * sx), as c_kq: isum * sc is
+         * formed as (float)isum * (float)sc, the same value, since |isum| <= 32 * 15 * 127 and
+         * sc <= 63 make the product an integer below 2^24 (exact in float either way). */
+#pragma GCC unroll 2
+        for (int u = 0; u < U; u++) {
+            const uint8_t *xu = xpb + (size_t)(b + u) * LS_XP_UNIT;
+            const uint8_t *sp = dbase + 32 * (size_t)(b + u);
+            const uint8_t *kp = dbase + 32 * (size_t)nb + 8 * (size_t)((b + u) & ~(int64_t)7);
+            const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)kp));
+            const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kp + 32)));
+            const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)sp)));
+            const __m512 mn = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sp + 16))));
+            const __m512 nmt = _mm512_castsi512_ps(
+                _mm512_xor_si512(_mm512_castps_si512(_mm512_mul_ps(dmin, mn)), _mm512_set1_epi32((int)0x80000000)));
+#pragma GCC unroll 16
+            for (int r = 0; r < R; r++) {
+                float dx, sx;
+                memcpy(&dx, xu + r * LS_XP_ROW + LS_XP_DX, 4);
+                memcpy(&sx, xu + r * LS_XP_ROW + LS_XP_SX, 4);
+                const __m512 dd = _mm512_mul_ps(d, _mm512_set1_ps(dx));
+                const __m512 is = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[u][r]), sc);
+                c[u][r] = _mm512_fmadd_ps(dd, is, _mm512_mul_ps(nmt, _mm512_set1_ps(sx)));
+            }
+        }
+        return;
     }
 #pragma GCC unroll 2
     for (int u = 0; u < U; u++) {
@@ -627,7 +659,7 @@ AI void ls_z_panel_tile(const uint32_t type, const int R, const ls_wmat *w, int6
     const int64_t nb = w->nb;
     __m512 stk[LS_PT_R][6];
     unsigned zst = 0;
-    if (type != LS_TYPE_Q4_1 || R > LS_PT_PAIR_R) { /* one group at a time */
+    if (!LS_Z_PNIB(type) || R > LS_PT_PAIR_R) { /* one group at a time */
         for (int g = 0; g < LS_NGRP; g++) {
             if (g >= nb) {
                 ls_z_tree_push_empty(R, stk, &zst, g);
@@ -755,6 +787,10 @@ AI void ls_z_mm_type(const uint32_t type, const ls_mm_job *job, int64_t n0, int6
             ls_z_panel_rows1(type, job, n0, n1);
         else
             ls_z_panel_mm(type, job, n0, n1);
+        return;
+    }
+    if (type == LS_TYPE_Q4_K && M >= 2 && job->xp && job->w->panel) { /* panel copy: multi-row tiles */
+        ls_z_panel_mm(type, job, n0, n1);
         return;
     }
     int64_t nblk = n1 - n0;
@@ -920,47 +956,4 @@ void ls_quantize_x_row_avx512(const float *x, int64_t K, void *row_out, uint8_t 
     }
     for (int64_t b = G * LS_GROUP; b < nb; b++)
         ls_quantize_block_avx512(x + 32 * b, nb, b, q, dx, sx, sq, sqlo, xp ? xp + (size_t)b * LS_XP_UNIT : NULL);
-}
-
-/* ---- the AVX-512 entry's prepare hook: the panel copy (internal.h) ---------------- */
-/* Bytes of one panel unit: 16 rows' codes, then their fp16 d (and m). */
-static size_t ls_panel_unit_bytes(uint32_t type) { return type == LS_TYPE_Q4_1 ? 256 + 64 : 512 + 32; }
-
-size_t ls_prepare_bytes_avx512(const ls_wmat *w) {
-    if (w->type != LS_TYPE_Q4_1 && w->type != LS_TYPE_Q8_0) return 0;
-    uint64_t np = (uint64_t)(w->N + 15) / 16, b; /* N <= 2^40, nb <= 2^25 (ls_wmat_create) */
-    if (ls_mul_u64(np, (uint64_t)w->nb * ls_panel_unit_bytes(w->type), &b) || b > SIZE_MAX - 64) return 0;
-    return ((size_t)b + 63) & ~(size_t)63;
-}
-
-static void ls_w16p(uint8_t *p, uint16_t v) {
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-
-void ls_prepare_avx512(ls_wmat *w, void *mem) {
-    w->pcode = w->type == LS_TYPE_Q4_1 ? 256 : 512;
-    w->panel_bytes = (size_t)w->nb * ls_panel_unit_bytes(w->type);
-    w->panel = mem;
-    memset(w->panel, 0, (size_t)((w->N + 15) / 16) * w->panel_bytes); /* the last panel's padding rows */
-    ls_unit un;
-    for (int64_t n = 0; n < w->N; n++) {
-        uint8_t *p = w->panel + (size_t)(n / 16) * w->panel_bytes;
-        const size_t r = (size_t)(n % 16);
-        for (int64_t b = 0; b < w->nb; b++) {
-            ls_wmat_decode_block(w, n, b, &un);
-            uint8_t *codes = p + (size_t)b * w->pcode;
-            if (w->type == LS_TYPE_Q8_0) {
-                for (int s = 0; s < 8; s++)
-                    for (int j = 0; j < 4; j++) codes[64 * s + 4 * r + j] = un.u[4 * s + j];
-            } else {
-                for (int q = 0; q < 4; q++)
-                    for (int j = 0; j < 4; j++)
-                        codes[64 * q + 4 * r + j] = (uint8_t)((un.u[4 * q + j] & 0xF) | ((un.u[16 + 4 * q + j] & 0xF) << 4));
-            }
-            uint8_t *dp = p + (size_t)w->nb * w->pcode + 32 * (size_t)b;
-            ls_w16p(dp + 2 * r, un.d);
-            if (w->type == LS_TYPE_Q4_1) ls_w16p(dp + 32 * (size_t)w->nb + 2 * r, un.m);
-        }
-    }
 }

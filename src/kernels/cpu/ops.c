@@ -55,9 +55,13 @@ struct ls_rope {
     float *cs, *sn; /* (n_ctx, head_dim/2) */
 };
 
-ls_rope *ls_rope_create(ls_rope_params p, ls_err *err) {
+ls_rope *ls_rope_create(ls_rope_params p, ls_err *err) { return ls_rope_create_factors(p, NULL, err); }
+
+ls_rope *ls_rope_create_factors(ls_rope_params p, const float *factors, ls_err *err) {
     if (p.n_ctx < 1 || p.head_dim < 2 || p.head_dim % 2 != 0 || p.head_dim > 4096 || !(p.freq_base > 0.0f) ||
-        !(p.freq_scale > 0.0f)) {
+        !(p.freq_scale > 0.0f) ||
+        (p.yarn && (p.yarn_n_ctx_orig < 1 || !(p.yarn_beta_fast > 0.0f) || !(p.yarn_beta_slow > 0.0f) ||
+                    !(p.yarn_attn_factor > 0.0f) || p.freq_base == 1.0f))) {
         ls_err_set(err, LS_E_INVALID, "bad RoPE parameters (n_ctx=%d, head_dim=%d, freq_base=%g, freq_scale=%g)",
                    p.n_ctx, p.head_dim, (double)p.freq_base, (double)p.freq_scale);
         return NULL;
@@ -74,12 +78,37 @@ ls_rope *ls_rope_create(ls_rope_params p, ls_err *err) {
         return NULL;
     }
     r->p = p;
+    /* YaRN (docs/numerics.md): the correction dims of beta_fast and beta_slow rotations,
+     * the ramp between them, the magnitude scale; all in double like the rest. */
+    double lo = 0.0, hi = 0.0, mscale = 1.0;
+    if (p.yarn) {
+        const double d = (double)p.head_dim, two_pi = 6.283185307179586476925;
+        double cf = d * log((double)p.yarn_n_ctx_orig / ((double)p.yarn_beta_fast * two_pi)) / (2.0 * log((double)p.freq_base));
+        double cs_ = d * log((double)p.yarn_n_ctx_orig / ((double)p.yarn_beta_slow * two_pi)) / (2.0 * log((double)p.freq_base));
+        lo = floor(cf) > 0.0 ? floor(cf) : 0.0;
+        hi = ceil(cs_) < d - 1.0 ? ceil(cs_) : d - 1.0;
+        mscale = (double)p.yarn_attn_factor * (p.freq_scale < 1.0f ? 1.0 + 0.1 * log(1.0 / (double)p.freq_scale) : 1.0);
+    }
     for (size_t i = 0; i < half; i++) {
         double inv_freq = pow((double)p.freq_base, -2.0 * (double)i / (double)p.head_dim);
+        double ramp = 0.0; /* YaRN: 1 keeps the original angle, 0 takes the interpolated one */
+        if (p.yarn) {
+            double y = ((double)i - lo) / (hi - lo > 0.001 ? hi - lo : 0.001);
+            ramp = 1.0 - (y < 0.0 ? 0.0 : y > 1.0 ? 1.0 : y);
+        }
         for (int32_t pos = 0; pos < p.n_ctx; pos++) {
-            double theta = (double)pos * (double)p.freq_scale * inv_freq;
-            r->cs[(size_t)pos * half + i] = (float)cos(theta);
-            r->sn[(size_t)pos * half + i] = (float)sin(theta);
+            double theta;
+            if (p.yarn) {
+                double extrap = (double)pos * inv_freq;
+                if (factors) extrap /= (double)factors[i];
+                double interp = (double)p.freq_scale * extrap;
+                theta = interp * (1.0 - ramp) + extrap * ramp;
+            } else {
+                theta = (double)pos * (double)p.freq_scale * inv_freq;
+                if (factors) theta /= (double)factors[i];
+            }
+            r->cs[(size_t)pos * half + i] = (float)(cos(theta) * mscale);
+            r->sn[(size_t)pos * half + i] = (float)(sin(theta) * mscale);
         }
     }
     return r;
@@ -135,6 +164,7 @@ typedef struct {
     const ls_kv_view *kv;
     int n_head, n_kv_head, head_dim;
     float scale;
+    int32_t window;
     float *out, *scratch;
     size_t per_thread;
     const int64_t *bstart; /* AVX-512: row blocks [bstart[i], bstart[i + 1]) */
@@ -161,10 +191,11 @@ static void ls_attn_task_grouped(void *arg, int ith, int nth) {
         int h0 = kvh * grp + bi * LS_ATTN_HMAX;
         int nh = grp - bi * LS_ATTN_HMAX < LS_ATTN_HMAX ? grp - bi * LS_ATTN_HMAX : LS_ATTN_HMAX;
         for (int r = 0; r < nr; r++)
-            LS_ASSERT(ls_attention_scratch_floats((int64_t)c->pos[m0 + r] + 1) <= c->per_thread);
+            LS_ASSERT(ls_attention_scratch_floats((int64_t)c->pos[m0 + r] + 1 - ls_attn_first(c->pos[m0 + r], c->window)) <=
+                      c->per_thread);
         int64_t off = m0 * row_stride + (int64_t)h0 * c->head_dim;
         const ls_kv_view *kv = &c->kv[m0];
-        c->vt->attn_block(nr, nh, c->q + off, row_stride, c->head_dim, c->pos + m0, kv, kvh * kv->head_stride,
+        c->vt->attn_block(nr, nh, c->q + off, row_stride, c->head_dim, c->pos + m0, c->window, kv, kvh * kv->head_stride,
                              kv->row_stride, c->head_dim, c->scale, c->out + off, scores, per_vec);
     }
 }
@@ -178,11 +209,11 @@ static void ls_attn_task(void *arg, int ith, int nth) {
     for (int64_t t; (t = __atomic_fetch_add(&c->next, 1, __ATOMIC_RELAXED)) < total;) {
         int64_t m = t / c->n_head;
         int h = (int)(t % c->n_head), kvh = h / grp;
-        int64_t n_keys = (int64_t)c->pos[m] + 1;
-        LS_ASSERT(ls_attention_scratch_floats(n_keys) <= c->per_thread);
+        int64_t n_keys = (int64_t)c->pos[m] + 1, k0 = ls_attn_first(c->pos[m], c->window);
+        LS_ASSERT(ls_attention_scratch_floats(n_keys - k0) <= c->per_thread);
         int64_t row = m * c->n_head * c->head_dim + (int64_t)h * c->head_dim;
         const ls_kv_view *kv = &c->kv[m];
-        c->vt->attn_head(c->q + row, n_keys, kv, kvh * kv->head_stride, kv->row_stride, c->head_dim, c->scale,
+        c->vt->attn_head(c->q + row, k0, n_keys, kv, kvh * kv->head_stride, kv->row_stride, c->head_dim, c->scale,
                          c->out + row, scores);
     }
 }
@@ -193,17 +224,17 @@ static bool ls_kv_same(const ls_kv_view *a, const ls_kv_view *b) {
 }
 
 void ls_attention(const ls_kctx *kc, const float *q, int64_t M, const int32_t *pos, const ls_kv_view *kv,
-                  int n_head, int n_kv_head, int head_dim, float scale, float *out, float *scratch,
+                  int n_head, int n_kv_head, int head_dim, float scale, int32_t window, float *out, float *scratch,
                   size_t scratch_floats_per_thread) {
     LS_ASSERT(kc && q && pos && kv && out && scratch);
-    LS_ASSERT(n_head > 0 && n_kv_head > 0 && n_head % n_kv_head == 0 && head_dim > 0);
+    LS_ASSERT(n_head > 0 && n_kv_head > 0 && n_head % n_kv_head == 0 && head_dim > 0 && window >= 0);
     for (int64_t m = 0; m < M; m++)
         LS_ASSERT(pos[m] >= 0 && kv[m].block_shift >= 4 && kv[m].block_shift < 31 && kv[m].row_stride >= head_dim &&
                   kv[m].head_stride >= 0);
     ls_attn_call c = {ls_kvtab_for(kc->isa), q, M, pos, kv, n_head, n_kv_head, head_dim,
-                      scale, out, scratch, scratch_floats_per_thread, NULL, 0, 0};
+                      scale, window, out, scratch, scratch_floats_per_thread, NULL, 0, 0};
     int64_t work = 0;
-    for (int64_t m = 0; m < M; m++) work += ((int64_t)pos[m] + 1) * n_head * head_dim * 2;
+    for (int64_t m = 0; m < M; m++) work += ((int64_t)pos[m] + 1 - ls_attn_first(pos[m], window)) * n_head * head_dim * 2;
     ls_pool *pool = ls_pool_for(kc, work);
     if (!(c.vt->attn_block && head_dim % 16 == 0 && head_dim <= c.vt->attn_block_head_dim)) {
         ls_pool_run(pool, ls_attn_task, &c);

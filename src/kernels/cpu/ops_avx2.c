@@ -116,24 +116,25 @@ void ls_rope_row_avx2(float *x, int n_heads, int head_stride, int head_dim, bool
     }
 }
 
-void ls_attn_head_avx2(const float *q, int64_t n_keys, const ls_kv_view *kv, int kv_off, int kv_stride,
+void ls_attn_head_avx2(const float *q, int64_t k0, int64_t n_keys, const ls_kv_view *kv, int kv_off, int kv_stride,
                        int head_dim, float scale, float *out, float *scores) {
-    for (int64_t j = 0; j < n_keys; j++)
-        scores[j] = ls_y_dot16(q, ls_kv_krow(kv, kv_off, kv_stride, j), head_dim) * scale;
+    const int64_t n = n_keys - k0; /* keys k0..n_keys-1, key k0 + j in scores[j] */
+    for (int64_t j = 0; j < n; j++)
+        scores[j] = ls_y_dot16(q, ls_kv_krow(kv, kv_off, kv_stride, k0 + j), head_dim) * scale;
     float mx = scores[0];
-    for (int64_t j = 1; j < n_keys; j++) mx = scores[j] > mx ? scores[j] : mx;
+    for (int64_t j = 1; j < n; j++) mx = scores[j] > mx ? scores[j] : mx;
     __m256 vmx = _mm256_set1_ps(mx);
     int64_t j = 0;
-    for (; j + 8 <= n_keys; j += 8)
+    for (; j + 8 <= n; j += 8)
         _mm256_storeu_ps(scores + j, ls_y_expf(_mm256_sub_ps(_mm256_loadu_ps(scores + j), vmx)));
-    if (j < n_keys) {
-        __m256i m = ls_y_lanemask(n_keys - j);
+    if (j < n) {
+        __m256i m = ls_y_lanemask(n - j);
         _mm256_maskstore_ps(scores + j, m, ls_y_expf(_mm256_sub_ps(_mm256_maskload_ps(scores + j, m), vmx)));
     }
     float sum = 0.0f;
-    for (int64_t c = 0; c < n_keys; c += LS_ATTN_CHUNK) {
+    for (int64_t c = 0; c < n; c += LS_ATTN_CHUNK) {
         float part = 0.0f;
-        int64_t e = c + LS_ATTN_CHUNK < n_keys ? c + LS_ATTN_CHUNK : n_keys;
+        int64_t e = c + LS_ATTN_CHUNK < n ? c + LS_ATTN_CHUNK : n;
         for (int64_t t = c; t < e; t++) part = part + scores[t];
         sum = sum + part;
     }
@@ -142,8 +143,8 @@ void ls_attn_head_avx2(const float *q, int64_t n_keys, const ls_kv_view *kv, int
     int d0 = 0;
     for (; d0 + 32 <= head_dim; d0 += 32) {
         __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-        for (int64_t jj = 0; jj < n_keys; jj++) {
-            const float *vj = ls_kv_vrow(kv, kv_off, kv_stride, jj) + d0;
+        for (int64_t jj = 0; jj < n; jj++) {
+            const float *vj = ls_kv_vrow(kv, kv_off, kv_stride, k0 + jj) + d0;
             __m256 p = _mm256_set1_ps(scores[jj]);
             for (int t = 0; t < 4; t++) acc[t] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vj + 8 * t), acc[t]);
         }
@@ -151,10 +152,165 @@ void ls_attn_head_avx2(const float *q, int64_t n_keys, const ls_kv_view *kv, int
     }
     if (d0 < head_dim) { /* remaining dims: the scalar sequence */
         for (int d = d0; d < head_dim; d++) out[d] = 0.0f;
-        for (int64_t jj = 0; jj < n_keys; jj++) {
-            const float *vj = ls_kv_vrow(kv, kv_off, kv_stride, jj);
+        for (int64_t jj = 0; jj < n; jj++) {
+            const float *vj = ls_kv_vrow(kv, kv_off, kv_stride, k0 + jj);
             for (int d = d0; d < head_dim; d++) out[d] = fmaf(scores[jj], vj[d], out[d]);
         }
         for (int d = d0; d < head_dim; d++) out[d] = out[d] * invs;
+    }
+}
+
+/* ---- attention for a block of rows x heads (ls_kvtab.attn_block; as ls_attn_block_avx512)
+ * nv = nr * nh query vectors v = r * nh + h (row r at pos[r], head h of one kv head), each
+ * running exactly ls_attn_head_avx2's operation sequence over its own keys (0..pos[r], or
+ * the window's: ls_attn_first(pos[r], window)..pos[r], as if they were keys 0..n-1).
+ * What is shared: every 8-key slice of K is loaded once for all vectors (it stays in L1),
+ * and its 8 dot16 trees are formed together (ls_y_tree16_x8: the same adjacent pairs, 15
+ * pair steps for 8 keys instead of 32); the vectors' chunk-sum chains are interleaved; a
+ * row's V rows are loaded once for its heads, 16 dims at a time (2 fma chains per head). */
+
+/* ls_y_tree16 of 8 keys at once: lane j of the result is the tree over a0[j]:a1[j]. */
+AI __m256 ls_y_tree16_x8(const __m256 *a0, const __m256 *a1) {
+    __m256 l1[8], l2[4];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) l1[j] = ls_y_pairs_add(a0[j], a1[j]);
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) l2[j] = ls_y_pairs_add(l1[2 * j], l1[2 * j + 1]);
+    return ls_y_pairs_add(ls_y_pairs_add(l2[0], l2[1]), ls_y_pairs_add(l2[2], l2[3]));
+}
+
+/* Step 4 for nv vectors at once (ls_attn_chunk_sums in ops_avx512.c): vector v's sum over
+ * keys 0..nk[v]-1 in chunks of LS_ATTN_CHUNK, the nv sequential chains interleaved. */
+AI void ls_y_chunk_sums(int nv, float *const *sc, const int64_t *nk, int64_t nmin, int64_t nmax, float *sum) {
+    float s[LS_ATTN_VMAX], part[LS_ATTN_VMAX];
+    for (int v = 0; v < nv; v++) s[v] = 0.0f;
+    for (int64_t c = 0; c < nmax; c += LS_ATTN_CHUNK) {
+        for (int v = 0; v < nv; v++) part[v] = 0.0f;
+        int64_t e = c + LS_ATTN_CHUNK < nmax ? c + LS_ATTN_CHUNK : nmax, ec = e < nmin ? e : nmin, t = c;
+        for (; t < ec; t++)
+#pragma GCC unroll 12
+            for (int v = 0; v < nv; v++) part[v] = part[v] + sc[v][t];
+        for (; t < e; t++)
+            for (int v = 0; v < nv; v++)
+                if (t < nk[v]) part[v] = part[v] + sc[v][t];
+        for (int v = 0; v < nv; v++)
+            if (c < nk[v]) s[v] = s[v] + part[v];
+    }
+    for (int v = 0; v < nv; v++) sum[v] = s[v];
+}
+
+void ls_attn_block_avx2(int nr, int nh, const float *q, int64_t row_stride, int q_stride, const int32_t *pos,
+                        int32_t window, const ls_kv_view *kv, int kv_off, int kv_stride, int head_dim, float scale, float *out,
+                        float *scores, size_t per) {
+    const int nv = nr * nh;
+    LS_ASSERT(nr >= 1 && nh >= 1 && nh <= LS_ATTN_HMAX && nv <= LS_ATTN_VMAX);
+    LS_ASSERT(head_dim % 16 == 0 && head_dim <= 64); /* ls_attention sends other sizes to the per-head kernel */
+    const int nq = head_dim / 16;
+    const __m256 vsc = _mm256_set1_ps(scale);
+    float *sc[LS_ATTN_VMAX];
+    const float *qp[LS_ATTN_VMAX];
+    /* vector v reads keys k0[v]..end[v]-1, nk[v] = end[v] - k0[v] of them, key k0[v] + j
+     * in sc[v][j] */
+    int64_t k0[LS_ATTN_VMAX], end[LS_ATTN_VMAX], nk[LS_ATTN_VMAX], nmax = 0, nmin = INT64_MAX, emax = 0,
+        kmin = INT64_MAX;
+    for (int v = 0; v < nv; v++) {
+        sc[v] = scores + (size_t)v * per;
+        qp[v] = q + (v / nh) * row_stride + (int64_t)(v % nh) * q_stride;
+        end[v] = (int64_t)pos[v / nh] + 1;
+        k0[v] = ls_attn_first(pos[v / nh], window);
+        nk[v] = end[v] - k0[v];
+        nmax = nk[v] > nmax ? nk[v] : nmax;
+        nmin = nk[v] < nmin ? nk[v] : nmin;
+        emax = end[v] > emax ? end[v] : emax;
+        kmin = k0[v] < kmin ? k0[v] : kmin;
+    }
+    /* 1. scores: each 8-key slice (from a multiple of 8; never straddling a KV block:
+     * blocks are >= 16 keys) for every vector that has all 8 keys, then each vector's
+     * other keys (before its first slice, after its last) one by one */
+    for (int64_t j0 = kmin & ~(int64_t)7; j0 + 8 <= emax; j0 += 8) {
+        const float *kb = ls_kv_krow(kv, kv_off, kv_stride, j0);
+        for (int v = 0; v < nv; v++) {
+            if (j0 < k0[v] || j0 + 8 > end[v]) continue;
+            __m256 qv[8];
+            for (int t = 0; t < 2 * nq; t++) qv[t] = _mm256_loadu_ps(qp[v] + 8 * t);
+            __m256 a0[8], a1[8];
+#pragma GCC unroll 8
+            for (int jj = 0; jj < 8; jj++) {
+                const float *kj = kb + jj * kv_stride;
+                __m256 x0 = _mm256_setzero_ps(), x1 = _mm256_setzero_ps();
+#pragma GCC unroll 4
+                for (int t = 0; t < 4; t++) {
+                    if (t >= nq) break;
+                    x0 = _mm256_fmadd_ps(qv[2 * t], _mm256_loadu_ps(kj + 16 * t), x0);
+                    x1 = _mm256_fmadd_ps(qv[2 * t + 1], _mm256_loadu_ps(kj + 16 * t + 8), x1);
+                }
+                a0[jj] = x0;
+                a1[jj] = x1;
+            }
+            _mm256_storeu_ps(sc[v] + (j0 - k0[v]), _mm256_mul_ps(ls_y_tree16_x8(a0, a1), vsc));
+        }
+    }
+    for (int v = 0; v < nv; v++) {
+        float *sh = sc[v];
+        const int64_t n = nk[v];
+        int64_t ja = (k0[v] + 7) & ~(int64_t)7, jb = end[v] & ~(int64_t)7;
+        if (ja >= jb) ja = jb = end[v]; /* no whole slice: every key one by one */
+        for (int64_t j = k0[v]; j < ja; j++)
+            sh[j - k0[v]] = ls_y_dot16(qp[v], ls_kv_krow(kv, kv_off, kv_stride, j), head_dim) * scale;
+        for (int64_t j = jb; j < end[v]; j++)
+            sh[j - k0[v]] = ls_y_dot16(qp[v], ls_kv_krow(kv, kv_off, kv_stride, j), head_dim) * scale;
+        /* 2. mx: the scalar loop; 3. p_j = exp(s_j - mx) in place */
+        float mx = sh[0];
+        for (int64_t j = 1; j < n; j++) mx = sh[j] > mx ? sh[j] : mx;
+        const __m256 vmx = _mm256_set1_ps(mx);
+        int64_t j = 0;
+        for (; j + 8 <= n; j += 8) _mm256_storeu_ps(sh + j, ls_y_expf(_mm256_sub_ps(_mm256_loadu_ps(sh + j), vmx)));
+        if (j < n) {
+            __m256i m = ls_y_lanemask(n - j);
+            _mm256_maskstore_ps(sh + j, m, ls_y_expf(_mm256_sub_ps(_mm256_maskload_ps(sh + j, m), vmx)));
+        }
+    }
+    /* 4. each vector's sum in chunks of LS_ATTN_CHUNK keys */
+    float sum[LS_ATTN_VMAX];
+    switch (nv) { /* a constant count keeps the partial sums in registers */
+#define LS_Y_SUMS_CASE(n) \
+    case n: ls_y_chunk_sums(n, sc, nk, nmin, nmax, sum); break;
+        LS_Y_SUMS_CASE(1) LS_Y_SUMS_CASE(2) LS_Y_SUMS_CASE(3) LS_Y_SUMS_CASE(4)
+        LS_Y_SUMS_CASE(5) LS_Y_SUMS_CASE(6) LS_Y_SUMS_CASE(7) LS_Y_SUMS_CASE(8)
+        LS_Y_SUMS_CASE(9) LS_Y_SUMS_CASE(10) LS_Y_SUMS_CASE(11) LS_Y_SUMS_CASE(12)
+#undef LS_Y_SUMS_CASE
+    default: LS_ASSERT(0);
+    }
+    /* 5, 6. p.v in key order, one row (its nh heads, same keys) and 16 dims at a time */
+    const int64_t bs = (int64_t)1 << kv->block_shift;
+    for (int r = 0; r < nr; r++) {
+        const int64_t n = end[r * nh], kr = k0[r * nh];
+        float *const *sr = sc + r * nh;
+        for (int d0 = 0; d0 < head_dim; d0 += 16) {
+            __m256 acc[LS_ATTN_HMAX][2];
+            for (int h = 0; h < LS_ATTN_HMAX; h++) acc[h][0] = acc[h][1] = _mm256_setzero_ps();
+            for (int64_t b0 = kr, e; b0 < n; b0 = e) { /* key order, a block at a time */
+                const float *vb = ls_kv_vrow(kv, kv_off, kv_stride, b0) + d0;
+                e = (b0 | (bs - 1)) + 1;
+                if (e > n) e = n;
+                for (int64_t jj = b0; jj < e; jj++) {
+                    const float *vj = vb + (jj - b0) * kv_stride;
+                    const __m256 v0 = _mm256_loadu_ps(vj), v1 = _mm256_loadu_ps(vj + 8);
+#pragma GCC unroll 4
+                    for (int h = 0; h < LS_ATTN_HMAX; h++) {
+                        if (h >= nh) break;
+                        const __m256 p = _mm256_broadcast_ss(sr[h] + (jj - kr));
+                        acc[h][0] = _mm256_fmadd_ps(p, v0, acc[h][0]);
+                        acc[h][1] = _mm256_fmadd_ps(p, v1, acc[h][1]);
+                    }
+                }
+            }
+            for (int h = 0; h < nh; h++) {
+                const __m256 inv = _mm256_set1_ps(1.0f / sum[r * nh + h]);
+                float *o = out + r * row_stride + (int64_t)h * q_stride + d0;
+                _mm256_storeu_ps(o, _mm256_mul_ps(acc[h][0], inv));
+                _mm256_storeu_ps(o + 8, _mm256_mul_ps(acc[h][1], inv));
+            }
+        }
     }
 }

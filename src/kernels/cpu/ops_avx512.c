@@ -135,43 +135,49 @@ void ls_rope_row_avx512(float *x, int n_heads, int head_stride, int head_dim, bo
     }
 }
 
-void ls_attn_head_avx512(const float *q, int64_t n_keys, const ls_kv_view *kv, int kv_off, int kv_stride,
-                         int head_dim, float scale, float *out, float *scores) {
-    int64_t j0 = 0;
-    if (head_dim % 16 == 0 && head_dim <= 256) { /* 16 keys at a time, their trees batched (same bits) */
+void ls_attn_head_avx512(const float *q, int64_t k0, int64_t n_keys, const ls_kv_view *kv, int kv_off,
+                         int kv_stride, int head_dim, float scale, float *out, float *scores) {
+    const int64_t n = n_keys - k0; /* keys k0..n_keys-1, key k0 + j in scores[j] */
+    /* Scores key by key up to a multiple of 16, then 16 keys at a time (their trees batched:
+     * the same bits as one by one), then the last < 16. */
+    int64_t ja = (k0 + 15) & ~(int64_t)15, jb = ja;
+    if (ja > n_keys) ja = jb = n_keys;
+    for (int64_t j = k0; j < ja; j++)
+        scores[j - k0] = ls_z_dot16(q, ls_kv_krow(kv, kv_off, kv_stride, j), head_dim) * scale;
+    if (head_dim % 16 == 0 && head_dim <= 256) {
         __m512 qv[16];
         int nq = head_dim / 16;
         for (int t = 0; t < nq; t++) qv[t] = _mm512_loadu_ps(q + 16 * t);
         const __m512 vsc = _mm512_set1_ps(scale);
-        for (; j0 + 16 <= n_keys; j0 += 16) {
-            const float *kb = ls_kv_krow(kv, kv_off, kv_stride, j0);
+        for (; jb + 16 <= n_keys; jb += 16) {
+            const float *kb = ls_kv_krow(kv, kv_off, kv_stride, jb);
             __m512 acc[16];
 #pragma GCC unroll 16
             for (int jj = 0; jj < 16; jj++) {
-                const float *kj = kb + jj * kv_stride; /* 16 keys never straddle a block */
+                const float *kj = kb + jj * kv_stride; /* 16 keys from a multiple of 16 never straddle a block */
                 __m512 a = _mm512_setzero_ps();
                 for (int t = 0; t < nq; t++) a = _mm512_fmadd_ps(qv[t], _mm512_loadu_ps(kj + 16 * t), a);
                 acc[jj] = a;
             }
-            _mm512_storeu_ps(scores + j0, _mm512_mul_ps(ls_z_tree16_x16(acc), vsc));
+            _mm512_storeu_ps(scores + (jb - k0), _mm512_mul_ps(ls_z_tree16_x16(acc), vsc));
         }
     }
-    for (int64_t j = j0; j < n_keys; j++)
-        scores[j] = ls_z_dot16(q, ls_kv_krow(kv, kv_off, kv_stride, j), head_dim) * scale;
+    for (int64_t j = jb; j < n_keys; j++)
+        scores[j - k0] = ls_z_dot16(q, ls_kv_krow(kv, kv_off, kv_stride, j), head_dim) * scale;
     float mx = scores[0];
-    for (int64_t j = 1; j < n_keys; j++) mx = scores[j] > mx ? scores[j] : mx;
+    for (int64_t j = 1; j < n; j++) mx = scores[j] > mx ? scores[j] : mx;
     __m512 vmx = _mm512_set1_ps(mx);
     int64_t j = 0;
-    for (; j + 16 <= n_keys; j += 16)
+    for (; j + 16 <= n; j += 16)
         _mm512_storeu_ps(scores + j, ls_z_expf(_mm512_sub_ps(_mm512_loadu_ps(scores + j), vmx)));
-    if (j < n_keys) {
-        __mmask16 m = ls_z_tailmask(n_keys - j);
+    if (j < n) {
+        __mmask16 m = ls_z_tailmask(n - j);
         _mm512_mask_storeu_ps(scores + j, m, ls_z_expf(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, scores + j), vmx)));
     }
     float sum = 0.0f;
-    for (int64_t c = 0; c < n_keys; c += LS_ATTN_CHUNK) {
+    for (int64_t c = 0; c < n; c += LS_ATTN_CHUNK) {
         float part = 0.0f;
-        int64_t e = c + LS_ATTN_CHUNK < n_keys ? c + LS_ATTN_CHUNK : n_keys;
+        int64_t e = c + LS_ATTN_CHUNK < n ? c + LS_ATTN_CHUNK : n;
         for (int64_t t = c; t < e; t++) part = part + scores[t];
         sum = sum + part;
     }
@@ -185,12 +191,13 @@ void ls_attn_head_avx512(const float *q, int64_t n_keys, const ls_kv_view *kv, i
         }
         __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
         const int64_t bs = (int64_t)1 << kv->block_shift;
-        for (int64_t b0 = 0; b0 < n_keys; b0 += bs) { /* key order, a block at a time */
+        for (int64_t b0 = k0, e; b0 < n_keys; b0 = e) { /* key order, a block at a time */
             const float *vb = ls_kv_vrow(kv, kv_off, kv_stride, b0) + d0;
-            int64_t e = b0 + bs < n_keys ? b0 + bs : n_keys;
+            e = (b0 | (bs - 1)) + 1;
+            if (e > n_keys) e = n_keys;
             for (int64_t jj = b0; jj < e; jj++) {
                 const float *vj = vb + (jj - b0) * kv_stride;
-                __m512 p = _mm512_set1_ps(scores[jj]);
+                __m512 p = _mm512_set1_ps(scores[jj - k0]);
 #pragma GCC unroll 4
                 for (int t = 0; t < 4; t++)
                     if (mk[t]) acc[t] = _mm512_fmadd_ps(p, _mm512_maskz_loadu_ps(mk[t], vj + 16 * t), acc[t]);
@@ -226,12 +233,12 @@ AI void ls_attn_chunk_sums(int nv, float *const *sc, const int64_t *nk, int64_t 
 /* A block of nr rows of one sequence (one kv view; row r at position pos[r]), each with
  * nh (<= LS_ATTN_HMAX) query heads sharing one kv head: nv = nr * nh <= LS_ATTN_VMAX
  * query vectors v = r * nh + h.  Each vector runs exactly ls_attn_head_avx512's
- * operation sequence over its own keys 0..pos[r]; what is shared is loads and latency:
+ * operation sequence over its own keys (0..pos[r], or the window's); what is shared is loads and latency:
  * every 16-key slice of K is loaded once for all vectors (it stays in L1 while they use
  * it), the vectors' chunk-sum chains are interleaved, and each row's v rows are loaded
  * once for its heads. */
 void ls_attn_block_avx512(int nr, int nh, const float *q, int64_t row_stride, int q_stride, const int32_t *pos,
-                          const ls_kv_view *kv, int kv_off, int kv_stride, int head_dim, float scale, float *out,
+                          int32_t window, const ls_kv_view *kv, int kv_off, int kv_stride, int head_dim, float scale, float *out,
                           float *scores, size_t per) {
     const int nv = nr * nh;
     LS_ASSERT(nr >= 1 && nh >= 1 && nh <= LS_ATTN_HMAX && nv <= LS_ATTN_VMAX);
@@ -240,20 +247,28 @@ void ls_attn_block_avx512(int nr, int nh, const float *q, int64_t row_stride, in
     const __m512 vsc = _mm512_set1_ps(scale);
     float *sc[LS_ATTN_VMAX];
     const float *qp[LS_ATTN_VMAX];
-    int64_t nk[LS_ATTN_VMAX], nmax = 0, nmin = INT64_MAX;
+    /* vector v reads keys k0[v]..end[v]-1, nk[v] = end[v] - k0[v] of them, key k0[v] + j
+     * in sc[v][j] */
+    int64_t k0[LS_ATTN_VMAX], end[LS_ATTN_VMAX], nk[LS_ATTN_VMAX], nmax = 0, nmin = INT64_MAX, emax = 0,
+        kmin = INT64_MAX;
     for (int v = 0; v < nv; v++) {
         sc[v] = scores + (size_t)v * per;
         qp[v] = q + (v / nh) * row_stride + (int64_t)(v % nh) * q_stride;
-        nk[v] = (int64_t)pos[v / nh] + 1;
+        end[v] = (int64_t)pos[v / nh] + 1;
+        k0[v] = ls_attn_first(pos[v / nh], window);
+        nk[v] = end[v] - k0[v];
         nmax = nk[v] > nmax ? nk[v] : nmax;
         nmin = nk[v] < nmin ? nk[v] : nmin;
+        emax = end[v] > emax ? end[v] : emax;
+        kmin = k0[v] < kmin ? k0[v] : kmin;
     }
-    /* 1. scores: each 16-key slice for every vector that has all 16 keys (the batched
-     * trees: same bits as ls_z_dot16), then each vector's last < 16 keys one by one */
-    for (int64_t j0 = 0; j0 + 16 <= nmax; j0 += 16) {
+    /* 1. scores: each 16-key slice (from a multiple of 16) for every vector that has all
+     * 16 keys (the batched trees: same bits as ls_z_dot16), then each vector's other keys
+     * (before its first slice, after its last) one by one */
+    for (int64_t j0 = kmin & ~(int64_t)15; j0 + 16 <= emax; j0 += 16) {
         const float *kb = ls_kv_krow(kv, kv_off, kv_stride, j0); /* 16 keys never straddle a block */
         for (int v = 0; v < nv; v++) {
-            if (j0 + 16 > nk[v]) continue;
+            if (j0 < k0[v] || j0 + 16 > end[v]) continue;
             __m512 acc[16];
             if (nq == 4) { /* head_dim 64: the same fma chain, unrolled */
                 const __m512 q0 = _mm512_loadu_ps(qp[v]), q1 = _mm512_loadu_ps(qp[v] + 16),
@@ -277,14 +292,18 @@ void ls_attn_block_avx512(int nr, int nh, const float *q, int64_t row_stride, in
                     acc[jj] = a;
                 }
             }
-            _mm512_storeu_ps(sc[v] + j0, _mm512_mul_ps(ls_z_tree16_x16(acc), vsc));
+            _mm512_storeu_ps(sc[v] + (j0 - k0[v]), _mm512_mul_ps(ls_z_tree16_x16(acc), vsc));
         }
     }
     for (int v = 0; v < nv; v++) {
         float *sh = sc[v];
         const int64_t n = nk[v];
-        for (int64_t j = n & ~(int64_t)15; j < n; j++)
-            sh[j] = ls_z_dot16(qp[v], ls_kv_krow(kv, kv_off, kv_stride, j), head_dim) * scale;
+        int64_t ja = (k0[v] + 15) & ~(int64_t)15, jb = end[v] & ~(int64_t)15;
+        if (ja >= jb) ja = jb = end[v]; /* no whole slice: every key one by one */
+        for (int64_t j = k0[v]; j < ja; j++)
+            sh[j - k0[v]] = ls_z_dot16(qp[v], ls_kv_krow(kv, kv_off, kv_stride, j), head_dim) * scale;
+        for (int64_t j = jb; j < end[v]; j++)
+            sh[j - k0[v]] = ls_z_dot16(qp[v], ls_kv_krow(kv, kv_off, kv_stride, j), head_dim) * scale;
         /* 2. mx: lane-wise max_ps(s, m) = s > m ? s : m, the scalar loop's step (a NaN
          * score is skipped; a NaN sh[0] stays), every lane seeded with sh[0].  It can
          * differ from the scalar loop only in the sign of a zero maximum, which
@@ -325,14 +344,15 @@ void ls_attn_block_avx512(int nr, int nh, const float *q, int64_t row_stride, in
     const int nd = head_dim / 16;
     const int64_t bs = (int64_t)1 << kv->block_shift;
     for (int r = 0; r < nr; r++) {
-        const int64_t n = nk[r * nh];
+        const int64_t n = end[r * nh], kr = k0[r * nh];
         float *const *sr = sc + r * nh;
         __m512 acc[LS_ATTN_HMAX][4];
         for (int h = 0; h < LS_ATTN_HMAX; h++)
             for (int t = 0; t < 4; t++) acc[h][t] = _mm512_setzero_ps();
-        for (int64_t b0 = 0; b0 < n; b0 += bs) { /* key order, a block at a time */
+        for (int64_t b0 = kr, e; b0 < n; b0 = e) { /* key order, a block at a time */
             const float *vb = ls_kv_vrow(kv, kv_off, kv_stride, b0);
-            int64_t e = b0 + bs < n ? b0 + bs : n;
+            e = (b0 | (bs - 1)) + 1;
+            if (e > n) e = n;
             for (int64_t jj = b0; jj < e; jj++) {
                 const float *vj = vb + (jj - b0) * kv_stride;
                 __m512 vv[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
@@ -342,7 +362,7 @@ void ls_attn_block_avx512(int nr, int nh, const float *q, int64_t row_stride, in
 #pragma GCC unroll 4
                 for (int h = 0; h < LS_ATTN_HMAX; h++) {
                     if (h >= nh) break;
-                    __m512 p = _mm512_set1_ps(sr[h][jj]);
+                    __m512 p = _mm512_set1_ps(sr[h][jj - kr]);
 #pragma GCC unroll 4
                     for (int t = 0; t < 4; t++)
                         if (t < nd) acc[h][t] = _mm512_fmadd_ps(p, vv[t], acc[h][t]);

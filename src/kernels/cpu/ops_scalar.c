@@ -40,24 +40,26 @@ void ls_rope_row_scalar(float *x, int n_heads, int head_stride, int head_dim, bo
     }
 }
 
-/* One query head against keys 0..n_keys-1 of a paged view (kv head at kv_off). */
-void ls_attn_head_scalar(const float *q, int64_t n_keys, const ls_kv_view *kv, int kv_off, int kv_stride,
-                         int head_dim, float scale, float *out, float *scores) {
-    for (int64_t j = 0; j < n_keys; j++)
-        scores[j] = ls_dot16(q, ls_kv_krow(kv, kv_off, kv_stride, j), head_dim) * scale;
+/* One query head against keys k0..n_keys-1 of a paged view (kv head at kv_off): the
+ * recipe over that list of n = n_keys - k0 keys, key k0 + j in scores[j]. */
+void ls_attn_head_scalar(const float *q, int64_t k0, int64_t n_keys, const ls_kv_view *kv, int kv_off,
+                         int kv_stride, int head_dim, float scale, float *out, float *scores) {
+    const int64_t n = n_keys - k0;
+    for (int64_t j = 0; j < n; j++)
+        scores[j] = ls_dot16(q, ls_kv_krow(kv, kv_off, kv_stride, k0 + j), head_dim) * scale;
     float mx = scores[0];
-    for (int64_t j = 1; j < n_keys; j++) mx = scores[j] > mx ? scores[j] : mx;
-    for (int64_t j = 0; j < n_keys; j++) scores[j] = ls_expf(scores[j] - mx);
+    for (int64_t j = 1; j < n; j++) mx = scores[j] > mx ? scores[j] : mx;
+    for (int64_t j = 0; j < n; j++) scores[j] = ls_expf(scores[j] - mx);
     float sum = 0.0f;
-    for (int64_t c = 0; c < n_keys; c += LS_ATTN_CHUNK) {
+    for (int64_t c = 0; c < n; c += LS_ATTN_CHUNK) {
         float part = 0.0f;
-        int64_t e = c + LS_ATTN_CHUNK < n_keys ? c + LS_ATTN_CHUNK : n_keys;
+        int64_t e = c + LS_ATTN_CHUNK < n ? c + LS_ATTN_CHUNK : n;
         for (int64_t j = c; j < e; j++) part = part + scores[j];
         sum = sum + part;
     }
     for (int d = 0; d < head_dim; d++) out[d] = 0.0f;
-    for (int64_t j = 0; j < n_keys; j++) {
-        const float *vj = ls_kv_vrow(kv, kv_off, kv_stride, j);
+    for (int64_t j = 0; j < n; j++) {
+        const float *vj = ls_kv_vrow(kv, kv_off, kv_stride, k0 + j);
         float p = scores[j];
         for (int d = 0; d < head_dim; d++) out[d] = fmaf(p, vj[d], out[d]);
     }

@@ -116,19 +116,94 @@ ls_wmat *ls_wmat_create(uint32_t type, int64_t N, int64_t K, const void *data, l
     return w;
 }
 
+/* ---- the panel copy of Q4_1, Q8_0 and Q4_K (internal.h), read by the AVX-512, AVX-VNNI
+ * and AVX2 kernels alike (one layout: the 256-bit kernels take a 16-row panel as two halves
+ * of 8 lanes), so a matrix holds at most one copy whichever of these ISAs use it.  The
+ * per-type part is only what follows the codes: the scale fields of the 16 rows. */
+static bool ls_panel_type(uint32_t type) {
+    return type == LS_TYPE_Q4_1 || type == LS_TYPE_Q8_0 || type == LS_TYPE_Q4_K;
+}
+/* Bytes of one panel unit's codes (NIB: 4 planes of 64 bytes, BYTE: 8). */
+static size_t ls_panel_pcode(uint32_t type) { return type == LS_TYPE_Q8_0 ? 512 : 256; }
+/* Bytes of one panel unit: 16 rows' codes, then their scale fields: Q8_0 fp16 d, Q4_1 fp16 d
+ * and m, Q4_K u8 sc and mn (32 bytes per unit) plus the super-block fp16 d and dmin (64
+ * bytes per 8 units). */
+static size_t ls_panel_unit_bytes(uint32_t type) {
+    return ls_panel_pcode(type) + (type == LS_TYPE_Q8_0 ? 32 : type == LS_TYPE_Q4_1 ? 64 : 32 + 8);
+}
+
+size_t ls_panel_bytes(const ls_wmat *w) {
+    if (!ls_panel_type(w->type)) return 0;
+    uint64_t np = (uint64_t)(w->N + 15) / 16, b; /* N <= 2^40, nb <= 2^25 (ls_wmat_create) */
+    if (ls_mul_u64(np, (uint64_t)w->nb * ls_panel_unit_bytes(w->type), &b) || b > SIZE_MAX - 64) return 0;
+    return ((size_t)b + 63) & ~(size_t)63;
+}
+
+static void ls_w16p(uint8_t *p, uint16_t v) {
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+void ls_panel_build(ls_wmat *w, void *mem) {
+    w->pcode = ls_panel_pcode(w->type);
+    w->panel_bytes = (size_t)w->nb * ls_panel_unit_bytes(w->type);
+    w->panel = mem;
+    memset(w->panel, 0, (size_t)((w->N + 15) / 16) * w->panel_bytes); /* the last panel's padding rows */
+    const int upb = (int)(w->wt->block / 32); /* units per ggml block (8 for Q4_K) */
+    ls_unit un[8];
+    for (int64_t n = 0; n < w->N; n++) {
+        uint8_t *p = w->panel + (size_t)(n / 16) * w->panel_bytes;
+        const size_t r = (size_t)(n % 16);
+        for (int64_t blk = 0; blk < w->nb / upb; blk++) {
+            ls_wmat_decode_block(w, n, blk, un);
+            for (int t = 0; t < upb; t++) {
+                const ls_unit *x = &un[t];
+                const int64_t b = blk * upb + t;
+                uint8_t *codes = p + (size_t)b * w->pcode;
+                if (w->type == LS_TYPE_Q8_0) {
+                    for (int s = 0; s < 8; s++)
+                        for (int j = 0; j < 4; j++) codes[64 * s + 4 * r + j] = x->u[4 * s + j];
+                } else {
+                    for (int q = 0; q < 4; q++)
+                        for (int j = 0; j < 4; j++)
+                            codes[64 * q + 4 * r + j] =
+                                (uint8_t)((x->u[4 * q + j] & 0xF) | ((x->u[16 + 4 * q + j] & 0xF) << 4));
+                }
+                uint8_t *dp = p + (size_t)w->nb * w->pcode + 32 * (size_t)b;
+                if (w->type == LS_TYPE_Q4_K) {
+                    dp[r] = x->sc;
+                    dp[16 + r] = x->mn;
+                    if (t == 0) { /* the super-block's d and dmin */
+                        uint8_t *sp = p + (size_t)w->nb * (w->pcode + 32) + 64 * (size_t)blk;
+                        ls_w16p(sp + 2 * r, x->d);
+                        ls_w16p(sp + 32 + 2 * r, x->dmin);
+                    }
+                    continue;
+                }
+                ls_w16p(dp + 2 * r, x->d);
+                if (w->type == LS_TYPE_Q4_1) ls_w16p(dp + 32 * (size_t)w->nb + 2 * r, x->m);
+            }
+        }
+    }
+}
+
+/* What preparing w for isa still needs: 0 when the ISA needs nothing beyond the group
+ * records, or when the layout it needs is already built (the panel copy is shared by the
+ * ISAs that read it). */
 size_t ls_wmat_prepare_bytes(const ls_wmat *w, ls_isa isa) {
     const ls_kvtab *vt = ls_kvtab_for(isa);
-    return vt->prepare_bytes ? vt->prepare_bytes(w) : 0;
+    if (!vt->prepare_bytes || (vt->prepare == ls_panel_build && w->panel)) return 0;
+    return vt->prepare_bytes(w);
 }
 
 ls_status ls_wmat_prepare(ls_wmat *w, ls_isa isa, void *mem, ls_err *err) {
     if (ls_wmat_prepared(w, isa)) return LS_OK;
     const ls_kvtab *vt = ls_kvtab_for(isa);
-    size_t b = vt->prepare_bytes ? vt->prepare_bytes(w) : 0;
+    size_t b = ls_wmat_prepare_bytes(w, isa);
     if (b) {
         LS_ASSERT(((uintptr_t)mem & 63) == 0);
         if (!mem) {
-            LS_ASSERT(!w->prep_owned); /* one ISA with its own layout per matrix so far */
+            LS_ASSERT(!w->prep_owned); /* one ISA-specific layout per matrix (the shared panel copy) */
             if (!(mem = w->prep_owned = ls_aligned_alloc(64, b)))
                 return ls_err_set(err, LS_E_NOMEM, "out of memory preparing a %lld x %lld matrix for %s (%zu bytes)",
                                   (long long)w->N, (long long)w->K, ls_isa_name(isa), b);

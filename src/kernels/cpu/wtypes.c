@@ -147,59 +147,62 @@ static void put_q6_k(const ls_rec *r, uint32_t l, const ls_unit *un, uint8_t *re
 /* ---- step 2 of the recipe, per type: c_b from the unit's codes u, the activation
  * block's codes q and its dx, sx (docs/numerics.md, the c_b column; each line one
  * rounding, in the order written) ------------------------------------------------ */
-static int32_t isum_off(const int *u, const int *q, int off) {
+/* Codes are int16 (|u - off| <= 255, |q| <= 128: every product and the 32-term sum are
+ * exact in int32), so the compiler may form the sum with pmaddwd at any ISA: integer
+ * arithmetic, the same value in any order. */
+static int32_t isum_off(const int16_t *u, const int16_t *q, int off) {
     int32_t s = 0;
-    for (int i = 0; i < 32; i++) s += (u[i] - off) * q[i];
+    for (int i = 0; i < 32; i++) s += (int16_t)(u[i] - off) * q[i];
     return s;
 }
 static float c_d(const ls_rec *r, uint32_t l, const uint8_t *rec, int32_t isum, float dx) {
     float d = ls_k_fp16(ls_k_rd16(rec + r->d + 2 * l));
     return (d * dx) * (float)isum;
 }
-static float c_q4_0(const ls_rec *r, uint32_t l, const uint8_t *rec, const int *u, const int *q, float dx, float sx) {
+static float c_q4_0(const ls_rec *r, uint32_t l, const uint8_t *rec, const int16_t *u, const int16_t *q, float dx, float sx) {
     (void)sx;
     return c_d(r, l, rec, isum_off(u, q, 8), dx);
 }
-static float c_q5_0(const ls_rec *r, uint32_t l, const uint8_t *rec, const int *u, const int *q, float dx, float sx) {
+static float c_q5_0(const ls_rec *r, uint32_t l, const uint8_t *rec, const int16_t *u, const int16_t *q, float dx, float sx) {
     (void)sx;
     return c_d(r, l, rec, isum_off(u, q, 16), dx);
 }
-static float c_q8_0(const ls_rec *r, uint32_t l, const uint8_t *rec, const int *u, const int *q, float dx, float sx) {
+static float c_q8_0(const ls_rec *r, uint32_t l, const uint8_t *rec, const int16_t *u, const int16_t *q, float dx, float sx) {
     (void)sx;
     return c_d(r, l, rec, isum_off(u, q, 128), dx);
 }
-static float c_mxfp4(const ls_rec *r, uint32_t l, const uint8_t *rec, const int *u, const int *q, float dx, float sx) {
+static float c_mxfp4(const ls_rec *r, uint32_t l, const uint8_t *rec, const int16_t *u, const int16_t *q, float dx, float sx) {
     (void)sx;
     int32_t isum = 0;
     for (int i = 0; i < 32; i++) isum += ls_kvalues_mxfp4[u[i]] * q[i];
     float d = ls_k_e8m0_half(rec[r->e + l]);
     return (d * dx) * (float)isum;
 }
-static float c_q4_1(const ls_rec *r, uint32_t l, const uint8_t *rec, const int *u, const int *q, float dx, float sx) {
+static float c_q4_1(const ls_rec *r, uint32_t l, const uint8_t *rec, const int16_t *u, const int16_t *q, float dx, float sx) {
     int32_t isum = isum_off(u, q, 0);
     float d = ls_k_fp16(ls_k_rd16(rec + r->d + 2 * l));
     float m = ls_k_fp16(ls_k_rd16(rec + r->m + 2 * l));
     return fmaf(d * dx, (float)isum, m * sx);
 }
-static float c_kq(const ls_rec *r, uint32_t l, const uint8_t *rec, const int *u, const int *q, float dx, float sx) {
+static float c_kq(const ls_rec *r, uint32_t l, const uint8_t *rec, const int16_t *u, const int16_t *q, float dx, float sx) {
     int32_t isum = isum_off(u, q, 0) * rec[r->sc + l];
     float d = ls_k_fp16(ls_k_rd16(rec + r->dk + 2 * (l / 8)));
     float dmin = ls_k_fp16(ls_k_rd16(rec + r->dmk + 2 * (l / 8)));
     float mt = dmin * (float)rec[r->mn + l];
     return fmaf(d * dx, (float)isum, (-mt) * sx);
 }
-static float c_q6_k(const ls_rec *r, uint32_t l, const uint8_t *rec, const int *u, const int *q, float dx, float sx) {
+static float c_q6_k(const ls_rec *r, uint32_t l, const uint8_t *rec, const int16_t *u, const int16_t *q, float dx, float sx) {
     (void)sx;
     int32_t s0 = 0, s1 = 0;
-    for (int i = 0; i < 16; i++) s0 += (u[i] - 32) * q[i];
-    for (int i = 16; i < 32; i++) s1 += (u[i] - 32) * q[i];
+    for (int i = 0; i < 16; i++) s0 += (int16_t)(u[i] - 32) * q[i];
+    for (int i = 16; i < 32; i++) s1 += (int16_t)(u[i] - 32) * q[i];
     int32_t isum = (int8_t)rec[r->sc + 2 * l] * s0 + (int8_t)rec[r->sc + 2 * l + 1] * s1;
     float d = ls_k_fp16(ls_k_rd16(rec + r->dk + 2 * (l / 8)));
     return (d * dx) * (float)isum;
 }
 
 /* ---- the table --------------------------------------------------------------------- */
-#define LS_MM_ROW(nm) {ls_mm_##nm##_scalar, ls_mm_##nm##_avx2, ls_mm_##nm##_avx512}
+#define LS_MM_ROW(nm) {ls_mm_##nm##_scalar, ls_mm_##nm##_avx2, ls_mm_##nm##_avxvnni, ls_mm_##nm##_avx512}
 static const ls_wtype ls_wtypes[] = {
     {LS_TYPE_F32, LS_ST_FLOAT, 1, NULL, NULL, NULL, NULL, LS_MM_ROW(f32)},
     {LS_TYPE_F16, LS_ST_FLOAT, 1, NULL, NULL, NULL, NULL, LS_MM_ROW(f16)},
