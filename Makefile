@@ -17,6 +17,8 @@ ALL_CFLAGS = $(CFLAGS_COMMON) $(CFLAGS) $(shell pkg-config --cflags libpcre2-8 2
 LDLIBS  = $(shell pkg-config --libs libpcre2-8 2>/dev/null || echo -lpcre2-8) -lcjson -lcrypto -lmicrohttpd -lm -pthread $(SAN)
 
 MODEL   ?= models/SmolLM2-135M-Instruct.Q4_1.gguf
+# `make model MODEL=gemma3`: the Gemma 3 270M Q4_K_M file (scripts/fetch-model.sh).
+override MODEL := $(if $(filter gemma3,$(MODEL)),models/gemma-3-270m-q4_k_m.gguf,$(MODEL))
 
 # The library is everything under src/ but the two programs built on its public header
 # (include/lockstep.h): the command line (src/cli) and the HTTP server (src/server); the
@@ -101,12 +103,19 @@ $(BUILD)/embed: examples/embed.c include/lockstep.h $(BUILD)/liblockstep.so
 
 # Benchmark tools (bench/): they may use the library's internals.
 .PHONY: bench-tools
-bench-tools: $(BUILD)/lockstep-bench $(BUILD)/bench-budget
+bench-tools: $(BUILD)/lockstep-bench $(BUILD)/bench-budget $(BUILD)/synth-gguf
 $(BUILD)/lockstep-bench: $(BENCH_OBJ) $(LINK_DEPS)
 	$(CC) -o $@ $(BENCH_OBJ) $(LINK_LIB)
+$(BUILD)/synth-gguf: bench/synth_gguf.c tests/cuda/synth.c tests/cuda/synth.h $(LINK_DEPS)
+	$(CC) $(ALL_CFLAGS) -Itests/cuda -o $@ bench/synth_gguf.c tests/cuda/synth.c $(LINK_LIB)
 $(BUILD)/bench-budget: bench/budget.c $(LINK_DEPS)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(LINK_LIB) \
 	    -Wl,--wrap=ls_matmul_multi_rows,--wrap=ls_attention,--wrap=ls_rmsnorm,--wrap=ls_swiglu
+
+# the server's tool-call parser: pure (cJSON), linked on its own
+$(BUILD)/tests/test_tools: tests/unit/test_tools.c src/server/tools.c src/server/tools.h $(LINK_DEPS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Itests/unit -o $@ tests/unit/test_tools.c src/server/tools.c -lcmocka $(LINK_LIB)
 
 $(BUILD)/tests/%: tests/unit/%.c $(LINK_DEPS)
 	@mkdir -p $(dir $@)

@@ -1,4 +1,5 @@
-/* info.c - `lockstep info`: architecture, hyperparameters, tensors. */
+/* info.c - `lockstep info`: architecture and family, tensor types, limits, hyperparameters, tensors.
+ * A file lockstep refuses exits 2 with the loader's message (the tensor, type or key). */
 #include <cjson/cJSON.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -75,11 +76,25 @@ int cli_info(int argc, char **argv) {
     printf("file:          %s (%.1f MiB, GGUF v%.0f)\n", model_path, NUM(doc, "file_size") / 1048576.0, NUM(doc, "gguf_version"));
     const char *name = STR(doc, "name");
     printf("architecture:  %s%s%s\n", STR(doc, "architecture"), name && name[0] ? "  name: " : "", name ? name : "");
+    printf("family:        %s (", STR(doc, "family"));
+    const cJSON *it;
+    int k0 = 0;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItem(doc, "features")) printf(k0++ ? ", %s" : "%s", it->valuestring);
+    printf(")\ntypes:        ");
+    cJSON_ArrayForEach(it, cJSON_GetObjectItem(doc, "tensor_types")) printf(" %s x%.0f", it->string, it->valuedouble);
+    printf("\n");
+    cJSON_ArrayForEach(it, cJSON_GetObjectItem(doc, "limits")) printf("unsupported:   %s\n", it->valuestring);
     printf("layers %.0f, embd %.0f, ff %.0f, heads %.0f (kv %.0f), head dim %.0f, rope dim %.0f\n", NUM(h, "n_layer"),
            NUM(h, "n_embd"), NUM(h, "n_ff"), NUM(h, "n_head"), NUM(h, "n_head_kv"), NUM(h, "head_dim"), NUM(h, "rope_dim"));
     printf("context %.0f, rope base %g scale %g, rms eps %g, output %s\n", NUM(h, "n_ctx_train"), NUM(h, "rope_freq_base"),
            NUM(h, "rope_freq_scale"), NUM(h, "norm_eps"),
            cJSON_IsTrue(cJSON_GetObjectItem(h, "tied_output")) ? "tied to token_embd" : "separate");
+    if (cJSON_GetObjectItem(h, "sliding_window"))
+        printf("sliding window %.0f positions on every layer but each %.0fth (local rope base 10000)\n",
+               NUM(h, "sliding_window"), NUM(h, "sliding_window_pattern"));
+    if (cJSON_GetObjectItem(h, "yarn_original_context"))
+        printf("yarn: original context %.0f, attn factor %g, beta fast %g slow %g\n", NUM(h, "yarn_original_context"),
+               NUM(h, "yarn_attn_factor"), NUM(h, "yarn_beta_fast"), NUM(h, "yarn_beta_slow"));
     printf("vocab:         %.0f tokens\n", NUM(doc, "vocab_size"));
     printf("chat template: %s\n", STR(doc, "chat_template"));
     printf("weights read per token: %.1f MiB\n", NUM(doc, "weight_bytes_per_token") / 1048576.0);

@@ -16,7 +16,7 @@ static const char *run_help =
     "      --chat MESSAGE      a user message, wrapped in the model's chat template\n"
     "      --system TEXT       system message for --chat\n"
     "      --chat-template NAME  override the template family (chatml, llama2, llama3,\n"
-    "                          mistral, gemma, phi3, zephyr)\n"
+    "                          mistral, gemma, phi3, zephyr, qwen3)\n"
     "  -n, --n-predict N       max new tokens (default 256; -1 = until the context is full)\n"
     "      --temp T            temperature (default 0.8; 0 = greedy)\n"
     "      --top-k K           top-k (default 40; 0 = off)\n"

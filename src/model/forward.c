@@ -21,6 +21,7 @@ struct ls_fwd {
     uint64_t rows[2];    /* matmul rows run with the parity family / the free family (kc.rows) */
     ls_pool *pool;
     ls_rope *rope;
+    ls_rope *rope_swa;   /* the sliding-window layers' (another base), or NULL: rope */
     int32_t n_rows, n_ctx;
     int32_t *layers;     /* the layers to run, in order */
     int32_t n_layers;
@@ -42,6 +43,13 @@ struct ls_fwd {
     size_t att_scratch_per_thread;
     void *arena;
 };
+
+static bool ls_rope_params_eq(const ls_rope_params *a, const ls_rope_params *b) {
+    return a->head_dim == b->head_dim && a->freq_base == b->freq_base && a->freq_scale == b->freq_scale &&
+           a->neox == b->neox && a->yarn == b->yarn && a->yarn_n_ctx_orig == b->yarn_n_ctx_orig &&
+           a->yarn_beta_fast == b->yarn_beta_fast && a->yarn_beta_slow == b->yarn_beta_slow &&
+           a->yarn_attn_factor == b->yarn_attn_factor;
+}
 
 static size_t align_up(size_t n) { return (n + 63) & ~(size_t)63; }
 
@@ -112,8 +120,13 @@ ls_fwd *ls_fwd_create(const ls_model *m, ls_fwd_params p, ls_err *err) {
     }
     ls_rope_params rp = m->rope_params;
     rp.n_ctx = p.n_ctx;
-    f->rope = ls_rope_create(rp, err);
+    f->rope = ls_rope_create_factors(rp, m->rope_freqs, err);
     if (!f->rope) goto fail;
+    if (m->arch->swa_pattern && !ls_rope_params_eq(&m->rope_params_swa, &m->rope_params)) {
+        ls_rope_params rs = m->rope_params_swa;
+        rs.n_ctx = p.n_ctx;
+        if (!(f->rope_swa = ls_rope_create_factors(rs, m->rope_freqs, err))) goto fail;
+    }
 
     const size_t E = hp->n_embd, QD = (size_t)hp->n_head * hp->head_dim, F = hp->n_ff, B = (size_t)p.n_rows;
     f->kv_dim = (size_t)hp->n_head_kv * hp->head_dim;
@@ -158,6 +171,7 @@ fail:
 void ls_fwd_free(ls_fwd *f) {
     if (!f) return;
     ls_rope_free(f->rope);
+    ls_rope_free(f->rope_swa);
     ls_pool_free(f->pool);
     free(f->layers);
     free(f->arena);
@@ -181,6 +195,12 @@ static void add_rows(float *x, const float *y, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] += y[i];
 }
 
+/* y[m][i] += b[i] for M rows of n (the projections' biases, qwen2). */
+static void add_bias(float *y, const float *b, int64_t M, size_t n) {
+    for (int64_t r = 0; r < M; r++)
+        for (size_t i = 0; i < n; i++) y[(size_t)r * n + i] += b[i];
+}
+
 void ls_fwd_run(ls_fwd *f, ls_kv_store *kv, const ls_batch *b, float *logits) {
     const ls_model *m = f->m;
     const ls_hparams *hp = &m->hp;
@@ -199,6 +219,8 @@ void ls_fwd_run(ls_fwd *f, ls_kv_store *kv, const ls_batch *b, float *logits) {
         if (b->logit_row[r] >= 0) LS_ASSERT(b->logit_row[r] == n_out++); /* numbered in row order */
         const uint8_t *row = (const uint8_t *)emb->data + (size_t)b->token[r] * emb_rb;
         ls_dequant_row(emb->type, row, f->x + r * E, (int64_t)E);
+        if (hp->embd_scale != 1.0f)
+            for (size_t i = 0; i < E; i++) f->x[r * E + i] *= hp->embd_scale;
     }
     if (f->mtp) { /* x = eh_proj([enorm(embed(token)); hnorm(hidden)]) */
         LS_ASSERT(b->embd_in);
@@ -223,8 +245,18 @@ void ls_fwd_run(ls_fwd *f, ls_kv_store *kv, const ls_batch *b, float *logits) {
             float *yqkv[3] = {f->q, f->k, f->v};
             ls_matmul_multi_rows(kc, 3, wqkv, f->xn, M, yqkv, b->need_parity);
         }
-        ls_rope_apply(kc, f->rope, f->q, M, (int)hp->n_head, D, b->pos);
-        ls_rope_apply(kc, f->rope, f->k, M, (int)hp->n_head_kv, D, b->pos);
+        if (L->bq) { /* qwen2 */
+            add_bias(f->q, L->bq, M, (size_t)hp->n_head * D);
+            add_bias(f->k, L->bk, M, KV);
+            add_bias(f->v, L->bv, M, KV);
+        }
+        if (L->q_norm) { /* qwen3, gemma3: RMSNorm of each head (rows of head_dim), in place */
+            ls_rmsnorm(kc, f->q, L->q_norm, hp->norm_eps, M * (int64_t)hp->n_head, D, f->q);
+            ls_rmsnorm(kc, f->k, L->k_norm, hp->norm_eps, M * (int64_t)hp->n_head_kv, D, f->k);
+        }
+        const ls_rope *rope = L->swa && f->rope_swa ? f->rope_swa : f->rope;
+        ls_rope_apply(kc, rope, f->q, M, (int)hp->n_head, D, b->pos);
+        ls_rope_apply(kc, rope, f->k, M, (int)hp->n_head_kv, D, b->pos);
         /* Every row's K/V is in its block before any query reads it. */
         for (int32_t r = 0; r < b->n; r++) {
             const int32_t *table = b->tables[b->seq[r]];
@@ -233,13 +265,19 @@ void ls_fwd_run(ls_fwd *f, ls_kv_store *kv, const ls_batch *b, float *logits) {
             if (!fault) ls_kv_store_write(kv, kvl, blk, p & (LS_KV_BLOCK - 1), f->k + r * KV, f->v + r * KV);
             f->views[r] = ls_kv_store_view(kv, kvl, table);
         }
-        ls_attention(kc, f->q, M, b->pos, f->views, (int)hp->n_head, (int)hp->n_head_kv, D, scale, f->att,
+        ls_attention(kc, f->q, M, b->pos, f->views, (int)hp->n_head, (int)hp->n_head_kv, D, scale,
+                     L->swa ? (int32_t)hp->n_swa : 0, f->att,
                      f->att_scratch, f->att_scratch_per_thread);
         {
             const ls_wmat *wo[1] = {L->wo};
             ls_matmul_multi_rows(kc, 1, wo, f->att, M, &f->tmp, b->need_parity);
         }
-        add_rows(f->x, f->tmp, (size_t)M * E);
+        if (L->post_attn_norm) { /* gemma3 */
+            ls_rmsnorm(kc, f->tmp, L->post_attn_norm, hp->norm_eps, M, (int64_t)E, f->xn);
+            add_rows(f->x, f->xn, (size_t)M * E);
+        } else {
+            add_rows(f->x, f->tmp, (size_t)M * E);
+        }
 
         ls_rmsnorm(kc, f->x, L->ffn_norm, hp->norm_eps, M, (int64_t)E, f->xn);
         {
@@ -247,12 +285,20 @@ void ls_fwd_run(ls_fwd *f, ls_kv_store *kv, const ls_batch *b, float *logits) {
             float *ygu[2] = {f->gate, f->up};
             ls_matmul_multi_rows(kc, 2, wgu, f->xn, M, ygu, b->need_parity);
         }
-        ls_swiglu(kc, f->gate, f->up, M, (int64_t)hp->n_ff, f->gate);
+        if (m->arch->act == LS_ACT_GELU_TANH)
+            ls_geglu(kc, f->gate, f->up, M, (int64_t)hp->n_ff, f->gate);
+        else
+            ls_swiglu(kc, f->gate, f->up, M, (int64_t)hp->n_ff, f->gate);
         {
             const ls_wmat *wd[1] = {L->w_down};
             ls_matmul_multi_rows(kc, 1, wd, f->gate, M, &f->tmp, b->need_parity);
         }
-        add_rows(f->x, f->tmp, (size_t)M * E);
+        if (L->post_ffn_norm) { /* gemma3 */
+            ls_rmsnorm(kc, f->tmp, L->post_ffn_norm, hp->norm_eps, M, (int64_t)E, f->xn);
+            add_rows(f->x, f->xn, (size_t)M * E);
+        } else {
+            add_rows(f->x, f->tmp, (size_t)M * E);
+        }
     }
     if (b->hidden_out) memcpy(b->hidden_out, f->x, (size_t)M * E * sizeof(float));
     if (n_out == 0 || !logits) return;

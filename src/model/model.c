@@ -1,9 +1,12 @@
 /* model.c - loading a Llama-architecture model from GGUF: hyperparameters from
  * metadata, weight views over the mmap, the tokenizer and the chat template. */
 #include "model/model_impl.h"
+#include "kernels/cpu/internal.h"
 #include "util/alloc.h"
 #include "util/util.h"
 
+#include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <sys/mman.h>
 #include <stdlib.h>
@@ -38,15 +41,20 @@ static void copy_str(char *dst, size_t cap, gguf_str s) {
     dst[n] = '\0';
 }
 
-static ls_status read_hparams(const gguf_file *f, ls_hparams *hp, ls_err *err) {
+static ls_status read_hparams(const gguf_file *f, ls_hparams *hp, const ls_arch **arch_out, ls_err *err) {
     gguf_str arch;
     ls_status st = gguf_get_str(f, "general.architecture", &arch, err);
     if (st) return st;
     copy_str(hp->arch, sizeof hp->arch, arch);
-    /* Architectures whose graph is exactly the Llama one (pre-norm, RoPE, GQA, SwiGLU). */
-    if (strcmp(hp->arch, "llama") != 0 && strcmp(hp->arch, "mistral") != 0)
-        return ls_err_set(err, LS_E_UNSUPPORTED,
-                          "unsupported architecture '%s' (supported: llama, mistral)", hp->arch);
+    /* The family's descriptor (arch.c). */
+    const ls_arch *ad = ls_arch_find(hp->arch);
+    if (!ad) {
+        char names[128];
+        ls_arch_names(names, sizeof names);
+        return ls_err_set(err, LS_E_UNSUPPORTED, "unsupported architecture '%s' (general.architecture; supported: %s)",
+                          hp->arch, names);
+    }
+    *arch_out = ad;
     gguf_str name;
     if (gguf_find(f, "general.name") && gguf_get_str(f, "general.name", &name, NULL) == LS_OK)
         copy_str(hp->name, sizeof hp->name, name);
@@ -68,15 +76,32 @@ static ls_status read_hparams(const gguf_file *f, ls_hparams *hp, ls_err *err) {
     const uint32_t ctx_def = 4096;
     if ((st = get_arch_u32(f, a, "context_length", &hp->n_ctx_train, &ctx_def, err))) return st;
     if ((st = get_arch_f32(f, a, "attention.layer_norm_rms_epsilon", &hp->norm_eps, NULL, err))) return st;
-    const float base_def = 10000.0f;
+    const float base_def = ad->rope_base_default;
     if ((st = get_arch_f32(f, a, "rope.freq_base", &hp->rope_base, &base_def, err))) return st;
+    hp->n_ctx_file = hp->n_ctx_train;
+    hp->embd_scale = (ad->feats & LS_AF_EMBD_SCALE) ? sqrtf((float)hp->n_embd) : 1.0f;
+    hp->rope_base_swa = ad->swa_pattern ? ad->rope_base_swa : hp->rope_base;
+    if (ad->swa_pattern) {
+        if ((st = get_arch_u32(f, a, "attention.sliding_window", &hp->n_swa, NULL, err))) return st;
+        if (hp->n_swa == 0) return ls_err_set(err, LS_E_FORMAT, "%s.attention.sliding_window is 0", a);
+        /* The window layers' rows attend the last n_swa positions (ls_attention); a window
+         * no shorter than any context is none. */
+        if (hp->n_swa > (1u << 30)) hp->n_swa = 1u << 30;
+    }
+    char skey[128];
+    snprintf(skey, sizeof skey, "%s.final_logit_softcapping", a);
+    if (gguf_find(f, skey)) return ls_err_set(err, LS_E_UNSUPPORTED, "metadata '%s' (logit soft-capping) is not supported", skey);
+    snprintf(skey, sizeof skey, "%s.attn_logit_softcapping", a);
+    if (gguf_find(f, skey)) return ls_err_set(err, LS_E_UNSUPPORTED, "metadata '%s' (logit soft-capping) is not supported", skey);
 
     if (hp->n_embd == 0 || hp->n_layer == 0 || hp->n_head == 0 || hp->n_head_kv == 0 || hp->n_ff == 0)
         return ls_err_set(err, LS_E_FORMAT, "hyperparameter is zero (embd %u, layers %u, heads %u/%u, ff %u)",
                           hp->n_embd, hp->n_layer, hp->n_head, hp->n_head_kv, hp->n_ff);
-    if (hp->n_embd % hp->n_head != 0)
-        return ls_err_set(err, LS_E_FORMAT, "embedding_length %u is not a multiple of head_count %u",
-                          hp->n_embd, hp->n_head);
+    char kl_key[128];
+    snprintf(kl_key, sizeof kl_key, "%s.attention.key_length", a);
+    if (hp->n_embd % hp->n_head != 0 && !gguf_find(f, kl_key))
+        return ls_err_set(err, LS_E_FORMAT, "embedding_length %u is not a multiple of head_count %u (and no %s)",
+                          hp->n_embd, hp->n_head, kl_key);
     if (hp->n_head % hp->n_head_kv != 0)
         return ls_err_set(err, LS_E_FORMAT, "head_count %u is not a multiple of head_count_kv %u", hp->n_head,
                           hp->n_head_kv);
@@ -94,8 +119,8 @@ static ls_status read_hparams(const gguf_file *f, ls_hparams *hp, ls_err *err) {
         return ls_err_set(err, LS_E_FORMAT, "rope.dimension_count %u is invalid for head dimension %u",
                           hp->rope_dim, hp->head_dim);
 
-    /* RoPE scaling: none or linear.  Others change the rotation and are refused
-     * rather than silently run wrong. */
+    /* RoPE scaling: none, linear or YaRN, read as llama.cpp reads them (a factor without a
+     * type is linear).  Others change the rotation and are refused rather than run wrong. */
     hp->rope_freq_scale = 1.0f;
     char key[128];
     snprintf(key, sizeof key, "%s.rope.scaling.type", a);
@@ -104,18 +129,44 @@ static ls_status read_hparams(const gguf_file *f, ls_hparams *hp, ls_err *err) {
     float factor = 1.0f;
     snprintf(key, sizeof key, "%s.rope.scaling.factor", a);
     if (gguf_find(f, key) && (st = gguf_get_f32(f, key, &factor, err))) return st;
+    hp->rope_yarn = stype.ptr && gguf_str_eq(stype, "yarn");
     bool linear = stype.ptr ? gguf_str_eq(stype, "linear") : (factor != 1.0f && factor != 0.0f);
-    if (stype.ptr && !gguf_str_eq(stype, "none") && !gguf_str_eq(stype, "linear"))
-        return ls_err_set(err, LS_E_UNSUPPORTED, "rope scaling type '%.*s' is not supported (none, linear)",
+    if (stype.ptr && !gguf_str_eq(stype, "none") && !gguf_str_eq(stype, "linear") && !hp->rope_yarn)
+        return ls_err_set(err, LS_E_UNSUPPORTED, "rope scaling type '%.*s' is not supported (none, linear, yarn)",
                           (int)(stype.len > 32 ? 32 : stype.len), stype.ptr);
-    if (linear) {
-        if (!(factor > 0.0f))
+    if (linear || hp->rope_yarn) {
+        if (!(factor > 0.0f) || !isfinite(factor))
             return ls_err_set(err, LS_E_FORMAT, "rope.scaling.factor %g is invalid", (double)factor);
         hp->rope_freq_scale = 1.0f / factor;
     }
-    if (gguf_find_tensor(f, "rope_freqs.weight"))
-        return ls_err_set(err, LS_E_UNSUPPORTED,
-                          "tensor 'rope_freqs.weight' (Llama 3.1 RoPE frequency factors) is not supported yet");
+    if (hp->rope_yarn) {
+        if ((st = get_arch_u32(f, a, "rope.scaling.original_context_length", &hp->yarn_n_ctx_orig, &hp->n_ctx_train,
+                               err)))
+            return st;
+        const float one = 1.0f, bf = 32.0f;
+        if ((st = get_arch_f32(f, a, "rope.scaling.attn_factor", &hp->yarn_attn_factor, &one, err)) ||
+            (st = get_arch_f32(f, a, "rope.scaling.yarn_beta_fast", &hp->yarn_beta_fast, &bf, err)) ||
+            (st = get_arch_f32(f, a, "rope.scaling.yarn_beta_slow", &hp->yarn_beta_slow, &one, err)))
+            return st;
+        if (hp->yarn_n_ctx_orig == 0 || !(hp->yarn_attn_factor > 0.0f) || !isfinite(hp->yarn_attn_factor) ||
+            !(hp->yarn_beta_fast > 0.0f) || !(hp->yarn_beta_slow > 0.0f) || !isfinite(hp->yarn_beta_fast) ||
+            !isfinite(hp->yarn_beta_slow))
+            return ls_err_set(err, LS_E_FORMAT,
+                              "bad YaRN parameters (original_context_length %u, attn_factor %g, beta_fast %g, "
+                              "beta_slow %g)", hp->yarn_n_ctx_orig, (double)hp->yarn_attn_factor,
+                              (double)hp->yarn_beta_fast, (double)hp->yarn_beta_slow);
+        /* What the recipe does not compute: a DeepSeek-style log multiplier, another
+         * extrapolation mix, an attention factor of another meaning. */
+        static const char *const k_yarn_refused[] = {"rope.scaling.yarn_log_multiplier",
+                                                     "rope.scaling.yarn_ext_factor", "rope.scaling.yarn_attn_factor"};
+        for (size_t i = 0; i < sizeof k_yarn_refused / sizeof k_yarn_refused[0]; i++) {
+            snprintf(key, sizeof key, "%s.%s", a, k_yarn_refused[i]);
+            if (gguf_find(f, key))
+                return ls_err_set(err, LS_E_UNSUPPORTED, "metadata '%s' (YaRN variant) is not supported", key);
+        }
+    }
+    if (gguf_find_tensor(f, "rope_freqs.weight") && !(ad->feats & LS_AF_ROPE_FREQS))
+        return ls_err_set(err, LS_E_UNSUPPORTED, "tensor 'rope_freqs.weight' is not supported for architecture '%s'", a);
     return LS_OK;
 }
 
@@ -151,14 +202,15 @@ static ls_status add_matrix(ls_model *m, const gguf_tensor *t, uint64_t N, uint6
     return LS_OK;
 }
 
-/* What the ISA's kernels need beyond the group records (AVX-512: a panel copy of the
- * Q4_1 / Q8_0 matrices), built on first use of that ISA with this model, for every
+/* What the ISA's kernels need beyond the group records (AVX-512, AVX-VNNI, AVX2: a panel
+ * copy of the Q4_1 / Q8_0 matrices, one copy shared by the three: a second of them finds it
+ * built and needs 0 bytes), built on first use of that ISA with this model, for every
  * matrix, in one arena of 2 MiB pages where the kernel grants them: the weights stream
  * from L3 or DRAM once per step, and with 4 KiB pages every 4 KiB of panel costs a TLB
  * miss (a nested page walk in a VM).  Measured (one process, a model of each kind, their
  * engines interleaved, 2 threads, 80-250 positions, six runs): decode steps at B = 1
  * 0.87-1.00x, at B = 8 0.88-0.98x the time with 4 KiB pages.  An ISA that is never used
- * costs nothing (on an AVX2 host, no panel copy at all). */
+ * costs nothing (the scalar level: no panel copy at all). */
 ls_status ls_model_prepare(const ls_model *cm, ls_isa isa, ls_err *err) {
     ls_model *m = (ls_model *)cm; /* a lazily built cache, guarded by prep_mu: the model stays logically const */
     ls_status st = LS_OK;
@@ -228,11 +280,56 @@ static ls_status load_vector(ls_model *m, const char *name, uint64_t n, float **
     return LS_OK;
 }
 
+/* ---- the tensor table ------------------------------------------------------
+ * Every blk.N tensor a family may have: a matrix (k columns, n rows: ggml's
+ * [ne0, ne1] = [k, n]) or a vector of k floats, loaded into the ls_layer field at
+ * `off` when the family has `feat` (0: every family), and then required.  The order
+ * is the order the matrices are listed in (the llama path's is unchanged). */
+typedef enum { LS_DIM_NONE, LS_DIM_E, LS_DIM_Q, LS_DIM_KV, LS_DIM_F, LS_DIM_HD } ls_dim;
+typedef struct {
+    const char *name;
+    bool mat;
+    ls_dim k, n;
+    unsigned feat;
+    size_t off;
+} ls_tspec;
+#define LOFF(f) offsetof(ls_layer, f)
+static const ls_tspec k_block[] = {
+    {"attn_norm.weight", false, LS_DIM_E, LS_DIM_NONE, 0, LOFF(attn_norm)},
+    {"attn_q.weight", true, LS_DIM_E, LS_DIM_Q, 0, LOFF(wq)},
+    {"attn_k.weight", true, LS_DIM_E, LS_DIM_KV, 0, LOFF(wk)},
+    {"attn_v.weight", true, LS_DIM_E, LS_DIM_KV, 0, LOFF(wv)},
+    {"attn_q.bias", false, LS_DIM_Q, LS_DIM_NONE, LS_AF_QKV_BIAS, LOFF(bq)},
+    {"attn_k.bias", false, LS_DIM_KV, LS_DIM_NONE, LS_AF_QKV_BIAS, LOFF(bk)},
+    {"attn_v.bias", false, LS_DIM_KV, LS_DIM_NONE, LS_AF_QKV_BIAS, LOFF(bv)},
+    {"attn_q_norm.weight", false, LS_DIM_HD, LS_DIM_NONE, LS_AF_QK_NORM, LOFF(q_norm)},
+    {"attn_k_norm.weight", false, LS_DIM_HD, LS_DIM_NONE, LS_AF_QK_NORM, LOFF(k_norm)},
+    {"attn_output.weight", true, LS_DIM_Q, LS_DIM_E, 0, LOFF(wo)},
+    {"post_attention_norm.weight", false, LS_DIM_E, LS_DIM_NONE, LS_AF_POST_NORMS, LOFF(post_attn_norm)},
+    {"ffn_norm.weight", false, LS_DIM_E, LS_DIM_NONE, 0, LOFF(ffn_norm)},
+    {"ffn_gate.weight", true, LS_DIM_E, LS_DIM_F, 0, LOFF(w_gate)},
+    {"ffn_up.weight", true, LS_DIM_E, LS_DIM_F, 0, LOFF(w_up)},
+    {"ffn_down.weight", true, LS_DIM_F, LS_DIM_E, 0, LOFF(w_down)},
+    {"post_ffw_norm.weight", false, LS_DIM_E, LS_DIM_NONE, LS_AF_POST_NORMS, LOFF(post_ffn_norm)},
+};
+#undef LOFF
+
+static uint64_t dim_of(const ls_hparams *hp, ls_dim d) {
+    switch (d) {
+    case LS_DIM_E: return hp->n_embd;
+    case LS_DIM_Q: return (uint64_t)hp->n_head * hp->head_dim;
+    case LS_DIM_KV: return (uint64_t)hp->n_head_kv * hp->head_dim;
+    case LS_DIM_F: return hp->n_ff;
+    case LS_DIM_HD: return hp->head_dim;
+    default: return 0;
+    }
+}
+
 static ls_status load_weights(ls_model *m, ls_err *err) {
     const ls_hparams *hp = &m->hp;
     ls_status st;
     const gguf_file *f = m->gguf;
-    const uint64_t E = hp->n_embd, D = hp->head_dim, Hq = hp->n_head, Hkv = hp->n_head_kv, F = hp->n_ff;
+    const uint64_t E = hp->n_embd;
 
     const gguf_tensor *emb;
     if ((st = find_tensor(f, "token_embd.weight", E, hp->n_vocab, &emb, err))) return st;
@@ -244,6 +341,13 @@ static ls_status load_weights(ls_model *m, ls_err *err) {
     m->tok_embd_row_bytes = emb->nbytes / hp->n_vocab;
 
     if ((st = load_vector(m, "output_norm.weight", E, &m->out_norm, err))) return st;
+    if ((m->arch->feats & LS_AF_ROPE_FREQS) && gguf_find_tensor(f, "rope_freqs.weight")) {
+        if ((st = load_vector(m, "rope_freqs.weight", hp->rope_dim / 2, &m->rope_freqs, err))) return st;
+        for (uint32_t i = 0; i < hp->rope_dim / 2; i++)
+            if (!(m->rope_freqs[i] > 0.0f) || !isfinite(m->rope_freqs[i]))
+                return ls_err_set(err, LS_E_FORMAT, "tensor 'rope_freqs.weight' has a bad factor %g at %u",
+                                  (double)m->rope_freqs[i], i);
+    }
     hp = &m->hp;
     if (gguf_find_tensor(f, "output.weight")) {
         m->hp.tied_output = false;
@@ -263,23 +367,18 @@ static ls_status load_weights(ls_model *m, ls_err *err) {
     for (uint32_t l = 0; l < hp->n_layer + hp->n_nextn; l++) {
         if (l == hp->n_layer) trunk_bytes = m->weight_bytes;
         ls_layer *L = &m->layers[l];
-#define MAT(field, suffix, k, n)                                               \
-    snprintf(name, sizeof name, "blk.%u." suffix ".weight", l);               \
-    if ((st = load_matrix(m, name, (k), (n), &L->field, err))) return st;
-#define VEC(field, suffix, n)                                                  \
-    snprintf(name, sizeof name, "blk.%u." suffix ".weight", l);               \
-    if ((st = load_vector(m, name, (n), &L->field, err))) return st;
-        VEC(attn_norm, "attn_norm", E);
-        MAT(wq, "attn_q", E, Hq * D);
-        MAT(wk, "attn_k", E, Hkv * D);
-        MAT(wv, "attn_v", E, Hkv * D);
-        MAT(wo, "attn_output", Hq * D, E);
-        VEC(ffn_norm, "ffn_norm", E);
-        MAT(w_gate, "ffn_gate", E, F);
-        MAT(w_up, "ffn_up", E, F);
-        MAT(w_down, "ffn_down", F, E);
-#undef MAT
-#undef VEC
+        L->swa = m->arch->swa_pattern && l < hp->n_layer && (l % m->arch->swa_pattern) != m->arch->swa_pattern - 1;
+        for (size_t i = 0; i < sizeof k_block / sizeof k_block[0]; i++) {
+            const ls_tspec *ts = &k_block[i];
+            if (ts->feat && !(m->arch->feats & ts->feat)) continue;
+            snprintf(name, sizeof name, "blk.%u.%s", l, ts->name);
+            uint64_t k = dim_of(hp, ts->k), n = dim_of(hp, ts->n);
+            if (ts->mat) {
+                if ((st = load_matrix(m, name, k, n, (ls_wmat **)((char *)L + ts->off), err))) return st;
+            } else {
+                if ((st = load_vector(m, name, k, (float **)((char *)L + ts->off), err))) return st;
+            }
+        }
     }
     if (hp->n_nextn) { /* the MTP module's own tensors (llama.cpp's nextn names) */
         const uint32_t l = hp->n_layer;
@@ -344,7 +443,7 @@ ls_model *ls_model_load_gguf(gguf_file *g, const ls_model_params *pp, ls_err *er
         goto fail;
     }
     if (check_intact(m, p.path, err)) goto fail;
-    if (read_hparams(m->gguf, &m->hp, err)) goto fail;
+    if (read_hparams(m->gguf, &m->hp, &m->arch, err)) goto fail;
     m->tok = ls_tokenizer_from_gguf(m->gguf, err);
     if (!m->tok) goto fail;
     m->hp.n_vocab = ls_tokenizer_n_vocab(m->tok);
@@ -363,9 +462,22 @@ ls_model *ls_model_load_gguf(gguf_file *g, const ls_model_params *pp, ls_err *er
         .head_dim = (int32_t)m->hp.rope_dim,
         .freq_base = m->hp.rope_base,
         .freq_scale = m->hp.rope_freq_scale,
-        .neox = false, /* llama: adjacent pairs (the converter permutes Q/K for this) */
+        /* llama: adjacent pairs (the converter permutes Q/K for this); qwen, gemma: NeoX */
+        .neox = (m->arch->feats & LS_AF_NEOX) != 0,
+        .yarn = m->hp.rope_yarn,
+        .yarn_n_ctx_orig = (int32_t)(m->hp.yarn_n_ctx_orig > INT32_MAX ? INT32_MAX : m->hp.yarn_n_ctx_orig),
+        .yarn_beta_fast = m->hp.yarn_beta_fast,
+        .yarn_beta_slow = m->hp.yarn_beta_slow,
+        .yarn_attn_factor = m->hp.yarn_attn_factor,
     };
     m->rope_params = rp;
+    if (m->arch->swa_pattern) { /* the local layers: their own base, no scaling (as llama.cpp: Gemma 3 4B+ scale
+                                 * only the global layers, linear factor 8) */
+        rp.freq_base = m->hp.rope_base_swa;
+        rp.freq_scale = 1.0f;
+        rp.yarn = false;
+    }
+    m->rope_params_swa = rp;
 
     /* Chat template: an override by name, else detection from the file.  A model
      * without a usable template still loads: plain prompts work, --chat reports why. */
@@ -379,6 +491,9 @@ ls_model *ls_model_load_gguf(gguf_file *g, const ls_model_params *pp, ls_err *er
         if (gguf_find(m->gguf, "tokenizer.chat_template"))
             gguf_get_str(m->gguf, "tokenizer.chat_template", &src, NULL);
         if (ls_chat_template_detect(src.ptr, (size_t)src.len, &m->tmpl, &terr) == LS_OK) {
+            m->has_tmpl = true;
+        } else if (!src.ptr && m->arch->chat_default) { /* no template in the file: the family's own */
+            if (ls_chat_template_by_name(m->arch->chat_default, &m->tmpl, err)) goto fail;
             m->has_tmpl = true;
         } else if (terr.code == LS_E_NOMEM) { /* not a property of the file: fail the load */
             if (err) *err = terr;
@@ -397,17 +512,18 @@ void ls_model_free(ls_model *m) {
     if (!m) return;
     if (m->layers) {
         for (uint32_t l = 0; l < m->hp.n_layer + m->hp.n_nextn; l++) {
-            free(m->layers[l].attn_norm);
-            free(m->layers[l].ffn_norm);
+            for (size_t i = 0; i < sizeof k_block / sizeof k_block[0]; i++)
+                if (!k_block[i].mat) free(*(float **)((char *)&m->layers[l] + k_block[i].off));
         }
         free(m->layers);
     }
     for (int32_t i = 0; i < m->n_mats; i++) ls_wmat_free(m->mats[i]);
     free(m->mats);
-    for (int i = 0; i < 3; i++) free(m->prep_arena[i]); /* after every matrix that points into it */
+    for (int i = 0; i < LS_ISA_COUNT; i++) free(m->prep_arena[i]); /* after every matrix that points into it */
     pthread_mutex_destroy(&m->prep_mu);
     free(m->path);
     free(m->out_norm);
+    free(m->rope_freqs);
     free(m->mtp_enorm);
     free(m->mtp_hnorm);
     free(m->mtp_head_norm);
@@ -418,6 +534,10 @@ void ls_model_free(ls_model *m) {
 }
 
 const ls_hparams *ls_model_hparams(const ls_model *m) { return &m->hp; }
+
+void ls_model_out_norm_row(const ls_model *m, const float *x, float *out) {
+    ls_rmsnorm_row_scalar(x, m->out_norm, m->hp.norm_eps, (int64_t)m->hp.n_embd, out);
+}
 const ls_tokenizer *ls_model_tokenizer(const ls_model *m) { return m->tok; }
 const gguf_file *ls_model_gguf(const ls_model *m) { return m->gguf; }
 const char *ls_model_path(const ls_model *m) { return m->path; }

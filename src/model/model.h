@@ -1,9 +1,9 @@
 /* model.h - a loaded model (weights, hyperparameters, tokenizer, chat template)
  * and a context that runs the forward pass over a batch of rows.
  *
- * Supported: the Llama architecture (general.architecture = "llama"), which covers
- * SmolLM2, Llama 2/3-style dense models, Mistral-style dense models.  Every
- * hyperparameter comes from the GGUF metadata. */
+ * Supported: the families of the architecture descriptor table (arch.h: llama and
+ * mistral, qwen2, qwen3, gemma3).  Every hyperparameter comes from the GGUF
+ * metadata. */
 #ifndef LS_MODEL_MODEL_H
 #define LS_MODEL_MODEL_H
 
@@ -13,6 +13,7 @@
 
 #include "gguf/gguf.h"
 #include "kernels/cpu/kernels.h"
+#include "model/arch.h"
 #include "model/kv_store.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"
@@ -31,10 +32,19 @@ typedef struct {
     uint32_t head_dim;      /* n_embd / n_head, or {arch}.attention.key_length */
     uint32_t rope_dim;      /* {arch}.rope.dimension_count (default head_dim) */
     float rope_base;        /* {arch}.rope.freq_base (default 10000) */
-    float rope_freq_scale;  /* 1 / {arch}.rope.scaling.factor for linear scaling, else 1 */
+    float rope_freq_scale;  /* 1 / {arch}.rope.scaling.factor for linear and YaRN scaling, else 1 */
+    bool rope_yarn;         /* rope.scaling.type = yarn (the fields below; docs/numerics.md) */
+    uint32_t yarn_n_ctx_orig; /* rope.scaling.original_context_length (default: context_length) */
+    float yarn_beta_fast, yarn_beta_slow; /* rope.scaling.yarn_beta_fast / _slow (default 32, 1) */
+    float yarn_attn_factor; /* rope.scaling.attn_factor (default 1) */
     float norm_eps;         /* {arch}.attention.layer_norm_rms_epsilon */
     bool tied_output;       /* no output.weight: the head reuses token_embd */
     uint32_t n_nextn;       /* {arch}.nextn_predict_layers: MTP modules after the n_layer blocks (0 or 1) */
+    /* Family features (src/model/arch.c) */
+    float rope_base_swa;    /* RoPE base of the sliding-window layers (gemma3: 10000) */
+    uint32_t n_swa;         /* {arch}.attention.sliding_window, or 0 */
+    uint32_t n_ctx_file;    /* {arch}.context_length as the file says (n_ctx_train is the same) */
+    float embd_scale;       /* the embedding rows are multiplied by this (gemma: sqrt(n_embd)), or 1 */
 } ls_hparams;
 
 /* ls_model, ls_model_params, ls_model_load and ls_model_free are public (lockstep.h). */
@@ -49,6 +59,9 @@ ls_model *ls_model_load_gguf(gguf_file *g, const ls_model_params *p, ls_err *err
 const char *ls_model_path(const ls_model *m);
 
 const ls_hparams *ls_model_hparams(const ls_model *m);
+/* One row of n_embd floats through the model's output norm (RMSNorm, the scalar recipe):
+ * what the head reads; the engine's on_hidden (embeddings). */
+void ls_model_out_norm_row(const ls_model *m, const float *x, float *out);
 const ls_tokenizer *ls_model_tokenizer(const ls_model *m);
 const gguf_file *ls_model_gguf(const ls_model *m);
 /* NULL when the file has no usable template and no override was given;

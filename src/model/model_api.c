@@ -28,6 +28,7 @@ ls_status ls_model_get_info(const ls_model *m, ls_model_info *out, ls_err *err) 
     i.weight_bytes = m->weight_bytes;
     i.has_mtp = ls_model_has_mtp(m);
     snprintf(i.chat_template, sizeof i.chat_template, "%s", m->has_tmpl ? ls_chat_family_name(m->tmpl.family) : "");
+    snprintf(i.tool_format, sizeof i.tool_format, "%s", !m->has_tmpl ? "" : m->tmpl.tools_hermes ? "hermes" : "generic");
     ls_model *mm = (ls_model *)m; /* the hash is a lazily filled cache, guarded by prep_mu */
     pthread_mutex_lock(&mm->prep_mu);
     if (!mm->sha256[0] && mm->path && !ls_sha256_file(mm->path, mm->sha256)) mm->sha256[0] = '\0';
@@ -91,6 +92,16 @@ char *ls_model_describe_json(const ls_model *m, ls_err *err) {
     cJSON_AddNumberToObject(h, "rope_freq_base", hp->rope_base);
     cJSON_AddNumberToObject(h, "rope_freq_scale", hp->rope_freq_scale);
     cJSON_AddNumberToObject(h, "norm_eps", hp->norm_eps);
+    if (m->arch->swa_pattern) {
+        cJSON_AddNumberToObject(h, "sliding_window", hp->n_swa);
+        cJSON_AddNumberToObject(h, "sliding_window_pattern", m->arch->swa_pattern);
+    }
+    if (hp->rope_yarn) {
+        cJSON_AddNumberToObject(h, "yarn_original_context", hp->yarn_n_ctx_orig);
+        cJSON_AddNumberToObject(h, "yarn_attn_factor", hp->yarn_attn_factor);
+        cJSON_AddNumberToObject(h, "yarn_beta_fast", hp->yarn_beta_fast);
+        cJSON_AddNumberToObject(h, "yarn_beta_slow", hp->yarn_beta_slow);
+    }
     cJSON_AddBoolToObject(h, "tied_output", hp->tied_output);
     cJSON_AddNumberToObject(h, "n_nextn", hp->n_nextn);
     cJSON_AddNumberToObject(o, "vocab_size", hp->n_vocab);
@@ -107,6 +118,31 @@ char *ls_model_describe_json(const ls_model *m, ls_err *err) {
         key[n] = 0;
         cJSON_AddItemToObject(meta, key, value_json(&kv->value));
     }
+    /* The family (arch.c) and what it computes; every tensor type present; limits. */
+    const ls_arch *ad = m->arch;
+    cJSON_AddStringToObject(o, "family", ad->name);
+    cJSON *fe = cJSON_AddArrayToObject(o, "features");
+    static const struct { unsigned bit; const char *name; } k_feats[] = {
+        {LS_AF_QKV_BIAS, "qkv_bias"}, {LS_AF_QK_NORM, "qk_norm"}, {LS_AF_POST_NORMS, "post_norms"},
+        {LS_AF_EMBD_SCALE, "embedding_scale"}, {LS_AF_NEOX, "rope_neox"}};
+    for (size_t i = 0; i < sizeof k_feats / sizeof k_feats[0]; i++)
+        if (ad->feats & k_feats[i].bit) cJSON_AddItemToArray(fe, cJSON_CreateString(k_feats[i].name));
+    if (!(ad->feats & LS_AF_NEOX)) cJSON_AddItemToArray(fe, cJSON_CreateString("rope_adjacent"));
+    cJSON_AddItemToArray(fe, cJSON_CreateString(ad->act == LS_ACT_GELU_TANH ? "geglu" : "swiglu"));
+    if (m->rope_freqs) cJSON_AddItemToArray(fe, cJSON_CreateString("rope_freqs"));
+    if (ad->swa_pattern) cJSON_AddItemToArray(fe, cJSON_CreateString("sliding_window"));
+    if (hp->rope_yarn) cJSON_AddItemToArray(fe, cJSON_CreateString("rope_yarn"));
+    cJSON *ty = cJSON_AddObjectToObject(o, "tensor_types");
+    for (uint64_t i = 0; i < gguf_n_tensors(f); i++) {
+        const ls_type_info *ti = ls_type_get(gguf_tensor_at(f, i)->type);
+        const char *tn = ti ? ti->name : "unknown";
+        cJSON *c = cJSON_GetObjectItem(ty, tn);
+        if (c) cJSON_SetNumberValue(c, c->valuedouble + 1);
+        else cJSON_AddNumberToObject(ty, tn, 1);
+    }
+    cJSON *lim = cJSON_AddArrayToObject(o, "limits");
+    if (strcmp(ad->name, "llama") != 0)
+        cJSON_AddItemToArray(lim, cJSON_CreateString("CPU only: the CUDA backend runs the llama family alone"));
     cJSON *ts = cJSON_AddArrayToObject(o, "tensors");
     for (uint64_t i = 0; i < gguf_n_tensors(f); i++) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
@@ -153,4 +189,19 @@ ls_status ls_model_apply_chat(const ls_model *m, const ls_chat_msg *msgs, size_t
                               char **out, ls_err *err) {
     if (!m->has_tmpl) return ls_err_set(err, LS_E_UNSUPPORTED, "%s", m->tmpl_err);
     return ls_chat_apply(&m->tmpl, msgs, n, add_generation_prompt, out, err);
+}
+
+ls_status ls_model_apply_chat_opts(const ls_model *m, const ls_chat_msg *msgs, size_t n, bool add_generation_prompt,
+                                   const ls_chat_opts *opts, char **out, ls_err *err) {
+    ls_chat_opts o = LS_CHAT_OPTS_INIT;
+    if (opts) {
+        ls_status st = ls_params_take(&o, sizeof o, opts, "chat options", err);
+        if (st) return st;
+    }
+    if (o.enable_thinking < -1 || o.enable_thinking > 1)
+        return ls_err_set(err, LS_E_INVALID, "enable_thinking is %d: -1 (not passed), 0 or 1", o.enable_thinking);
+    if (!m->has_tmpl) return ls_err_set(err, LS_E_UNSUPPORTED, "%s", m->tmpl_err);
+    ls_chat_vars v = LS_CHAT_VARS_INIT;
+    v.enable_thinking = o.enable_thinking;
+    return ls_chat_apply_vars(&m->tmpl, msgs, n, add_generation_prompt, &v, out, err);
 }

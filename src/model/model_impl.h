@@ -18,6 +18,12 @@ typedef struct {
     ls_wmat *w_gate;   /* (n_ff, n_embd) */
     ls_wmat *w_up;     /* (n_ff, n_embd) */
     ls_wmat *w_down;   /* (n_embd, n_ff) */
+    /* Optional per family (the architecture descriptor, arch.h); NULL when absent. */
+    float *bq, *bk, *bv;          /* attn_{q,k,v}.bias (qwen2) */
+    float *q_norm, *k_norm;       /* (head_dim) per-head RMSNorm of q and k before RoPE (qwen3, gemma3) */
+    float *post_attn_norm;        /* (n_embd) RMSNorm of the attention output (gemma3) */
+    float *post_ffn_norm;         /* (n_embd) RMSNorm of the FFN output (gemma3) */
+    bool swa;                     /* a sliding-window layer: local RoPE base (gemma3) */
 } ls_layer;
 
 struct ls_model {
@@ -30,7 +36,10 @@ struct ls_model {
     uint64_t tok_embd_row_bytes;
     float *out_norm;          /* (n_embd) */
     ls_wmat *output;          /* (n_vocab, n_embd); over token_embd when tied */
-    ls_rope_params rope_params;
+    const ls_arch *arch;      /* the family's descriptor (arch.h) */
+    ls_rope_params rope_params;     /* global layers */
+    ls_rope_params rope_params_swa; /* sliding-window layers (== rope_params but the base, when the family has them) */
+    float *rope_freqs;        /* (rope_dim/2) rope_freqs.weight (Llama 3.1+ frequency factors), or NULL */
     ls_tokenizer *tok;
     ls_chat_template tmpl;
     bool has_tmpl;
@@ -48,7 +57,7 @@ struct ls_model {
      * (NULL when that ISA needs none or was never used), guarded by prep_mu. */
     pthread_mutex_t prep_mu;
     unsigned prepared;
-    uint8_t *prep_arena[3];
+    uint8_t *prep_arena[LS_ISA_COUNT];
 };
 
 #endif

@@ -15,15 +15,26 @@
  *   zephyr   <|{role}|>\n{content}</s>\n                 gen: <|assistant|>\n
  *   llama2   [INST] <<SYS>>\n{system}\n<</SYS>>\n\n{trim(user)} [/INST] {trim(assistant)} </s>
  *            later user turns start with <s>[INST]; no generation header
- *   mistral  [INST] {system\n\n}{user} [/INST]{assistant}</s>; no generation header */
+ *   mistral  [INST] {system\n\n}{user} [/INST]{assistant}</s>; no generation header
+ *   qwen3    ChatML, with Qwen 3's think blocks (its published template, as jinja2 renders it):
+ *            the last query is the last user turn that is not a tool result (content
+ *            "<tool_response>...</tool_response>"); none: the last message.  An assistant turn
+ *            with "</think>" splits into reasoning (before the first "</think>", after the last
+ *            "<think>" there, '\n' trimmed) and content (after the last "</think>", leading
+ *            '\n' trimmed).  After the last query, the last message and any turn with
+ *            reasoning are written "<think>\n{reasoning}\n</think>\n\n{content}" (an empty
+ *            think block when there is none); every other assistant turn is written as its
+ *            content alone.  gen: <|im_start|>assistant\n, and "<think>\n\n</think>\n\n"
+ *            after it when enable_thinking is false (ls_chat_vars). */
 #include "tokenizer/chat.h"
 #include "util/alloc.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const k_family_names[] = {"unknown", "chatml", "llama2", "llama3",
-                                             "mistral", "gemma",  "phi3",   "zephyr"};
+static const char *const k_family_names[] = {"unknown", "chatml", "llama2", "llama3", "mistral",
+                                             "gemma",   "phi3",   "zephyr", "qwen3"};
+#define FAMILY_LIST "chatml, llama2, llama3, mistral, gemma, phi3, zephyr, qwen3"
 
 const char *ls_chat_family_name(ls_chat_family f) {
     if ((unsigned)f < sizeof k_family_names / sizeof k_family_names[0]) return k_family_names[f];
@@ -39,6 +50,7 @@ void ls_chat_template_free(ls_chat_template *t) {
     free(t->default_system);
     t->default_system = NULL;
     t->family = LS_CHAT_UNKNOWN;
+    t->tools_hermes = false;
 }
 
 /* The system prompt a ChatML template writes as one string literal,
@@ -93,13 +105,31 @@ static char *chatml_default_system(const char *src, size_t len, bool *nomem) {
     return NULL;
 }
 
+/* Qwen 3's template (Qwen3 0.6B ... 235B, the hybrid thinking ones): ChatML that finds the
+ * last user query, writes think blocks by the rules rendered below and reads
+ * enable_thinking.  Each marker is a piece of the template that decides the output; a
+ * variant without one of them (QwQ, which strips every think block; a "Thinking" template
+ * whose generation prompt opens <think>; one without the enable_thinking switch) stays
+ * ChatML. */
+static bool is_qwen3(const char *src, size_t len) {
+    if (!has(src, len, "<|im_start|>") || !has(src, len, "last_query_index") ||
+        !has(src, len, "'<tool_response>'") || !has(src, len, "reasoning_content.strip(") ||
+        !has(src, len, ".split('</think>')[-1].lstrip(") || !has(src, len, ".split('</think>')[0].rstrip(") ||
+        !has(src, len, ".split('<think>')[-1].lstrip(") ||
+        !has(src, len, "loop.last or (not loop.last and reasoning_content)"))
+        return false;
+    if (has(src, len, "assistant\\n<think>") || has(src, len, "assistant\n<think>")) return false;
+    return has(src, len, "enable_thinking is defined and enable_thinking is false");
+}
+
 ls_status ls_chat_template_detect(const char *src, size_t len, ls_chat_template *out, ls_err *err) {
     out->family = LS_CHAT_UNKNOWN;
     out->default_system = NULL;
+    out->tools_hermes = false;
     if (!src || len == 0)
         return ls_err_set(err, LS_E_UNSUPPORTED, "model has no chat template; pass --chat-template");
     ls_chat_family f = LS_CHAT_UNKNOWN;
-    if (has(src, len, "<|im_start|>")) f = LS_CHAT_CHATML;
+    if (has(src, len, "<|im_start|>")) f = is_qwen3(src, len) ? LS_CHAT_QWEN3 : LS_CHAT_CHATML;
     else if (has(src, len, "<|start_header_id|>")) f = LS_CHAT_LLAMA3;
     else if (has(src, len, "<start_of_turn>")) f = LS_CHAT_GEMMA;
     else if (has(src, len, "<|user|>") && has(src, len, "<|end|>")) f = LS_CHAT_PHI3;
@@ -115,10 +145,15 @@ ls_status ls_chat_template_detect(const char *src, size_t len, ls_chat_template 
         head[k] = '\0';
         return ls_err_set(err, LS_E_UNSUPPORTED,
                           "unrecognised chat template (starts \"%s%s\"); pass --chat-template with one of "
-                          "chatml, llama2, llama3, mistral, gemma, phi3, zephyr",
+                          FAMILY_LIST,
                           head, len > k ? "..." : "");
     }
     out->family = f;
+    /* Qwen 2.5's tool text exactly (the rendering is checked against it); Qwen 3 / QwQ
+     * (<think> handling) and Hermes 2/3 (their own system text) write tools differently */
+    out->tools_hermes = f == LS_CHAT_CHATML && has(src, len, "<tool_call>") && has(src, len, "<tools>") &&
+                        has(src, len, "You may call one or more functions to assist with the user query.") &&
+                        !has(src, len, "<think>") && !has(src, len, "reasoning_content");
     bool nomem = false;
     if (f == LS_CHAT_CHATML) out->default_system = chatml_default_system(src, len, &nomem);
     if (nomem) return ls_err_set(err, LS_E_NOMEM, "chat: out of memory reading the template's system prompt");
@@ -128,14 +163,13 @@ ls_status ls_chat_template_detect(const char *src, size_t len, ls_chat_template 
 ls_status ls_chat_template_by_name(const char *name, ls_chat_template *out, ls_err *err) {
     out->family = LS_CHAT_UNKNOWN;
     out->default_system = NULL;
+    out->tools_hermes = false;
     for (size_t i = 1; name && i < sizeof k_family_names / sizeof k_family_names[0]; i++)
         if (strcmp(name, k_family_names[i]) == 0) {
             out->family = (ls_chat_family)i;
             return LS_OK;
         }
-    return ls_err_set(err, LS_E_INVALID,
-                      "unknown chat template '%s'; valid names: chatml, llama2, llama3, mistral, gemma, "
-                      "phi3, zephyr",
+    return ls_err_set(err, LS_E_INVALID, "unknown chat template '%s'; valid names: " FAMILY_LIST,
                       name ? name : "(null)");
 }
 
@@ -179,8 +213,89 @@ static void sb_add_trim(sbuf *b, const char *s) {
 
 typedef enum { ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT } role_t;
 
+/* A span of a message's text; the Python string methods Qwen 3's template calls on it. */
+typedef struct {
+    const char *p;
+    size_t n;
+} span;
+
+static span lstrip_nl(span s) {
+    while (s.n && *s.p == '\n') s.p++, s.n--;
+    return s;
+}
+static span rstrip_nl(span s) {
+    while (s.n && s.p[s.n - 1] == '\n') s.n--;
+    return s;
+}
+static bool starts(span s, const char *w) { return s.n >= strlen(w) && memcmp(s.p, w, strlen(w)) == 0; }
+static bool ends(span s, const char *w) {
+    return s.n >= strlen(w) && memcmp(s.p + s.n - strlen(w), w, strlen(w)) == 0;
+}
+/* first / last occurrence of w in s (NULL: none) */
+static const char *find_first(span s, const char *w) { return memmem(s.p, s.n, w, strlen(w)); }
+static const char *find_last(span s, const char *w) {
+    const char *last = NULL, *q;
+    span r = s;
+    while ((q = find_first(r, w)) != NULL) {
+        last = q;
+        r.n -= (size_t)(q + 1 - r.p);
+        r.p = q + 1;
+    }
+    return last;
+}
+
+/* Qwen 3's messages loop (chat.c's header says what it writes). */
+static void render_qwen3(sbuf *b, const role_t *roles, const ls_chat_msg *msgs, size_t n) {
+    size_t last_query = n ? n - 1 : 0;
+    for (size_t k = n; k-- > 0;) {
+        span c = {msgs[k].content ? msgs[k].content : "", 0};
+        c.n = strlen(c.p);
+        if (roles[k] == ROLE_USER && !(starts(c, "<tool_response>") && ends(c, "</tool_response>"))) {
+            last_query = k;
+            break;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        span c = {msgs[i].content ? msgs[i].content : "", 0};
+        c.n = strlen(c.p);
+        if (roles[i] != ROLE_ASSISTANT) { /* a system message first is the same text */
+            sb_add(b, roles[i] == ROLE_USER ? "<|im_start|>user\n" : "<|im_start|>system\n");
+            sb_addn(b, c.p, c.n);
+            sb_add(b, "<|im_end|>\n");
+            continue;
+        }
+        span content = c, reasoning = {"", 0};
+        const char *close = find_first(c, "</think>");
+        if (close) {
+            const char *last = find_last(c, "</think>");
+            content = lstrip_nl((span){last + 8, (size_t)(c.p + c.n - (last + 8))});
+            span pre = rstrip_nl((span){c.p, (size_t)(close - c.p)});
+            const char *open = find_last(pre, "<think>");
+            if (open) pre = (span){open + 7, (size_t)(pre.p + pre.n - (open + 7))};
+            reasoning = lstrip_nl(pre);
+        }
+        sb_add(b, "<|im_start|>assistant\n");
+        if (i > last_query && (i == n - 1 || reasoning.n)) {
+            span r = rstrip_nl(lstrip_nl(reasoning));
+            content = lstrip_nl(content);
+            sb_add(b, "<think>\n");
+            sb_addn(b, r.p, r.n);
+            sb_add(b, "\n</think>\n\n");
+        }
+        sb_addn(b, content.p, content.n);
+        sb_add(b, "<|im_end|>\n");
+    }
+}
+
 ls_status ls_chat_apply(const ls_chat_template *t, const ls_chat_msg *msgs, size_t n,
                         bool add_generation_prompt, char **out, ls_err *err) {
+    return ls_chat_apply_vars(t, msgs, n, add_generation_prompt, NULL, out, err);
+}
+
+ls_status ls_chat_apply_vars(const ls_chat_template *t, const ls_chat_msg *msgs, size_t n,
+                             bool add_generation_prompt, const ls_chat_vars *vars, char **out, ls_err *err) {
+    const ls_chat_vars dflt = LS_CHAT_VARS_INIT;
+    if (!vars) vars = &dflt;
     *out = NULL;
     if (!t || t->family == LS_CHAT_UNKNOWN || (size_t)t->family >= sizeof k_family_names / sizeof k_family_names[0])
         return ls_err_set(err, LS_E_UNSUPPORTED, "no chat template; pass --chat-template");
@@ -207,7 +322,12 @@ ls_status ls_chat_apply(const ls_chat_template *t, const ls_chat_msg *msgs, size
     size_t total = n + (add_default ? 1 : 0);
     sbuf sys = {0}; /* llama2 / mistral / gemma: system text waiting for the next user turn */
     bool first_user = true;
+    bool gemma_sys = false; /* a system message waits for the first Gemma user turn */
 
+    if (t->family == LS_CHAT_QWEN3) {
+        render_qwen3(&b, roles, msgs, n);
+        total = 0;
+    }
     for (size_t k = 0; k < total; k++) {
         role_t role;
         const char *content;
@@ -244,17 +364,21 @@ ls_status ls_chat_apply(const ls_chat_template *t, const ls_chat_msg *msgs, size
             sb_add(&b, t->family == LS_CHAT_PHI3 ? "<|end|>\n" : "</s>\n");
             break;
         case LS_CHAT_GEMMA:
+            /* Gemma 3's template: the system message, as written (even empty), then a
+             * blank line, opens the first user turn. */
             if (role == ROLE_SYSTEM) {
-                sb_add_trim(&sys, content);
+                sb_add(&sys, content);
+                gemma_sys = true;
                 break;
             }
             sb_add(&b, "<start_of_turn>");
             sb_add(&b, role == ROLE_USER ? "user" : "model");
             sb_add(&b, "\n");
-            if (role == ROLE_USER && sys.n) {
-                sb_add(&b, sys.p);
+            if (role == ROLE_USER && gemma_sys) {
+                if (sys.n) sb_add(&b, sys.p);
                 sb_add(&b, "\n\n");
                 sys.n = 0;
+                gemma_sys = false;
             }
             sb_add_trim(&b, content);
             sb_add(&b, "<end_of_turn>\n");
@@ -294,6 +418,7 @@ ls_status ls_chat_apply(const ls_chat_template *t, const ls_chat_msg *msgs, size
                 sb_add(&b, "</s>");
             }
             break;
+        case LS_CHAT_QWEN3: /* render_qwen3 */
         case LS_CHAT_UNKNOWN:
             break;
         }
@@ -301,6 +426,10 @@ ls_status ls_chat_apply(const ls_chat_template *t, const ls_chat_msg *msgs, size
     if (add_generation_prompt) {
         switch (t->family) {
         case LS_CHAT_CHATML: sb_add(&b, "<|im_start|>assistant\n"); break;
+        case LS_CHAT_QWEN3:
+            sb_add(&b, "<|im_start|>assistant\n");
+            if (vars->enable_thinking == 0) sb_add(&b, "<think>\n\n</think>\n\n");
+            break;
         case LS_CHAT_LLAMA3: sb_add(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n"); break;
         case LS_CHAT_GEMMA: sb_add(&b, "<start_of_turn>model\n"); break;
         case LS_CHAT_PHI3:

@@ -91,8 +91,66 @@ static ls_status add_norm(gguf_writer *w, const char *name, int64_t n, uint64_t 
     return st;
 }
 
-ls_model *synth_model(const synth_cfg *c, uint64_t seed, void **out_buf, ls_err *err) {
-    *out_buf = NULL;
+/* Every tokenizer.* key of `from`, copied with its type (a real vocabulary, so other
+ * engines can load the file). */
+static ls_status copy_vocab(gguf_writer *w, const gguf_file *from, ls_err *err) {
+    for (uint64_t i = 0; i < gguf_n_kv(from); i++) {
+        const gguf_kv *kv = gguf_kv_at(from, i);
+        char key[256];
+        if (kv->key.len >= sizeof key) continue;
+        memcpy(key, kv->key.ptr, kv->key.len);
+        key[kv->key.len] = 0;
+        if (strncmp(key, "tokenizer.", 10)) continue;
+        const gguf_value *v = &kv->value;
+        ls_status st = LS_OK;
+        switch (v->type) {
+        case GGUF_VT_STRING: st = gguf_writer_add_strn(w, key, v->v.str.ptr, v->v.str.len); break;
+        case GGUF_VT_UINT8: case GGUF_VT_UINT16: case GGUF_VT_UINT32: st = gguf_writer_add_u32(w, key, (uint32_t)v->v.u64); break;
+        case GGUF_VT_INT8: case GGUF_VT_INT16: case GGUF_VT_INT32: st = gguf_writer_add_i32(w, key, (int32_t)v->v.i64); break;
+        case GGUF_VT_UINT64: st = gguf_writer_add_u64(w, key, v->v.u64); break;
+        case GGUF_VT_INT64: st = gguf_writer_add_i64(w, key, v->v.i64); break;
+        case GGUF_VT_FLOAT32: st = gguf_writer_add_f32(w, key, (float)v->v.f64); break;
+        case GGUF_VT_FLOAT64: st = gguf_writer_add_f64(w, key, v->v.f64); break;
+        case GGUF_VT_BOOL: st = gguf_writer_add_bool(w, key, v->v.u64 != 0); break;
+        case GGUF_VT_ARRAY: {
+            const uint64_t n = v->v.arr.n;
+            if (v->v.arr.elem_type == GGUF_VT_STRING) {
+                char **ss = calloc(n ? n : 1, sizeof *ss);
+                if (!ss) return ls_err_set(err, LS_E_NOMEM, "out of memory (%s)", key);
+                for (uint64_t k = 0; k < n && !st; k++) {
+                    gguf_str x = v->v.arr.strs[k];
+                    if (!(ss[k] = malloc(x.len + 1))) st = ls_err_set(err, LS_E_NOMEM, "out of memory (%s)", key);
+                    else {
+                        memcpy(ss[k], x.ptr, x.len);
+                        ss[k][x.len] = 0;
+                    }
+                }
+                if (!st) st = gguf_writer_add_arr_str(w, key, (const char *const *)ss, n);
+                for (uint64_t k = 0; k < n; k++) free(ss[k]);
+                free(ss);
+            } else if (v->v.arr.raw) { /* scalars: packed little-endian, as the writer takes them */
+                st = gguf_writer_add_arr(w, key, v->v.arr.elem_type, v->v.arr.raw, n);
+            }
+            break;
+        }
+        default: break;
+        }
+        if (st) return err && err->code ? st : ls_err_set(err, st, "copying %s", key);
+    }
+    return LS_OK;
+}
+
+/* The file of cfg and seed, built in memory; vocab: copy its tokenizer (n_vocab is then
+ * its token count), or NULL for placeholder tokens. */
+static gguf_writer *synth_writer(const synth_cfg *c0, uint64_t seed, const gguf_file *vocab, ls_err *err) {
+    synth_cfg cc = *c0;
+    const synth_cfg *c = &cc;
+    const gguf_value *tv = vocab ? gguf_find(vocab, "tokenizer.ggml.tokens") : NULL;
+    if (vocab && (!tv || tv->type != GGUF_VT_ARRAY)) {
+        ls_err_set(err, LS_E_FORMAT, "the vocabulary file has no tokenizer.ggml.tokens");
+        return NULL;
+    }
+    if (tv) cc.n_vocab = (int32_t)tv->v.arr.n;
     gguf_writer *w = gguf_writer_create();
     if (!w) {
         ls_err_set(err, LS_E_NOMEM, "out of memory");
@@ -109,23 +167,31 @@ ls_model *synth_model(const synth_cfg *c, uint64_t seed, void **out_buf, ls_err 
     gguf_writer_add_u32(w, "llama.attention.head_count_kv", (uint32_t)c->n_head_kv);
     gguf_writer_add_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
     gguf_writer_add_f32(w, "llama.rope.freq_base", c->rope_base);
-    gguf_writer_add_str(w, "tokenizer.ggml.model", "gpt2");
-    char **toks = malloc((size_t)c->n_vocab * sizeof *toks);
-    char *tbuf = malloc((size_t)c->n_vocab * 12);
-    if (!toks || !tbuf) {
+    if (vocab) {
+        gguf_writer_add_u32(w, "llama.vocab_size", (uint32_t)c->n_vocab);
+        if (copy_vocab(w, vocab, err)) {
+            gguf_writer_free(w);
+            return NULL;
+        }
+    } else {
+        gguf_writer_add_str(w, "tokenizer.ggml.model", "gpt2");
+        char **toks = malloc((size_t)c->n_vocab * sizeof *toks);
+        char *tbuf = malloc((size_t)c->n_vocab * 12);
+        if (!toks || !tbuf) {
+            free(toks);
+            free(tbuf);
+            gguf_writer_free(w);
+            ls_err_set(err, LS_E_NOMEM, "out of memory");
+            return NULL;
+        }
+        for (int32_t i = 0; i < c->n_vocab; i++) {
+            toks[i] = tbuf + (size_t)i * 12;
+            snprintf(toks[i], 12, "t%d", i);
+        }
+        gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)toks, (uint64_t)c->n_vocab);
         free(toks);
         free(tbuf);
-        gguf_writer_free(w);
-        ls_err_set(err, LS_E_NOMEM, "out of memory");
-        return NULL;
     }
-    for (int32_t i = 0; i < c->n_vocab; i++) {
-        toks[i] = tbuf + (size_t)i * 12;
-        snprintf(toks[i], 12, "t%d", i);
-    }
-    gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)toks, (uint64_t)c->n_vocab);
-    free(toks);
-    free(tbuf);
     const float ws = 1.0f / sqrtf((float)E), wf = 1.0f / sqrtf((float)F);
     ls_status st = add_mat(w, "token_embd.weight", c->t_embd, c->n_vocab, E, 1.0f, seed + 1, err);
     if (!st) st = add_norm(w, "output_norm.weight", E, seed + 2);
@@ -153,9 +219,31 @@ ls_model *synth_model(const synth_cfg *c, uint64_t seed, void **out_buf, ls_err 
         M_("ffn_down", c->t_down, E, F, wf, 9)
 #undef M_
     }
+    if (st) {
+        if (err && !err->code) ls_err_set(err, st, "synthetic model: writer failed");
+        gguf_writer_free(w);
+        return NULL;
+    }
+    return w;
+}
+
+ls_status synth_write_file(const synth_cfg *c, uint64_t seed, const char *vocab_path, const char *path, ls_err *err) {
+    gguf_file *vf = NULL;
+    if (vocab_path && !(vf = gguf_open(vocab_path, err))) return err ? err->code : LS_E_IO;
+    gguf_writer *w = synth_writer(c, seed, vf, err);
+    ls_status st = w ? gguf_writer_write_file(w, path, err) : (err && err->code ? err->code : LS_E_NOMEM);
+    gguf_writer_free(w);
+    gguf_close(vf);
+    return st;
+}
+
+ls_model *synth_model(const synth_cfg *c, uint64_t seed, void **out_buf, ls_err *err) {
+    *out_buf = NULL;
+    gguf_writer *w = synth_writer(c, seed, NULL, err);
+    if (!w) return NULL;
     void *buf = NULL;
     size_t size = 0;
-    if (!st) st = gguf_writer_serialize(w, &buf, &size, err);
+    ls_status st = gguf_writer_serialize(w, &buf, &size, err);
     gguf_writer_free(w);
     if (st) {
         free(buf);

@@ -34,5 +34,8 @@ typedef struct {
 /* A model from cfg and seed, loaded from an in-memory GGUF file; *buf holds the file
  * (free it after ls_model_free). */
 ls_model *synth_model(const synth_cfg *cfg, uint64_t seed, void **buf, ls_err *err);
+/* The same model written to `path`; with vocab_path, every tokenizer.* key of that GGUF
+ * file is copied (and n_vocab is its token count), so other engines load the file too. */
+ls_status synth_write_file(const synth_cfg *cfg, uint64_t seed, const char *vocab_path, const char *path, ls_err *err);
 
 #endif

@@ -10,7 +10,7 @@
 #include "tokenizer/chat.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    static const char *fams[] = {"chatml", "llama2", "llama3", "mistral", "gemma", "phi3", "zephyr"};
+    static const char *fams[] = {"chatml", "llama2", "llama3", "mistral", "gemma", "phi3", "zephyr", "qwen3"};
     static const char *roles[] = {"system", "user", "assistant"};
     char *buf = malloc(size + 1);
     memcpy(buf, data, size);
@@ -28,7 +28,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (!end) break;
         p = end + 1;
     }
-    for (int f = 0; f < 7; f++) {
+    for (int f = 0; f < (int)(sizeof fams / sizeof fams[0]); f++) {
         ls_chat_template t;
         ls_err err;
         if (ls_chat_template_by_name(fams[f], &t, &err)) __builtin_trap();

@@ -40,7 +40,11 @@ class DetokStream(ctypes.Structure):
 
 
 class ChatTemplate(ctypes.Structure):
-    _fields_ = [("family", ctypes.c_int), ("default_system", ctypes.c_void_p)]
+    _fields_ = [("family", ctypes.c_int), ("default_system", ctypes.c_void_p), ("tools_hermes", ctypes.c_bool)]
+
+
+class ChatVars(ctypes.Structure):
+    _fields_ = [("enable_thinking", ctypes.c_int)]
 
 
 class ChatMsg(ctypes.Structure):
@@ -81,6 +85,9 @@ def _load_lib() -> ctypes.CDLL:
     L.ls_chat_template_free.argtypes = [P(ChatTemplate)]
     L.ls_chat_apply.restype = c.c_int
     L.ls_chat_apply.argtypes = [P(ChatTemplate), P(ChatMsg), c.c_size_t, c.c_bool, P(c.c_void_p), P(LsErr)]
+    L.ls_chat_apply_vars.restype = c.c_int
+    L.ls_chat_apply_vars.argtypes = [P(ChatTemplate), P(ChatMsg), c.c_size_t, c.c_bool, P(ChatVars), P(c.c_void_p),
+                                     P(LsErr)]
     return L
 
 
@@ -564,15 +571,16 @@ def test_buffer_too_small(ours):
 # chat template: our rendering vs jinja2 rendering the GGUF's template
 
 
-def _jinja_render(src, messages, add_generation_prompt):
+def _jinja_render(src, messages, add_generation_prompt, **variables):
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     return env.from_string(src).render(messages=messages, add_generation_prompt=add_generation_prompt,
-                                       bos_token="", eos_token="<|im_end|>")
+                                       bos_token="", eos_token="<|im_end|>", **variables)
 
 
-def _ours_render(lib, src: str, messages, add_generation_prompt):
+# enable_thinking: ls_chat_vars's (-1: not passed, 0: false, 1: true)
+def _ours_render(lib, src: str, messages, add_generation_prompt, enable_thinking=-1):
     t = ChatTemplate()
     err = LsErr()
     b = src.encode()
@@ -583,8 +591,12 @@ def _ours_render(lib, src: str, messages, add_generation_prompt):
             arr[i].role = m["role"].encode()
             arr[i].content = m["content"].encode()
         out = ctypes.c_void_p()
-        rc = lib.ls_chat_apply(ctypes.byref(t), arr, len(messages), add_generation_prompt, ctypes.byref(out),
-                               ctypes.byref(err))
+        if enable_thinking == -1:
+            rc = lib.ls_chat_apply(ctypes.byref(t), arr, len(messages), add_generation_prompt, ctypes.byref(out),
+                                   ctypes.byref(err))
+        else:
+            rc = lib.ls_chat_apply_vars(ctypes.byref(t), arr, len(messages), add_generation_prompt,
+                                        ctypes.byref(ChatVars(enable_thinking)), ctypes.byref(out), ctypes.byref(err))
         assert rc == 0, err.msg.decode()
         s = ctypes.string_at(out.value).decode()
         _libc.free(out)

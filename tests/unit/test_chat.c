@@ -80,7 +80,7 @@ static void test_default_system(void **state) {
 }
 
 static char *render(ls_chat_family f, const char *default_system, const ls_chat_msg *m, size_t n, bool gen) {
-    ls_chat_template t = {f, default_system ? strdup(default_system) : NULL};
+    ls_chat_template t = {f, default_system ? strdup(default_system) : NULL, false};
     char *out = NULL;
     ls_err e;
     ls_err_clear(&e);
@@ -187,14 +187,14 @@ static void test_errors(void **state) {
     assert_string_equal(ls_chat_family_name(LS_CHAT_UNKNOWN), "unknown");
 
     ls_chat_msg bad[] = {{"user", "hi"}, {"tool", "x"}};
-    ls_chat_template ct = {LS_CHAT_CHATML, NULL};
+    ls_chat_template ct = {LS_CHAT_CHATML, NULL, false};
     char *out = (char *)1;
     assert_int_equal(ls_chat_apply(&ct, bad, 2, true, &out, &e), LS_E_INVALID);
     assert_null(out);
     assert_non_null(strstr(e.msg, "'tool'"));
     ls_chat_msg nullrole[] = {{NULL, "x"}};
     assert_int_equal(ls_chat_apply(&ct, nullrole, 1, true, &out, &e), LS_E_INVALID);
-    ls_chat_template unk = {LS_CHAT_UNKNOWN, NULL};
+    ls_chat_template unk = {LS_CHAT_UNKNOWN, NULL, false};
     assert_int_equal(ls_chat_apply(&unk, k_user_only, 1, true, &out, &e), LS_E_UNSUPPORTED);
 }
 

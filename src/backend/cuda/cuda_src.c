@@ -25,6 +25,21 @@ static ls_status mat_src(const ls_wmat *w, lsc_mat_src *s, ls_err *err) {
 ls_status lsc_model_describe(const ls_model *m, lsc_model_src *s, ls_err *err) {
     memset(s, 0, sizeof *s);
     const ls_hparams *hp = &m->hp;
+    /* The GPU graph is the plain llama block: any other family (arch.h), or llama with
+     * RoPE frequency factors, is refused rather than computed wrongly. */
+    if (strcmp(m->arch->name, "llama") != 0)
+        return ls_err_set(err, LS_E_UNSUPPORTED,
+                          "the CUDA backend runs the llama family only; this model is '%s' (family %s): use --device cpu",
+                          hp->arch, m->arch->name);
+    if (m->rope_freqs)
+        return ls_err_set(err, LS_E_UNSUPPORTED,
+                          "the CUDA backend does not apply rope_freqs.weight (Llama 3.1+ RoPE scaling): use --device cpu");
+    if (m->rope_params.yarn)
+        return ls_err_set(err, LS_E_UNSUPPORTED, "the CUDA backend does not apply YaRN RoPE scaling: use --device cpu");
+    for (uint32_t l = 0; l < hp->n_layer; l++)
+        if (m->layers[l].swa)
+            return ls_err_set(err, LS_E_UNSUPPORTED,
+                              "the CUDA backend has no sliding-window attention (layer %u): use --device cpu", l);
     s->n_vocab = (int32_t)hp->n_vocab;
     s->n_embd = (int32_t)hp->n_embd;
     s->n_layer = (int32_t)hp->n_layer;
