@@ -188,13 +188,17 @@ FUZZ_TOK_SRC = tests/fuzz/fuzz_tokenizer.c src/tokenizer/tokenizer.c src/tokeniz
 build-fuzz/fuzz_tokenizer: $(FUZZ_TOK_SRC)
 	@mkdir -p build-fuzz
 	clang $(FUZZ_FLAGS) -o $@ $^ -lpcre2-8
-build-fuzz/fuzz_request: tests/fuzz/fuzz_request.c src/server/request.c src/tokenizer/chat.c src/util/err.c src/util/alloc.c
+build-fuzz/fuzz_request: tests/fuzz/fuzz_request.c src/server/request.c src/server/tools.c src/tokenizer/chat.c src/sample/grammar.c \
+                         src/sample/json_schema.c src/util/err.c src/util/alloc.c
 	@mkdir -p build-fuzz
 	clang $(FUZZ_FLAGS) -o $@ $^ -lcjson
 build-fuzz/fuzz_chat: tests/fuzz/fuzz_chat.c src/tokenizer/chat.c src/util/err.c src/util/alloc.c
 	@mkdir -p build-fuzz
 	clang $(FUZZ_FLAGS) -o $@ $^
-FUZZ_TARGETS = gguf tokenizer request chat
+build-fuzz/fuzz_grammar: tests/fuzz/fuzz_grammar.c src/sample/grammar.c src/sample/json_schema.c src/util/err.c src/util/alloc.c
+	@mkdir -p build-fuzz
+	clang $(FUZZ_FLAGS) -o $@ $^ -lcjson
+FUZZ_TARGETS = gguf tokenizer request chat grammar
 # One phony target per fuzzer, so `make -j2 fuzz` runs two at a time (each is one
 # process on one core).  Each one's log goes to build-fuzz/<target>.log; its last lines
 # (runs, coverage) are printed when it ends, the whole log if it fails.
@@ -203,7 +207,7 @@ fuzz: $(FUZZ_TARGETS:%=fuzz-%)
 $(FUZZ_TARGETS:%=fuzz-%): fuzz-%: build-fuzz/fuzz_% model
 	@mkdir -p build-fuzz/corpus-$*
 	@echo "== fuzz_$* for $(FUZZ_SECONDS) s, after its regression corpus (log: build-fuzz/$*.log)"
-	@if MODEL=$(MODEL) build-fuzz/fuzz_$* -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
+	@if MODEL=$(MODEL) build-fuzz/fuzz_$* -max_total_time=$(FUZZ_SECONDS) -timeout=60 -max_len=65536 \
 	        -artifact_prefix=build-fuzz/$*- build-fuzz/corpus-$* tests/fuzz/corpus/$* > build-fuzz/$*.log 2>&1; then \
 	    grep -E "INITED|Done [0-9]+ runs" build-fuzz/$*.log | sed 's/^/fuzz_$*: /'; \
 	else cat build-fuzz/$*.log; echo "fuzz_$*: FAILED (inputs: build-fuzz/$*-*)"; exit 1; fi
@@ -212,11 +216,25 @@ $(FUZZ_TARGETS:%=fuzz-%): fuzz-%: build-fuzz/fuzz_% model
 # first when it is missing (bench/llamacpp/build.sh, ~20 min once).  Writes
 # bench/results/ and the generated section of docs/benchmarks.md; BENCH_FLAGS=--quick
 # for a short development run (into build/bench/results-quick/).
+# Then, for every lower kernel level this CPU runs (BENCH_ISAS; default: those of avxvnni and
+# avx2 that `lockstep info --isa` lists below the best one), the decode and prefill suites
+# again with lockstep forced to that level and the llama.cpp built for it (LLAMA_ISA), into
+# bench/results/isa-<level>/ (BENCH_ISA_SUITES; BENCH_ISAS= skips them).
 .PHONY: bench
 BENCH_FLAGS ?=
+BENCH_ISA_SUITES ?= decode,prefill
 bench: cli bench-tools model
 	@bash scripts/install-deps.sh --bench
 	$(PYTHON) bench/suites.py --lockstep $(BUILD)/lockstep --bench-tool $(BUILD)/lockstep-bench --docs docs/benchmarks.md $(BENCH_FLAGS)
+	@have="$$($(BUILD)/lockstep info --isa)"; best="$${have##* }"; \
+	isas="$(if $(filter undefined,$(origin BENCH_ISAS)),auto,$(BENCH_ISAS))"; \
+	if [ "$$isas" = auto ]; then isas=; for i in avxvnni avx2; do \
+	    case " $$have " in *" $$i "*) [ "$$i" != "$$best" ] && isas="$$isas $$i";; esac; done; fi; \
+	rc=0; for i in $$isas; do \
+	    echo "== make bench: --isa $$i (suites $(BENCH_ISA_SUITES))"; \
+	    $(PYTHON) bench/suites.py --isa $$i --suites $(BENCH_ISA_SUITES) --lockstep $(BUILD)/lockstep \
+	        --bench-tool $(BUILD)/lockstep-bench $(BENCH_FLAGS) || rc=1; \
+	done; exit $$rc
 
 # ---- CUDA backend (docs/cuda.md) --------------------------------------------
 # Built only when asked: `make cuda` (the library and its test and bench programs),

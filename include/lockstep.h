@@ -84,11 +84,51 @@ LS_API ls_status ls_isa_from_name(const char *name, ls_isa *out, ls_err *err);
  * The random draw for position p depends only on (seed, p), so a token never depends on
  * how it was computed. */
 typedef struct {
+    int32_t id;
+    float bias;        /* added to the token's logit */
+} ls_logit_bias;
+typedef struct {
     float temperature; /* 0 = greedy (argmax, lowest id on ties) */
     int32_t top_k;     /* 0 = off */
     float top_p;       /* 1 = off; (0, 1] */
     uint64_t seed;
+    /* Logit modifiers, applied in this order before everything above (docs/numerics.md);
+     * zero-initialized = off.  The engine copies logit_bias at submission. */
+    const ls_logit_bias *logit_bias;
+    int32_t n_logit_bias;
+    float repeat_penalty;    /* 0 or 1 = off: l > 0 ? l / r : l * r, each distinct token of the window once */
+    int32_t repeat_last_n;   /* the window: the last n tokens of the sequence (prompt included); -1 = all */
+    float frequency_penalty; /* over the generated tokens: l -= count * frequency + presence */
+    float presence_penalty;
+    float min_p;             /* 0 = off: after top-p, keeps p >= min_p * p_max */
 } ls_sampler_params;
+
+/* A sampled token's log-probabilities under the (unmodified) logits, and the n_top best
+ * (higher logit first, the lower id on ties): log-softmax with the max found by `>` from
+ * logits[0], a sequential double sum of exp(l - max), each result rounded to float once.
+ * What the server returns as `logprobs`; a pure function of the logits row. */
+#define LS_LOGPROBS_TOP_MAX 20
+typedef struct ls_logprobs {
+    int32_t token;
+    float logprob;
+    int32_t n_top;
+    int32_t top_tok[LS_LOGPROBS_TOP_MAX];
+    float top_lp[LS_LOGPROBS_TOP_MAX];
+} ls_logprobs;
+/* n_top is clamped to 0..LS_LOGPROBS_TOP_MAX; token must be in [0, n_vocab). */
+LS_API void ls_sample_logprobs(const float *logits, int32_t n_vocab, int32_t token, int32_t n_top, ls_logprobs *out);
+
+/* ---- constrained decoding (ls_request.grammar) ------------------------------------------
+ * GBNF text as llama.cpp accepts it; docs/server.md lists the syntax and the schema
+ * keywords.  The results are NUL-terminated; free them with free(). */
+/* LS_OK when gbnf (len bytes) compiles; else LS_E_INVALID naming the line, column and
+ * what was expected (or LS_E_NOMEM). */
+LS_API ls_status ls_grammar_check(const char *gbnf, size_t len, ls_err *err);
+/* The GBNF of a JSON Schema (len bytes of JSON text).  NULL on error, err naming the
+ * keyword or the path ("at /properties/a: ..."); unsupported keywords are errors. */
+LS_API char *ls_json_schema_to_gbnf(const char *schema_json, size_t len, ls_err *err);
+/* Any JSON object (response_format json_object): a static string. */
+LS_API const char *ls_json_object_gbnf(void);
 
 /* ---- models --------------------------------------------------------------------------- */
 typedef struct ls_model ls_model;
@@ -114,6 +154,8 @@ typedef struct {
     bool has_mtp;             /* carries a multi-token-prediction module (--spec mtp) */
     char chat_template[32];   /* the chat template family in use, or "" when none */
     char sha256[65];          /* of the model file, hex (computed on first call) */
+    char tool_format[16];     /* how the chat template writes tool calls: "hermes" (its own <tool_call>
+                               * format), "generic" (none of its own: JSON, docs/server.md), "" without a template */
 } ls_model_info;
 #define LS_MODEL_INFO_INIT {.size = sizeof(ls_model_info)}
 LS_API ls_status ls_model_get_info(const ls_model *m, ls_model_info *out, ls_err *err);
@@ -160,6 +202,19 @@ typedef struct {
  * template gives LS_E_UNSUPPORTED saying why (and that --chat-template overrides it). */
 LS_API ls_status ls_model_apply_chat(const ls_model *m, const ls_chat_msg *msgs, size_t n, bool add_generation_prompt,
                                      char **out, ls_err *err);
+/* Template variables, as a chat template reads them (vLLM's and llama-server's
+ * `chat_template_kwargs`).  A template that does not use a variable ignores it, as jinja2
+ * does. */
+typedef struct {
+    size_t size;         /* sizeof(ls_chat_opts) (LS_CHAT_OPTS_INIT) */
+    int enable_thinking; /* Qwen 3's: -1 not passed (the template's default: thinking), 0 false
+                          * (an empty think block opens the reply), 1 true */
+} ls_chat_opts;
+#define LS_CHAT_OPTS_INIT {.size = sizeof(ls_chat_opts), .enable_thinking = -1}
+/* ls_model_apply_chat with template variables (opts NULL: LS_CHAT_OPTS_INIT). */
+LS_API ls_status ls_model_apply_chat_opts(const ls_model *m, const ls_chat_msg *msgs, size_t n,
+                                          bool add_generation_prompt, const ls_chat_opts *opts, char **out,
+                                          ls_err *err);
 
 /* ---- engines: many sequences, one forward per step -------------------------------------
  * An engine owns a paged KV cache with a prefix cache, a thread pool and its kernel
@@ -245,6 +300,19 @@ typedef struct {
     void (*draft_observe)(void *draft_ud, int32_t pos, const float *hidden);
     void (*on_event)(void *ud, const ls_event *ev); /* called from the stepping thread */
     void *ud;
+    /* Constrained decoding: GBNF grammar text (llama.cpp's syntax, start rule `root`;
+     * docs/server.md), NUL-terminated, or NULL for none.  Compiled at ls_engine_submit
+     * (a bad grammar is LS_E_INVALID naming the line, column and what was expected; the
+     * text may be freed once submit returns).  Each sampled token is drawn from the
+     * tokens the grammar allows after the tokens generated so far (the same recipe over
+     * that subset: docs/numerics.md); end-of-generation tokens only once the grammar is
+     * complete, and the request ends (LS_FINISH_STOP) when nothing more can follow. */
+    const char *grammar;
+    /* Optional (embeddings): each prompt position's final hidden state after the model's
+     * output norm (n_embd floats; the norm in its scalar recipe), called with ud as its
+     * row runs, in position order.  A position run again (after a preemption) is reported
+     * again with the same bits.  The prefix cache is then not read for this request. */
+    void (*on_hidden)(void *ud, int32_t pos, const float *hidden);
 } ls_request;
 #define LS_REQUEST_INIT {.size = sizeof(ls_request), .sampling = {.top_p = 1.0f}, .max_tokens = -1}
 

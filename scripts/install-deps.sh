@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Installs what lockstep needs on Debian, skipping what is already there.
 #   install-deps.sh          build + run: a C compiler, make, pkg-config, PCRE2, pip
-#   install-deps.sh --test   also the test tools: cmocka, and the Python references
+#   install-deps.sh --test   also the test tools: cmocka, nginx (test_server_ops), and the Python references
 #                            (gguf, tokenizers, numpy, pytest, llama-cpp-python from sdist)
 #   install-deps.sh --bench  what `make bench` needs: cmake and g++ (llama.cpp), matplotlib
 set -euo pipefail
 want_test=0; [ "${1:-}" = "--test" ] && want_test=1
 want_bench=0; [ "${1:-}" = "--bench" ] && want_bench=1
 pkgs=(gcc make pkg-config libpcre2-dev libcjson-dev libssl-dev libmicrohttpd-dev)
-[ $want_test = 1 ] && pkgs+=(libcmocka-dev cmake g++ clang valgrind)
+[ $want_test = 1 ] && pkgs+=(libcmocka-dev cmake g++ clang valgrind nginx)  # nginx: the replicas test
 [ $want_bench = 1 ] && pkgs+=(cmake g++)
 missing=()
 for p in "${pkgs[@]}"; do
@@ -50,6 +50,13 @@ PY
             "${pyreq[@]}" 2>&1 | grep -v 'Running pip as the' || true
         "$PYTHON" -c 'import gguf, tokenizers, numpy, pytest, llama_cpp' \
             || { echo "install-deps: python test references failed to install" >&2; exit 1; }
+    fi
+    # jsonschema: the independent reference for the JSON Schema -> grammar converter and
+    # the server's json_schema replies (test_grammar_ref.py, test_server_grammar.py).
+    if ! "$PYTHON" -c 'import importlib.metadata as m, sys; sys.exit(m.version("jsonschema") != "4.26.0")' 2>/dev/null; then
+        echo "install-deps: pip install jsonschema==4.26.0" >&2
+        "$PYTHON" -m pip install -q jsonschema==4.26.0 2>&1 | grep -v 'Running pip as the' || true
+        "$PYTHON" -c 'import jsonschema' || { echo "install-deps: jsonschema failed to install" >&2; exit 1; }
     fi
     # The official OpenAI client, for the server tests (separate: no llama.cpp rebuild).
     if ! "$PYTHON" -c 'import importlib.metadata as m, sys; sys.exit(m.version("openai") != "3.57.0")' 2>/dev/null; then

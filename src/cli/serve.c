@@ -16,7 +16,7 @@ static const char *help =
     "\n"
     "  -m, --model PATH      GGUF model (default " LS_DEFAULT_MODEL ")\n"
     "      --alias NAME      the model name in responses (default: the file name)\n"
-    "      --host ADDR       IPv4 address to bind (default 127.0.0.1, loopback only)\n"
+    "      --host ADDR       address or name to bind, IPv4 or IPv6 (default 127.0.0.1, loopback only)\n"
     "      --port N          (default 8080)\n"
     "  -np, --parallel N     sequences decoded together (default 8)\n"
     "  -c, --ctx-size N      context per sequence (default min(trained, 4096))\n"
@@ -32,6 +32,9 @@ static const char *help =
     "      --timeout S       idle-connection timeout and shutdown grace period (default 30)\n"
     "      --max-body BYTES  request body limit (default 1048576)\n"
     "      --max-tokens N    cap on a request's max_tokens (default 4096)\n"
+    "      --max-connections N  open connections beyond N get 503 (default 8192)\n"
+    "      --header-timeout S   a request head must arrive within S seconds (default 10)\n"
+    "      --cors-origin ORIGIN allow browser calls from ORIGIN (or *): CORS headers, OPTIONS\n"
     "      --no-probe        skip the startup parity probe\n"
     "\n"
     "Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,\n"
@@ -62,15 +65,16 @@ int cli_serve(int argc, char **argv) {
         if (!strcmp(argv[i], "-np")) argv[i] = "--parallel";
     ls_server_params p = {.model_path = LS_DEFAULT_MODEL, .host = "127.0.0.1", .port = 8080, .n_parallel = 8,
                           .max_queue = 64, .timeout_s = 30, .max_body = 1 << 20, .max_tokens = 4096,
-                          .max_messages = 256};
+                          .max_messages = 256, .max_connections = 8192, .header_timeout_s = 10};
     p.spec = (ls_spec_params)LS_SPEC_PARAMS_INIT;
     const char *spec = "off", *kernels = "auto";
     long long port = 8080, par = 8, ctx = 0, threads = 0, maxq = 64, timeout = 30, maxbody = 1 << 20, maxtok = 4096;
-    long long dmax = 8, dmin = 1, dlayers = 0;
+    long long dmax = 8, dmin = 1, dlayers = 0, maxconn = 8192, htimeout = 10;
     p.api_key = getenv("LOCKSTEP_API_KEY");
     if (p.api_key && !*p.api_key) p.api_key = NULL;
     enum { O_HOST = 256, O_PORT, O_KVMEM, O_SPEC, O_DMAX, O_DMIN, O_DMODEL, O_DLAYERS, O_KEY, O_MAXQ, O_TIMEOUT,
-           O_MAXBODY, O_MAXTOK, O_ALIAS, O_INEXACT, O_NOPROBE, O_KERNELS, O_PAR, O_DEVICE };
+           O_MAXBODY, O_MAXTOK, O_ALIAS, O_INEXACT, O_NOPROBE, O_KERNELS, O_PAR, O_DEVICE, O_MAXCONN,
+           O_HTIMEOUT, O_CORS };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"host", required_argument, 0, O_HOST},
         {"port", required_argument, 0, O_PORT}, {"parallel", required_argument, 0, O_PAR},
@@ -83,7 +87,8 @@ int cli_serve(int argc, char **argv) {
         {"max-tokens", required_argument, 0, O_MAXTOK}, {"alias", required_argument, 0, O_ALIAS},
         {"allow-inexact", no_argument, 0, O_INEXACT}, {"no-probe", no_argument, 0, O_NOPROBE},
         {"kernels", required_argument, 0, O_KERNELS}, {"device", required_argument, 0, O_DEVICE},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"max-connections", required_argument, 0, O_MAXCONN}, {"header-timeout", required_argument, 0, O_HTIMEOUT},
+        {"cors-origin", required_argument, 0, O_CORS}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
     int o;
@@ -114,6 +119,13 @@ int cli_serve(int argc, char **argv) {
         case O_NOPROBE: p.no_probe = true; break;
         case O_KERNELS: kernels = optarg; break;
         case O_DEVICE: p.device = optarg; break;
+        case O_MAXCONN: if (!cli_parse_int(cmd, "--max-connections", optarg, 1, 1 << 20, &maxconn)) return LS_EXIT_USAGE; break;
+        case O_HTIMEOUT: if (!cli_parse_int(cmd, "--header-timeout", optarg, 1, 3600, &htimeout)) return LS_EXIT_USAGE; break;
+        case O_CORS:
+            if (!*optarg || strpbrk(optarg, "\r\n ,"))
+                return cli_usage_error(cmd, "--cors-origin '%s' must be one origin (https://host[:port]) or *", optarg);
+            p.cors_origin = optarg;
+            break;
         case 'h': fputs(help, stdout); return 0;
         case ':': return cli_usage_error(cmd, "flag %s needs a value", argv[optind - 1]);
         default: return cli_usage_error(cmd, "unknown flag '%s'", argv[optind - 1]);
@@ -144,13 +156,19 @@ int cli_serve(int argc, char **argv) {
     p.timeout_s = (int)timeout;
     p.max_body = (size_t)maxbody;
     p.max_tokens = (int)maxtok;
+    p.max_connections = (int)maxconn;
+    p.header_timeout_s = (int)htimeout;
     p.spec.draft_max = (int32_t)dmax;
     p.spec.draft_min = (int32_t)dmin;
     p.spec.skip_first = (int32_t)dlayers;
     int rc = ls_server_run(&p, &err);
     if (rc) {
         fprintf(stderr, "lockstep serve: %s\n", err.msg);
-        return err.code == LS_E_INVALID || err.code == LS_E_IO ? LS_EXIT_USAGE : 1;
+        /* a bad flag, address or model file: the caller's input (exit 2) */
+        return err.code == LS_E_INVALID || err.code == LS_E_IO || err.code == LS_E_FORMAT ||
+                       err.code == LS_E_UNSUPPORTED
+                   ? LS_EXIT_USAGE
+                   : 1;
     }
     return 0;
 }

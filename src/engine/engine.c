@@ -18,6 +18,7 @@
 
 #include "engine/backend.h"
 #include "engine/kvcache.h"
+#include "sample/grammar.h"
 
 #define BS LS_KV_BLOCK
 
@@ -41,12 +42,15 @@ typedef struct seq {
     void (*draft_observe)(void *, int32_t, const float *);
     void (*on_event)(void *, const ls_event *);
     void *ud;
+    void (*on_hidden)(void *, int32_t, const float *);
     ls_detok_stream ds;
     char *text;
     size_t text_len, text_cap, emitted;
     int32_t n_cached, n_drafted, n_accepted;
     int32_t plog_sent;              /* want_prompt_logits: prompt positions whose logits were delivered */
     double t_submit, t_first;
+    ls_grammar *gram;               /* the request's grammar, or NULL */
+    ls_grammar_state *gst;          /* its state after toks[n_prompt..n_toks) */
     /* this step */
     int32_t row0, n_rows, n_draft;
 } seq;
@@ -83,7 +87,10 @@ struct ls_engine {
     int32_t *drafts;                /* n_seq_max * draft_max */
     float *logits;                  /* max_logit_rows * n_vocab */
     float *hidden;                  /* step_tokens * n_embd: rows' hidden states for observers */
+    float *hnorm;                   /* n_embd: one row after the output norm (on_hidden) */
     void *sscratch;
+    uint32_t *gmask;                /* the allowed-token mask of a constrained sequence */
+    ls_grammar_vocab *gvocab;       /* built at the first grammar request (under mu) */
     ls_engine_stats st;
     uint64_t kvc_evictions0;        /* the cache's eviction count at the last reset */
 };
@@ -97,6 +104,9 @@ static void seq_free(seq *s) {
     for (int32_t i = 0; i < s->n_stop; i++) free(s->stop[i]);
     free(s->stop);
     free(s->text);
+    free((void *)s->sp.logit_bias);
+    ls_grammar_state_free(s->gst);
+    ls_grammar_free(s->gram);
     free(s);
 }
 
@@ -110,6 +120,10 @@ static ls_status check_request(const ls_engine *e, const ls_request *r, ls_err *
     if (r->max_tokens == 0)
         return ls_err_set(err, LS_E_INVALID, "max_tokens is 0; ask for at least one token (or -1 for no limit)");
     if ((st = ls_sampler_params_check(&r->sampling, err))) return st;
+    for (int32_t i = 0; i < r->sampling.n_logit_bias; i++)
+        if (r->sampling.logit_bias[i].id < 0 || r->sampling.logit_bias[i].id >= e->n_vocab)
+            return ls_err_set(err, LS_E_INVALID, "logit bias token id %d is outside the vocabulary (%d)",
+                              r->sampling.logit_bias[i].id, e->n_vocab);
     if (r->n_stop_tokens < 0 || r->n_stop < 0 || (r->n_stop_tokens && !r->stop_tokens) || (r->n_stop && !r->stop))
         return ls_err_set(err, LS_E_INVALID, "bad stop list");
     for (int32_t i = 0; i < r->n_stop_tokens; i++)
@@ -155,6 +169,13 @@ static seq *seq_new(const ls_engine *e, const ls_request *r) {
         if (n > s->stop_max) s->stop_max = n;
     }
     s->sp = r->sampling;
+    s->sp.logit_bias = NULL; /* the request's list may be reused: a copy */
+    if (r->sampling.n_logit_bias > 0) {
+        ls_logit_bias *lb = ls_malloc((size_t)r->sampling.n_logit_bias * sizeof *lb);
+        if (!lb) goto fail;
+        memcpy(lb, r->sampling.logit_bias, (size_t)r->sampling.n_logit_bias * sizeof *lb);
+        s->sp.logit_bias = lb;
+    }
     s->max_tokens = r->max_tokens;
     s->ignore_eos = r->ignore_eos;
     s->no_parity = r->no_parity;
@@ -166,6 +187,7 @@ static seq *seq_new(const ls_engine *e, const ls_request *r) {
     s->draft_observe = r->draft_observe;
     s->on_event = r->on_event;
     s->ud = r->ud;
+    s->on_hidden = r->on_hidden;
     s->t_submit = ls_now_ms();
     s->text[0] = '\0';
     ls_detok_init(&s->ds);
@@ -274,9 +296,11 @@ ls_engine *ls_engine_create(const ls_model *m, const ls_engine_params *pp, ls_er
     e->drafts = ls_malloc(((size_t)p.n_seq_max * (size_t)p.draft_max + 1) * sizeof(int32_t));
     e->logits = ls_malloc((size_t)e->max_logit_rows * (size_t)e->n_vocab * sizeof(float));
     e->sscratch = ls_malloc(ls_sampler_scratch_bytes(e->n_vocab));
+    e->gmask = ls_malloc(ls_grammar_mask_words(e->n_vocab) * sizeof *e->gmask);
     e->hidden = ls_malloc(R * hp->n_embd * sizeof(float));
-    if (!e->b_tok || !e->b_need || !e->b_pos || !e->b_seq || !e->b_lrow || !e->b_tables || !e->in_batch || !e->running ||
-        !e->drafts || !e->logits || !e->sscratch || !e->hidden) {
+    e->hnorm = ls_malloc(hp->n_embd * sizeof(float));
+    if (!e->hnorm || !e->b_tok || !e->b_need || !e->b_pos || !e->b_seq || !e->b_lrow || !e->b_tables || !e->in_batch ||
+        !e->running || !e->drafts || !e->logits || !e->sscratch || !e->hidden || !e->gmask) {
         ls_err_set(err, LS_E_NOMEM, "out of memory for the engine's step buffers");
         goto fail;
     }
@@ -306,7 +330,10 @@ void ls_engine_free(ls_engine *e) {
     free(e->drafts);
     free(e->logits);
     free(e->sscratch);
+    free(e->gmask);
+    ls_grammar_vocab_free(e->gvocab);
     free(e->hidden);
+    free(e->hnorm);
     ls_kvc_free(e->kvc);
     if (e->be) {
         if (e->bkv) e->be->kv_free(e->bkv);
@@ -328,13 +355,44 @@ static bool grow(void **arr, int32_t *cap, int32_t need, size_t elem) {
     return true;
 }
 
+/* The grammar's view of the vocabulary: a token's raw bytes (control tokens: none), and
+ * whether it ends generation. */
+static size_t gv_bytes(void *ud, int32_t id, char *buf, size_t cap) {
+    return ls_token_bytes(ls_model_tokenizer(ud), id, false, buf, cap);
+}
+static bool gv_eog(void *ud, int32_t id) { return ls_tokenizer_is_eog(ls_model_tokenizer(ud), id); }
+
 ls_status ls_engine_submit(ls_engine *e, const ls_request *rq, uint64_t *id, ls_err *err) {
     ls_request req = LS_REQUEST_INIT, *r = &req;
     ls_status st = ls_params_take(&req, sizeof req, rq, "request", err);
     if (st) return st;
     if ((st = check_request(e, r, err))) return st;
+    ls_grammar *gram = NULL;
+    ls_grammar_state *gst = NULL;
+    if (r->grammar) {
+        if (!(gram = ls_grammar_compile(r->grammar, strlen(r->grammar), err))) return err ? err->code : LS_E_INVALID;
+        if (!(gst = ls_grammar_state_new(gram))) {
+            ls_grammar_free(gram);
+            return ls_err_set(err, LS_E_NOMEM, "out of memory starting the grammar");
+        }
+        pthread_mutex_lock(&e->mu);
+        if (!e->gvocab) e->gvocab = ls_grammar_vocab_new(e->n_vocab, gv_bytes, gv_eog, (void *)e->m, err);
+        bool have = e->gvocab != NULL;
+        pthread_mutex_unlock(&e->mu);
+        if (!have) {
+            ls_grammar_state_free(gst);
+            ls_grammar_free(gram);
+            return LS_E_NOMEM;
+        }
+    }
     seq *s = seq_new(e, r);
-    if (!s) return ls_err_set(err, LS_E_NOMEM, "out of memory admitting the request");
+    if (!s) {
+        ls_grammar_state_free(gst);
+        ls_grammar_free(gram);
+        return ls_err_set(err, LS_E_NOMEM, "out of memory admitting the request");
+    }
+    s->gram = gram;
+    s->gst = gst;
     pthread_mutex_lock(&e->mu);
     if (!grow((void **)&e->pending, &e->cap_pending, e->n_pending + 1, sizeof *e->pending)) {
         pthread_mutex_unlock(&e->mu);
@@ -725,7 +783,7 @@ static int32_t build(ls_engine *e) {
         while (e->n_waiting > 0 && e->n_running < e->p.n_seq_max && budget > 0) {
             seq *s = e->waiting[0];
             /* the prefix cache, unless prompt logits it would skip are still owed */
-            if (s->n_blocks == 0 && !(s->want_prompt_logits && s->plog_sent < s->n_prompt - 1)) {
+            if (s->n_blocks == 0 && !(s->want_prompt_logits && s->plog_sent < s->n_prompt - 1) && !s->on_hidden) {
                 s->n_past = ls_kvc_match(e->kvc, s->toks, s->n_toks - 1, s->table, &s->n_blocks);
                 s->registered = s->n_past / BS;
             }
@@ -777,7 +835,8 @@ ls_status ls_engine_step(ls_engine *e, int32_t *n_rows_out, ls_err *err) {
     if (n_rows_out) *n_rows_out = nrows;
     if (nrows > 0) {
         bool observe = false;
-        for (int32_t i = 0; i < e->n_in_batch; i++) observe = observe || e->in_batch[i]->draft_observe;
+        for (int32_t i = 0; i < e->n_in_batch; i++)
+            observe = observe || e->in_batch[i]->draft_observe || e->in_batch[i]->on_hidden;
         ls_batch b = {nrows, e->b_tok, e->b_pos, e->b_seq, e->b_tables, e->b_lrow, e->b_need, NULL,
                       observe ? e->hidden : NULL};
         ls_status st = e->be->run(e->bfwd, e->bkv, &b, e->logits, err);
@@ -801,24 +860,47 @@ ls_status ls_engine_step(ls_engine *e, int32_t *n_rows_out, ls_err *err) {
                 s->plog_sent = p + 1;
             }
         }
+        for (int32_t j = 0; s->on_hidden && j < s->n_rows - s->n_draft && past0 + j < s->n_prompt; j++) {
+            ls_model_out_norm_row(e->m, e->hidden + (size_t)(s->row0 + j) * e->n_embd, e->hnorm);
+            s->on_hidden(s->ud, past0 + j, e->hnorm);
+        }
         s->n_past += s->n_rows - s->n_draft;
         bool alive = true;
         if (last >= 0 && last < s->n_rows) {
-            int32_t a = 0;
+            /* counted before the tokens are accepted: the request's last event (sent when a
+             * token of this block ends it) carries this block's counts */
+            s->n_drafted += s->n_draft;
+            e->st.drafted += (uint64_t)s->n_draft;
             for (int32_t j = 0; j <= s->n_draft && alive; j++) {
                 const float *lg = e->logits + (size_t)e->b_lrow[s->row0 + last + j] * (size_t)e->n_vocab;
-                int32_t tok = ls_sample(&s->sp, lg, e->n_vocab, (uint64_t)s->n_toks, e->sscratch);
+                /* A constrained sequence samples under the mask of its grammar state after
+                 * the tokens so far (the accepted prefix of a verify block included). */
+                const uint32_t *mask = NULL;
+                if (s->gst) {
+                    if (!ls_grammar_mask(s->gst, e->gvocab, e->gmask)) { /* nothing can follow: done */
+                        seq_finish(e, s, LS_FINISH_STOP, -1, s->n_toks, NULL);
+                        alive = false;
+                        break;
+                    }
+                    mask = e->gmask;
+                }
+                int32_t tok = ls_sample_seq_masked(&s->sp, lg, e->n_vocab, s->toks, s->n_toks, s->n_prompt, mask,
+                                                   e->sscratch);
                 const int32_t *d = e->drafts + (size_t)bi * (size_t)e->p.draft_max;
                 bool match = j < s->n_draft && tok == d[j];
+                if (match) {
+                    s->n_accepted++;
+                    e->st.accepted++;
+                }
                 alive = seq_accept(e, s, tok, lg);
+                if (alive && s->gst && !ls_grammar_accept_token(s->gst, e->gvocab, tok)) {
+                    /* only out of memory (the mask allowed tok): end the request with an error */
+                    seq_finish(e, s, LS_FINISH_ERROR, -1, s->n_toks, NULL);
+                    alive = false;
+                }
                 if (!match) break;
-                a++; /* the draft token is now the sequence's token: its K/V (row j+1) is valid */
-                if (alive) s->n_past++;
+                if (alive) s->n_past++; /* the draft token is now the sequence's token: its K/V (row j+1) is valid */
             }
-            s->n_drafted += s->n_draft;
-            s->n_accepted += a;
-            e->st.drafted += (uint64_t)s->n_draft;
-            e->st.accepted += (uint64_t)a;
         }
         if (s->draft_observe && alive) /* the rows that are now part of the sequence */
             for (int32_t j = 0; past0 + j < s->n_past; j++)

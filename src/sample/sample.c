@@ -1,11 +1,18 @@
 /* sample.c - temperature, top-k, top-p and a draw keyed only by (seed, pos).
  *
  * The recipe (also in docs/numerics.md):
+ *   0. logit modifiers, each in float, in this order, on a copy of the logits:
+ *      a. logit_bias: l[id] += bias, in the order given;
+ *      b. repeat_penalty r over the distinct tokens of the last repeat_last_n of the
+ *         sequence (prompt included): l = l <= 0 ? l * r : l / r;
+ *      c. frequency f / presence q over the generated tokens, c = a token's count:
+ *         l -= (float)c * f + q.
  *   1. temperature 0: argmax (lowest id wins ties).
  *   2. candidates sorted by logit descending, id ascending on ties; top-k keeps
  *      the first k.
  *   3. p_i = ls_expf((l_i - l_max) / T), summed sequentially in candidate order.
  *   4. top-p keeps the shortest prefix whose cumulative mass >= top_p * total.
+ *   4b. min-p keeps the leading candidates with p_i >= min_p * p_0 (p_0 the largest).
  *   5. u = ls_rand_uniform(seed, pos, 0) in [0,1); the token is the first candidate
  *      whose cumulative mass exceeds u * kept_total.
  * Only (seed, pos) feed the draw, so speculative verification of position pos
@@ -25,6 +32,20 @@ ls_status ls_sampler_params_check(const ls_sampler_params *p, ls_err *err) {
     if (p->top_k < 0) return ls_err_set(err, LS_E_INVALID, "top-k must be >= 0 (got %d)", p->top_k);
     if (!(p->top_p > 0.0f && p->top_p <= 1.0f))
         return ls_err_set(err, LS_E_INVALID, "top-p must be in (0, 1] (got %g)", (double)p->top_p);
+    if (!(p->min_p >= 0.0f && p->min_p <= 1.0f))
+        return ls_err_set(err, LS_E_INVALID, "min-p must be in [0, 1] (got %g)", (double)p->min_p);
+    if (!(p->repeat_penalty >= 0.0f) || !isfinite(p->repeat_penalty))
+        return ls_err_set(err, LS_E_INVALID, "repeat penalty must be a finite number >= 0 (got %g)",
+                          (double)p->repeat_penalty);
+    if (p->repeat_last_n < -1)
+        return ls_err_set(err, LS_E_INVALID, "repeat last-n must be >= -1 (got %d)", p->repeat_last_n);
+    if (!isfinite(p->frequency_penalty) || !isfinite(p->presence_penalty))
+        return ls_err_set(err, LS_E_INVALID, "frequency and presence penalties must be finite");
+    if (p->n_logit_bias < 0 || (p->n_logit_bias && !p->logit_bias))
+        return ls_err_set(err, LS_E_INVALID, "bad logit bias list");
+    for (int32_t i = 0; i < p->n_logit_bias; i++)
+        if (!isfinite(p->logit_bias[i].bias))
+            return ls_err_set(err, LS_E_INVALID, "logit bias for token %d is not finite", p->logit_bias[i].id);
     return LS_OK;
 }
 
@@ -55,7 +76,9 @@ static int cand_cmp(const void *a, const void *b) {
 }
 
 size_t ls_sampler_scratch_bytes(int32_t n_vocab) {
-    return (size_t)n_vocab * (2 * sizeof(cand) + sizeof(float) + 2 * sizeof(uint32_t));
+    /* cands + radix temp, probs, 2 keys; the modified logits and the token counts */
+    return (size_t)n_vocab * (2 * sizeof(cand) + sizeof(float) + 2 * sizeof(uint32_t) + sizeof(float) +
+                              sizeof(int32_t));
 }
 
 /* The candidate order of cand_cmp (logit descending, then id ascending) by a stable
@@ -135,14 +158,108 @@ static void select_top(cand *c, int32_t n, int32_t k, void *tmp) {
     }
 }
 
+bool ls_sampler_modifies(const ls_sampler_params *p) {
+    return p->n_logit_bias > 0 || (p->repeat_penalty != 0.0f && p->repeat_penalty != 1.0f && p->repeat_last_n != 0) ||
+           p->frequency_penalty != 0.0f || p->presence_penalty != 0.0f;
+}
+
+/* Step 0 of the recipe into mod[] (cnt[]: n_vocab scratch ints, any contents). */
+static void modify(const ls_sampler_params *p, const float *logits, int32_t V, const int32_t *toks, int32_t n_toks,
+                   int32_t n_prompt, float *mod, int32_t *cnt) {
+    memcpy(mod, logits, (size_t)V * sizeof *mod);
+    for (int32_t i = 0; i < p->n_logit_bias; i++) {
+        int32_t id = p->logit_bias[i].id;
+        if (id >= 0 && id < V) mod[id] += p->logit_bias[i].bias;
+    }
+    if (!toks) return;
+    const float r = p->repeat_penalty;
+    if (r != 0.0f && r != 1.0f && p->repeat_last_n != 0) {
+        int32_t from = p->repeat_last_n < 0 || p->repeat_last_n > n_toks ? 0 : n_toks - p->repeat_last_n;
+        for (int32_t i = from; i < n_toks; i++) cnt[toks[i]] = 0;
+        for (int32_t i = from; i < n_toks; i++) {
+            int32_t t = toks[i];
+            if (cnt[t]) continue;
+            cnt[t] = 1;
+            mod[t] = mod[t] <= 0.0f ? mod[t] * r : mod[t] / r;
+        }
+    }
+    if (p->frequency_penalty != 0.0f || p->presence_penalty != 0.0f) {
+        if (n_prompt < 0) n_prompt = 0;
+        for (int32_t i = n_prompt; i < n_toks; i++) cnt[toks[i]] = 0;
+        for (int32_t i = n_prompt; i < n_toks; i++) cnt[toks[i]]++;
+        for (int32_t i = n_prompt; i < n_toks; i++) {
+            int32_t t = toks[i];
+            if (!cnt[t]) continue;
+            mod[t] -= (float)cnt[t] * p->frequency_penalty + p->presence_penalty;
+            cnt[t] = 0;
+        }
+    }
+}
+
+static float *mod_buf(void *scratch, int32_t n_vocab) {
+    return (float *)((char *)scratch + (size_t)n_vocab * (2 * sizeof(cand) + sizeof(float) + 2 * sizeof(uint32_t)));
+}
+
+static int32_t sample_core(const ls_sampler_params *p, const float *logits, int32_t n_vocab, uint64_t pos,
+                           void *scratch, const uint32_t *mask);
+
 int32_t ls_sample(const ls_sampler_params *p, const float *logits, int32_t n_vocab, uint64_t pos,
                   void *scratch) {
-    if (p->temperature == 0.0f) return argmax(logits, n_vocab);
+    if (ls_sampler_modifies(p)) { /* no history: of the modifiers only the bias acts */
+        float *mod = mod_buf(scratch, n_vocab);
+        modify(p, logits, n_vocab, NULL, 0, 0, mod, (int32_t *)(mod + n_vocab));
+        logits = mod;
+    }
+    return sample_core(p, logits, n_vocab, pos, scratch, NULL);
+}
+
+int32_t ls_sample_seq(const ls_sampler_params *p, const float *logits, int32_t n_vocab, const int32_t *toks,
+                      int32_t n_toks, int32_t n_prompt, void *scratch) {
+    if (ls_sampler_modifies(p)) {
+        float *mod = mod_buf(scratch, n_vocab);
+        modify(p, logits, n_vocab, toks, n_toks, n_prompt, mod, (int32_t *)(mod + n_vocab));
+        logits = mod;
+    }
+    return sample_core(p, logits, n_vocab, (uint64_t)n_toks, scratch, NULL);
+}
+
+int32_t ls_sample_seq_masked(const ls_sampler_params *p, const float *logits, int32_t n_vocab, const int32_t *toks,
+                             int32_t n_toks, int32_t n_prompt, const uint32_t *mask, void *scratch) {
+    if (!mask) return ls_sample_seq(p, logits, n_vocab, toks, n_toks, n_prompt, scratch);
+    if (ls_sampler_modifies(p)) {
+        float *mod = mod_buf(scratch, n_vocab);
+        modify(p, logits, n_vocab, toks, n_toks, n_prompt, mod, (int32_t *)(mod + n_vocab));
+        logits = mod;
+    }
+    return sample_core(p, logits, n_vocab, (uint64_t)n_toks, scratch, mask);
+}
+
+#define MASK_HAS(m, i) (((m)[(i) >> 5] >> ((i) & 31)) & 1u)
+
+/* Steps 1-5 on the (modified) logits; with a mask, over the allowed tokens only (in id
+ * order, so every tie-break is the same as over the whole vocabulary). */
+static int32_t sample_core(const ls_sampler_params *p, const float *logits, int32_t n_vocab, uint64_t pos,
+                           void *scratch, const uint32_t *mask) {
     cand *c = scratch;
     float *prob = (float *)(c + n_vocab);
     void *tmp = prob + n_vocab;
-    for (int32_t i = 0; i < n_vocab; i++) c[i] = (cand){logits[i], i};
     int32_t n = n_vocab;
+    if (mask) {
+        n = 0;
+        for (int32_t i = 0; i < n_vocab; i++)
+            if (MASK_HAS(mask, i)) c[n++] = (cand){logits[i], i};
+        if (n == 0) return -1;
+        if (p->temperature == 0.0f) { /* argmax's rule over the allowed: the first wins ties, a NaN never
+                                       * beats it (nor does a later one) */
+            int32_t best = 0;
+            for (int32_t i = 1; i < n; i++)
+                if (c[i].logit > c[best].logit) best = i;
+            return c[best].id;
+        }
+    } else {
+        if (p->temperature == 0.0f) return argmax(logits, n_vocab);
+        for (int32_t i = 0; i < n_vocab; i++) c[i] = (cand){logits[i], i};
+    }
     if (p->top_k > 0 && p->top_k < n) {
         select_top(c, n, p->top_k, tmp);
         n = p->top_k;
@@ -170,6 +287,16 @@ int32_t ls_sample(const ls_sampler_params *p, const float *logits, int32_t n_voc
         total = 0.0f;
         for (int32_t i = 0; i < n; i++) total += prob[i];
     }
+    if (p->min_p > 0.0f) {
+        const float floor_p = p->min_p * prob[0];
+        int32_t keep = 1;
+        while (keep < n && prob[keep] >= floor_p) keep++;
+        if (keep < n) {
+            n = keep;
+            total = 0.0f;
+            for (int32_t i = 0; i < n; i++) total += prob[i];
+        }
+    }
     const double u = ls_rand_uniform(p->seed, pos, 0) * (double)total;
     double cum = 0.0;
     for (int32_t i = 0; i < n; i++) {
@@ -177,4 +304,27 @@ int32_t ls_sample(const ls_sampler_params *p, const float *logits, int32_t n_voc
         if (cum > u) return c[i].id;
     }
     return c[n - 1].id;
+}
+
+void ls_sample_logprobs(const float *lg, int32_t V, int32_t token, int32_t n_top, ls_logprobs *e) {
+    double mx = lg[0], sum = 0;
+    for (int32_t i = 1; i < V; i++) mx = lg[i] > mx ? lg[i] : mx;
+    for (int32_t i = 0; i < V; i++) sum += exp((double)lg[i] - mx);
+    double lz = mx + log(sum);
+    e->token = token;
+    e->logprob = (float)(lg[token] - lz);
+    if (n_top > LS_LOGPROBS_TOP_MAX) n_top = LS_LOGPROBS_TOP_MAX;
+    e->n_top = 0;
+    for (int32_t i = 0; i < V && n_top > 0; i++) { /* keep the best n_top, higher logit first, lower id on ties */
+        int32_t k = e->n_top;
+        if (k == n_top && !(lg[i] > lg[e->top_tok[k - 1]])) continue;
+        if (k < n_top) e->n_top++;
+        else k--;
+        while (k > 0 && lg[i] > lg[e->top_tok[k - 1]]) {
+            e->top_tok[k] = e->top_tok[k - 1];
+            k--;
+        }
+        e->top_tok[k] = i;
+    }
+    for (int32_t k = 0; k < e->n_top; k++) e->top_lp[k] = (float)(lg[e->top_tok[k]] - lz);
 }

@@ -4,6 +4,7 @@
 #ifndef LS_SAMPLE_SAMPLE_H
 #define LS_SAMPLE_SAMPLE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -21,6 +22,22 @@ size_t ls_sampler_scratch_bytes(int32_t n_vocab);
  * (logits are not modified).  scratch: ls_sampler_scratch_bytes(n_vocab) bytes. */
 int32_t ls_sample(const ls_sampler_params *p, const float *logits, int32_t n_vocab, uint64_t pos,
                   void *scratch);
+
+/* The same with the history the penalties need: toks[0..n_toks) is the sequence so far
+ * (its first n_prompt are the prompt), and the token is for position n_toks.  With toks
+ * NULL the penalties see no history (logit_bias still applies). */
+int32_t ls_sample_seq(const ls_sampler_params *p, const float *logits, int32_t n_vocab, const int32_t *toks,
+                      int32_t n_toks, int32_t n_prompt, void *scratch);
+
+/* The same over the tokens mask allows (bit id & 31 of mask[id >> 5]; grammar.h): the
+ * recipe runs on the allowed candidates only, in id order, with the draw keyed by
+ * (seed, n_toks) as always; disallowed tokens can never be drawn.  mask NULL is exactly
+ * ls_sample_seq.  Returns -1 when the mask allows nothing. */
+int32_t ls_sample_seq_masked(const ls_sampler_params *p, const float *logits, int32_t n_vocab, const int32_t *toks,
+                             int32_t n_toks, int32_t n_prompt, const uint32_t *mask, void *scratch);
+
+/* Whether p changes the logits before the draw (bias or a penalty in effect). */
+bool ls_sampler_modifies(const ls_sampler_params *p);
 
 /* The counter-based generator: a uniform float in [0, 1) keyed by (seed, pos, stream). */
 double ls_rand_uniform(uint64_t seed, uint64_t pos, uint64_t stream);

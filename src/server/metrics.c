@@ -5,13 +5,84 @@
 
 #include "server/server_impl.h"
 
+#include <time.h>
+
+static const char *const codes[] = {"2xx", "400", "401", "403", "404", "405", "413", "414", "431", "500", "503"};
+#define N_CODES (int)(sizeof codes / sizeof codes[0])
+
 void ls_srv_count_status(server *s, unsigned status) {
+    char b[8];
+    snprintf(b, sizeof b, "%u", status);
+    int k = status >= 200 && status < 300 ? 0 : -1;
+    for (int i = 1; i < N_CODES && k < 0; i++)
+        if (!strcmp(codes[i], b)) k = i;
     pthread_mutex_lock(&s->mu);
-    int k = status < 300 ? 0 : status == 400 ? 1 : status == 401 ? 2 : (status == 404 || status == 405) ? 3
-          : status == 413 ? 4 : status == 503 ? 5 : -1;
     if (k >= 0) s->ct.req_by_status[k]++;
     else s->ct.other_status++;
     pthread_mutex_unlock(&s->mu);
+}
+
+/* Bucket bounds in seconds (the last bucket is +Inf). */
+static const double lat_le[LS_SRV_LAT_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                                  0.25,  0.5,    1,     2.5,  5,     10,   30};
+
+static void hist_add(ls_srv_hist *h, double sec) {
+    int b = 0;
+    while (b < LS_SRV_LAT_BUCKETS && sec > lat_le[b]) b++;
+    h->n[b]++;
+    h->count++;
+    h->sum += sec;
+}
+
+void ls_srv_count_latency(server *s, double queue_ms, double ttft_ms, double tpot_ms, double e2e_ms) {
+    pthread_mutex_lock(&s->mu);
+    if (queue_ms >= 0) hist_add(&s->ct.queue, queue_ms / 1e3);
+    if (ttft_ms >= 0) hist_add(&s->ct.ttft, ttft_ms / 1e3);
+    if (tpot_ms >= 0) hist_add(&s->ct.tpot, tpot_ms / 1e3);
+    if (e2e_ms >= 0) hist_add(&s->ct.e2e, e2e_ms / 1e3);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec;
+}
+
+void ls_srv_count_tokens(server *s, int32_t n) {
+    double sec = now_s();
+    int slot = (int)((long long)sec % 16);
+    pthread_mutex_lock(&s->mu);
+    if (s->ct.tps_t[slot] != sec) {
+        s->ct.tps_t[slot] = sec;
+        s->ct.tps_n[slot] = 0;
+    }
+    s->ct.tps_n[slot] += (uint64_t)n;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Tokens generated over the last 10 whole seconds, per second. */
+static double tokens_per_second(const ls_srv_counters *k) {
+    double now = now_s();
+    uint64_t sum = 0;
+    for (int i = 0; i < 16; i++)
+        if (k->tps_t[i] >= now - 10 && k->tps_t[i] < now) sum += k->tps_n[i];
+    return (double)sum / 10.0;
+}
+
+static int hist_print(char *t, size_t cap, const char *name, const char *help, const ls_srv_hist *h) {
+    int n = snprintf(t, cap, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    uint64_t cum = 0;
+    for (int i = 0; i <= LS_SRV_LAT_BUCKETS; i++) {
+        cum += h->n[i];
+        if (i < LS_SRV_LAT_BUCKETS)
+            n += snprintf(t + n, cap - (size_t)n, "%s_bucket{le=\"%g\"} %llu\n", name, lat_le[i], (unsigned long long)cum);
+        else
+            n += snprintf(t + n, cap - (size_t)n, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
+    }
+    n += snprintf(t + n, cap - (size_t)n, "%s_sum %.6f\n%s_count %llu\n", name, h->sum, name,
+                  (unsigned long long)h->count);
+    return n;
 }
 
 void ls_srv_count_step(server *s, int32_t rows) {
@@ -28,16 +99,15 @@ void ls_srv_count_step(server *s, int32_t rows) {
 enum MHD_Result ls_srv_metrics(server *s, struct MHD_Connection *c) {
     ls_engine_stats es;
     ls_engine_get_stats(s->e, &es);
-    const size_t cap = 8192;
+    const size_t cap = 16384;
     char *t = malloc(cap);
     if (!t) return MHD_NO;
     pthread_mutex_lock(&s->mu);
     const ls_srv_counters *k = &s->ct;
     int n = 0;
-    const char *codes[6] = {"2xx", "400", "401", "404", "413", "503"};
     n += snprintf(t + n, cap - n, "# HELP lockstep_requests_total HTTP requests by status.\n"
                                   "# TYPE lockstep_requests_total counter\n");
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < N_CODES; i++)
         n += snprintf(t + n, cap - n, "lockstep_requests_total{status=\"%s\"} %llu\n", codes[i],
                       (unsigned long long)k->req_by_status[i]);
     n += snprintf(t + n, cap - n, "lockstep_requests_total{status=\"other\"} %llu\n", (unsigned long long)k->other_status);
@@ -70,6 +140,33 @@ enum MHD_Result ls_srv_metrics(server *s, struct MHD_Connection *c) {
                   (unsigned long long)k->drafted, (unsigned long long)k->accepted, es.kv_blocks, es.kv_used,
                   es.kv_cached_idle, es.kv_blocks ? (double)es.kv_used / es.kv_blocks : 0.0,
                   (unsigned long long)es.prefix_hit_tokens, (unsigned long long)es.preemptions);
+    n += hist_print(t + n, cap - n, "lockstep_queue_seconds",
+                    "Request head arrived to submitted to the engine (body, parsing, tokenizing).", &k->queue);
+    n += hist_print(t + n, cap - n, "lockstep_time_to_first_token_seconds",
+                    "Request head arrived to the first generated token.", &k->ttft);
+    n += hist_print(t + n, cap - n, "lockstep_time_per_output_token_seconds",
+                    "Mean time between generated tokens, per request (2 or more tokens).", &k->tpot);
+    n += hist_print(t + n, cap - n, "lockstep_e2e_request_seconds",
+                    "Request head arrived to the last token (finished requests: stop or length).", &k->e2e);
+    n += snprintf(t + n, cap - n,
+                  "# HELP lockstep_generation_tokens_per_second Generated tokens per second over the last 10 s.\n"
+                  "# TYPE lockstep_generation_tokens_per_second gauge\nlockstep_generation_tokens_per_second %.1f\n"
+                  "# HELP lockstep_spec_acceptance_ratio Accepted / drafted tokens since start (0 without drafts).\n"
+                  "# TYPE lockstep_spec_acceptance_ratio gauge\nlockstep_spec_acceptance_ratio %.6f\n"
+                  "# TYPE lockstep_requests_cancelled_total counter\n"
+                  "lockstep_requests_cancelled_total{reason=\"shutdown\"} %llu\n"
+                  "lockstep_requests_cancelled_total{reason=\"client_gone\"} %llu\n"
+                  "# HELP lockstep_head_timeouts_total Connections cut because their request head took too long.\n"
+                  "# TYPE lockstep_head_timeouts_total counter\nlockstep_head_timeouts_total %llu\n"
+                  "# HELP lockstep_connections_refused_total Requests answered 503 over --max-connections.\n"
+                  "# TYPE lockstep_connections_refused_total counter\nlockstep_connections_refused_total %llu\n",
+                  tokens_per_second(k), k->drafted ? (double)k->accepted / (double)k->drafted : 0.0,
+                  (unsigned long long)k->cancelled_shutdown, (unsigned long long)k->cancelled_client,
+                  (unsigned long long)k->head_timeouts, (unsigned long long)k->conn_refused);
+    pthread_mutex_lock(&s->cmu);
+    int open_conns = s->n_socks;
+    pthread_mutex_unlock(&s->cmu);
+    n += snprintf(t + n, cap - n, "# TYPE lockstep_open_connections gauge\nlockstep_open_connections %d\n", open_conns);
     n += snprintf(t + n, cap - n,
                   "# HELP lockstep_parity_verified 1 when the startup probe verified (or scoped) byte parity.\n"
                   "# TYPE lockstep_parity_verified gauge\nlockstep_parity_verified{verdict=\"%s\",spec=\"%s\"} %d\n"

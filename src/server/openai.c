@@ -7,33 +7,12 @@
 
 #include "server/server_impl.h"
 
-const char *ls_srv_finish_str(ls_finish f) { return f == LS_FINISH_LENGTH ? "length" : "stop"; }
+const char *ls_srv_finish_str(ls_finish f) {
+    return f == LS_FINISH_LENGTH ? "length" : f == LS_FINISH_CANCELLED ? "cancelled" : "stop";
+}
 
 /* The log-softmax of the raw logits (in double, so no float rounding decides a
  * probability), and the top n by selection over one pass with a small sorted list. */
-void ls_srv_logprobs(const float *lg, int32_t V, int32_t token, int32_t n_top, ls_tok_lp *e) {
-    double mx = lg[0], sum = 0;
-    for (int32_t i = 1; i < V; i++) mx = lg[i] > mx ? lg[i] : mx;
-    for (int32_t i = 0; i < V; i++) sum += exp((double)lg[i] - mx);
-    double lz = mx + log(sum);
-    e->token = token;
-    e->logprob = (float)(lg[token] - lz);
-    if (n_top > LS_SRV_TOP_MAX) n_top = LS_SRV_TOP_MAX;
-    e->n_top = 0;
-    for (int32_t i = 0; i < V && n_top > 0; i++) { /* keep the best n_top, higher logit first, lower id on ties */
-        int32_t k = e->n_top;
-        if (k == n_top && !(lg[i] > lg[e->top_tok[k - 1]])) continue;
-        if (k < n_top) e->n_top++;
-        else k--;
-        while (k > 0 && lg[i] > lg[e->top_tok[k - 1]]) {
-            e->top_tok[k] = e->top_tok[k - 1];
-            k--;
-        }
-        e->top_tok[k] = i;
-    }
-    for (int32_t k = 0; k < e->n_top; k++) e->top_lp[k] = (float)(lg[e->top_tok[k]] - lz);
-}
-
 static cJSON *usage_json(const job *j) {
     cJSON *u = cJSON_CreateObject();
     cJSON_AddNumberToObject(u, "prompt_tokens", j->n_prompt);
@@ -42,6 +21,29 @@ static cJSON *usage_json(const job *j) {
     cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
     cJSON_AddNumberToObject(d, "cached_tokens", j->n_cached);
     return u;
+}
+
+/* system_fingerprint: what fixes the bytes of a seeded reply besides the request: the
+ * recipe version, the kernel family rows that need parity run, and the model file
+ * (its sha256, first 16 hex digits).  Equal fingerprints + equal request = equal bytes. */
+static void fingerprint(const server *s, char *fp, size_t n) {
+    ls_model_info mi = LS_MODEL_INFO_INIT;
+    ls_err err;
+    if (ls_model_get_info(s->m, &mi, &err)) mi.sha256[0] = 0;
+    ls_engine_info ei = LS_ENGINE_INFO_INIT;
+    ls_engine_get_info(s->e, &ei);
+    const char *fam = s->probe.verdict != LS_VERDICT_UNPROBED && s->probe.kernels_after[0] ? s->probe.kernels_after
+                                                                                            : ei.kernels;
+    snprintf(fp, n, "lockstep-r%d-%s-%.16s", LOCKSTEP_RECIPE_VERSION, fam, mi.sha256);
+}
+
+static void add_replay(cJSON *o, const job *j) {
+    char fp[128];
+    fingerprint(j->srv, fp, sizeof fp);
+    cJSON_AddStringToObject(o, "system_fingerprint", fp);
+    char sd[32]; /* extension: the seed used, as an integer literal (cJSON would print 16 digits as 1e+15) */
+    snprintf(sd, sizeof sd, "%lld", (long long)j->req.seed);
+    cJSON_AddRawToObject(o, "seed", sd);
 }
 
 static void add_extras(cJSON *o, const job *j) {
@@ -63,7 +65,7 @@ static bool utf8_clean(const unsigned char *p, size_t n) {
 /* A token's text for logprobs.  Its bytes when they are clean UTF-8; otherwise (a piece
  * of a multi-byte character, say) "bytes:" and \xNN for each byte, as OpenAI writes
  * such tokens: JSON strings must be valid UTF-8.  The raw bytes are in "bytes". */
-static cJSON *token_str(const server *s, int32_t id, cJSON **bytes) {
+cJSON *ls_srv_token_str(const server *s, int32_t id, cJSON **bytes) {
     unsigned char buf[256];
     size_t n = ls_model_token_bytes(s->m, id, true, (char *)buf, sizeof buf);
     if (n > sizeof buf) n = sizeof buf;
@@ -82,6 +84,15 @@ static cJSON *token_str(const server *s, int32_t id, cJSON **bytes) {
     return cJSON_CreateString(out);
 }
 
+/* A log-probability exactly: the float's value in 17 digits (cJSON's own printing keeps
+ * 15 when they come within a tolerance, so a client could not compare bits). */
+cJSON *ls_srv_lp_num(float x) {
+    if (!isfinite(x)) return x < 0 ? cJSON_CreateRaw("-1e9999") : cJSON_CreateNull(); /* -inf parses as -inf */
+    char b[40];
+    snprintf(b, sizeof b, "%.17g", (double)x);
+    return cJSON_CreateRaw(b);
+}
+
 static cJSON *logprobs_json(const job *j, int32_t from, int32_t to) {
     const server *s = j->srv;
     if (j->req.chat) {
@@ -89,14 +100,14 @@ static cJSON *logprobs_json(const job *j, int32_t from, int32_t to) {
         for (int32_t i = from; i < to; i++) {
             const ls_tok_lp *e = &j->lps[i];
             cJSON *o = cJSON_CreateObject(), *bytes;
-            cJSON_AddItemToObject(o, "token", token_str(s, e->token, &bytes));
-            cJSON_AddNumberToObject(o, "logprob", e->logprob);
+            cJSON_AddItemToObject(o, "token", ls_srv_token_str(s, e->token, &bytes));
+            cJSON_AddItemToObject(o, "logprob", ls_srv_lp_num(e->logprob));
             cJSON_AddItemToObject(o, "bytes", bytes);
             cJSON *top = cJSON_AddArrayToObject(o, "top_logprobs");
             for (int32_t k = 0; k < e->n_top; k++) {
                 cJSON *t = cJSON_CreateObject(), *tb;
-                cJSON_AddItemToObject(t, "token", token_str(s, e->top_tok[k], &tb));
-                cJSON_AddNumberToObject(t, "logprob", e->top_lp[k]);
+                cJSON_AddItemToObject(t, "token", ls_srv_token_str(s, e->top_tok[k], &tb));
+                cJSON_AddItemToObject(t, "logprob", ls_srv_lp_num(e->top_lp[k]));
                 cJSON_AddItemToObject(t, "bytes", tb);
                 cJSON_AddItemToArray(top, t);
             }
@@ -106,14 +117,32 @@ static cJSON *logprobs_json(const job *j, int32_t from, int32_t to) {
     }
     cJSON *lp = cJSON_CreateObject(), *toks = cJSON_AddArrayToObject(lp, "tokens"),
           *tlp = cJSON_AddArrayToObject(lp, "token_logprobs"), *top = cJSON_AddArrayToObject(lp, "top_logprobs");
+    if (j->plps && from == 0) /* echo: the prompt's tokens first; the first has no log-probability */
+        for (int32_t i = 0; i < j->n_prompt; i++) {
+            const ls_tok_lp *e = &j->plps[i];
+            cJSON_AddItemToArray(toks, ls_srv_token_str(s, j->prompt[i], NULL));
+            if (i == 0) {
+                cJSON_AddItemToArray(tlp, cJSON_CreateNull());
+                cJSON_AddItemToArray(top, cJSON_CreateNull());
+                continue;
+            }
+            cJSON_AddItemToArray(tlp, ls_srv_lp_num(e->logprob));
+            cJSON *t = cJSON_CreateObject();
+            for (int32_t k = 0; k < e->n_top; k++) {
+                cJSON *name = ls_srv_token_str(s, e->top_tok[k], NULL);
+                cJSON_AddItemToObject(t, name->valuestring, ls_srv_lp_num(e->top_lp[k]));
+                cJSON_Delete(name);
+            }
+            cJSON_AddItemToArray(top, t);
+        }
     for (int32_t i = from; i < to; i++) {
         const ls_tok_lp *e = &j->lps[i];
-        cJSON_AddItemToArray(toks, token_str(s, e->token, NULL));
-        cJSON_AddItemToArray(tlp, cJSON_CreateNumber(e->logprob));
+        cJSON_AddItemToArray(toks, ls_srv_token_str(s, e->token, NULL));
+        cJSON_AddItemToArray(tlp, ls_srv_lp_num(e->logprob));
         cJSON *t = cJSON_CreateObject();
         for (int32_t k = 0; k < e->n_top; k++) {
-            cJSON *name = token_str(s, e->top_tok[k], NULL);
-            cJSON_AddNumberToObject(t, name->valuestring, e->top_lp[k]);
+            cJSON *name = ls_srv_token_str(s, e->top_tok[k], NULL);
+            cJSON_AddItemToObject(t, name->valuestring, ls_srv_lp_num(e->top_lp[k]));
             cJSON_Delete(name);
         }
         cJSON_AddItemToArray(top, t);
@@ -122,23 +151,48 @@ static cJSON *logprobs_json(const job *j, int32_t from, int32_t to) {
 }
 
 cJSON *ls_srv_response(const job *j) {
+    if (j->native) return ls_srv_native_response(j);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", j->id);
     cJSON_AddStringToObject(o, "object", j->req.chat ? "chat.completion" : "text_completion");
     cJSON_AddNumberToObject(o, "created", (double)j->created);
     cJSON_AddStringToObject(o, "model", j->srv->model_name);
+    add_replay(o, j);
     cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
     cJSON_AddNumberToObject(c, "index", 0);
-    if (j->req.chat) {
+    bool called = false;
+    if (j->req.chat && j->req.n_tools > 0) { /* tools offered: calls parsed out of the text */
+        cJSON *msg = cJSON_AddObjectToObject(c, "message");
+        cJSON_AddStringToObject(msg, "role", "assistant");
+        char *content = NULL;
+        cJSON *calls = NULL;
+        ls_srv_tools_parse(j->text ? j->text : "", j->text ? j->text_len : 0, (ls_srv_tool_format)j->req.tool_format,
+                           j->id, &content, &calls);
+        if (content) cJSON_AddStringToObject(msg, "content", content);
+        else cJSON_AddNullToObject(msg, "content");
+        if (calls) cJSON_AddItemToObject(msg, "tool_calls", calls);
+        called = calls != NULL;
+        free(content);
+    } else if (j->req.chat) {
         cJSON *msg = cJSON_AddObjectToObject(c, "message");
         cJSON_AddStringToObject(msg, "role", "assistant");
         cJSON_AddStringToObject(msg, "content", j->text ? j->text : "");
+    } else if (j->req.echo) { /* the prompt as sent, then the completion */
+        size_t a = strlen(j->req.prompt), b = j->text ? j->text_len : 0;
+        char *t = malloc(a + b + 1);
+        if (t) {
+            memcpy(t, j->req.prompt, a);
+            if (b) memcpy(t + a, j->text, b);
+            t[a + b] = 0;
+        }
+        cJSON_AddStringToObject(c, "text", t ? t : "");
+        free(t);
     } else {
         cJSON_AddStringToObject(c, "text", j->text ? j->text : "");
     }
     if (j->req.logprobs) cJSON_AddItemToObject(c, "logprobs", logprobs_json(j, 0, j->n_tokens));
     else cJSON_AddNullToObject(c, "logprobs");
-    cJSON_AddStringToObject(c, "finish_reason", ls_srv_finish_str(j->finish));
+    cJSON_AddStringToObject(c, "finish_reason", called ? "tool_calls" : ls_srv_finish_str(j->finish));
     cJSON *ids = cJSON_AddArrayToObject(c, "token_ids"); /* extension: the generated token ids */
     for (int32_t i = 0; i < j->n_tokens; i++) cJSON_AddItemToArray(ids, cJSON_CreateNumber(j->tokens[i]));
     cJSON_AddItemToArray(choices, c);
@@ -154,10 +208,11 @@ char *ls_srv_chunk(const job *j, const char *content, size_t n, int32_t lp_from,
     cJSON_AddStringToObject(o, "object", j->req.chat ? "chat.completion.chunk" : "text_completion");
     cJSON_AddNumberToObject(o, "created", (double)j->created);
     cJSON_AddStringToObject(o, "model", j->srv->model_name);
+    add_replay(o, j);
     cJSON *choices = cJSON_AddArrayToObject(o, "choices");
     if (!usage_only) {
         cJSON *c = cJSON_CreateObject();
-        cJSON_AddNumberToObject(c, "index", 0);
+        cJSON_AddNumberToObject(c, "index", j->choice);
         char *tmp = malloc(n + 1);
         if (tmp) {
             memcpy(tmp, content, n);
@@ -191,4 +246,121 @@ char *ls_srv_chunk(const job *j, const char *content, size_t n, int32_t lp_from,
     }
     free(t);
     return ev;
+}
+
+/* With tools, the stream's reply in one delta once the text is complete (it must be
+ * parsed whole): content and/or tool_calls (each with its index), then the finish chunk
+ * (finish_reason tool_calls when there are calls). */
+char *ls_srv_tools_chunks(const job *j) {
+    char *content = NULL;
+    cJSON *calls = NULL;
+    ls_srv_tools_parse(j->text ? j->text : "", j->text ? j->text_len : 0, (ls_srv_tool_format)j->req.tool_format, j->id,
+                       &content, &calls);
+    char *a = content && content[0] ? ls_srv_chunk(j, content, strlen(content), 0, 0, false, NULL, false) : NULL;
+    char *b = NULL;
+    if (calls) {
+        char *t = ls_srv_chunk(j, "", 0, 0, 0, true, NULL, false); /* a delta to fill: role chunk shape */
+        cJSON *o = t && strlen(t) > 6 ? cJSON_Parse(t + 6) : NULL;
+        free(t);
+        cJSON *d = o ? cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(o, "choices"), 0),
+                                                        "delta")
+                     : NULL;
+        if (d) {
+            cJSON_DeleteItemFromObject(d, "role");
+            int k = 0;
+            cJSON *c;
+            cJSON_ArrayForEach(c, calls) cJSON_AddItemToObject(c, "index", cJSON_CreateNumber(k++));
+            cJSON_AddItemToObject(d, "tool_calls", calls);
+            calls = NULL;
+            char *p = cJSON_PrintUnformatted(o);
+            size_t pl = p ? strlen(p) : 0;
+            if (p && (b = malloc(pl + 9))) {
+                memcpy(b, "data: ", 6);
+                memcpy(b + 6, p, pl);
+                memcpy(b + 6 + pl, "\n\n", 3);
+            }
+            free(p);
+        }
+        cJSON_Delete(o);
+        cJSON_Delete(calls);
+        char *f = ls_srv_chunk(j, "", 0, 0, 0, false, "tool_calls", false);
+        size_t la = a ? strlen(a) : 0, lb = b ? strlen(b) : 0, lf = f ? strlen(f) : 0;
+        char *all = malloc(la + lb + lf + 1);
+        if (all) {
+            memcpy(all, a ? a : "", la);
+            memcpy(all + la, b ? b : "", lb);
+            memcpy(all + la + lb, f ? f : "", lf + 1);
+        }
+        free(a);
+        free(b);
+        free(f);
+        free(content);
+        return all;
+    }
+    char *f = ls_srv_chunk(j, "", 0, 0, 0, false, ls_srv_finish_str(j->finish), false);
+    size_t la = a ? strlen(a) : 0, lf = f ? strlen(f) : 0;
+    char *all = malloc(la + lf + 1);
+    if (all) {
+        memcpy(all, a ? a : "", la);
+        memcpy(all + la, f ? f : "", lf + 1);
+    }
+    free(a);
+    free(f);
+    free(content);
+    return all;
+}
+
+/* ---- llama-server's small endpoints ------------------------------------------------ */
+/* GET /props: the server's settings and the defaults of a request's parameters. */
+enum MHD_Result ls_srv_props(server *s, struct MHD_Connection *c) {
+    ls_model_info mi = LS_MODEL_INFO_INIT;
+    ls_err err;
+    if (ls_model_get_info(s->m, &mi, &err)) return ls_srv_send_error(s, c, 500, "server_error", err.msg, NULL);
+    char fp[128];
+    fingerprint(s, fp, sizeof fp);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "model_path", s->p->model_path);
+    cJSON_AddStringToObject(o, "model", s->model_name);
+    cJSON_AddStringToObject(o, "model_sha256", mi.sha256);
+    cJSON_AddStringToObject(o, "chat_template", mi.chat_template); /* the family in use; "" when none */
+    cJSON_AddNumberToObject(o, "total_slots", s->p->n_parallel);
+    cJSON_AddNumberToObject(o, "n_ctx", s->n_ctx);
+    cJSON_AddNumberToObject(o, "n_vocab", s->n_vocab);
+    cJSON_AddStringToObject(o, "system_fingerprint", fp);
+    cJSON_AddStringToObject(o, "build_info", "lockstep " LOCKSTEP_VERSION);
+    cJSON_AddStringToObject(o, "parity", s->parity);
+    cJSON *d = cJSON_AddObjectToObject(o, "default_generation_settings");
+    cJSON_AddNumberToObject(d, "n_ctx", s->n_ctx);
+    cJSON *pr = cJSON_AddObjectToObject(d, "params");
+    cJSON_AddNumberToObject(pr, "temperature", 1);
+    cJSON_AddNumberToObject(pr, "top_k", 0);
+    cJSON_AddNumberToObject(pr, "top_p", 1);
+    cJSON_AddNumberToObject(pr, "min_p", 0);
+    cJSON_AddNumberToObject(pr, "repeat_penalty", 1);
+    cJSON_AddNumberToObject(pr, "repeat_last_n", 64);
+    cJSON_AddNumberToObject(pr, "frequency_penalty", 0);
+    cJSON_AddNumberToObject(pr, "presence_penalty", 0);
+    cJSON_AddNumberToObject(pr, "max_tokens", s->p->max_tokens);
+    cJSON_AddStringToObject(pr, "seed", "random");
+    return ls_srv_send_json(s, c, 200, o);
+}
+
+static ls_status render(void *ud, const ls_chat_msg *msgs, size_t n, const ls_chat_opts *opts, char **out,
+                     ls_err *err) {
+    return ls_model_apply_chat_opts(ud, msgs, n, true, opts, out, err);
+}
+
+/* POST /apply-template {"messages": [...]}: {"prompt": the text the chat endpoint would
+ * tokenize}, the messages checked as there. */
+enum MHD_Result ls_srv_apply_template(server *s, struct MHD_Connection *c, const char *body, size_t len) {
+    ls_srv_limits lim = {.max_messages = s->p->max_messages, .max_tokens = s->p->max_tokens, .n_vocab = s->n_vocab,
+                         .tool_format = s->tool_format, .default_system = s->default_system};
+    ls_srv_req r;
+    ls_err err;
+    if (ls_srv_parse(body ? body : "", len, true, s->has_chat ? render : NULL, s->m, &lim, &r, &err))
+        return ls_srv_send_error(s, c, err.code == LS_E_NOMEM ? 500 : 400, "invalid_request_error", err.msg, NULL);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "prompt", r.prompt);
+    ls_srv_req_free(&r);
+    return ls_srv_send_json(s, c, 200, o);
 }

@@ -1,5 +1,6 @@
 /* request.c - OpenAI request JSON -> ls_srv_req (see request.h). */
 #include "server/request.h"
+#include "server/tools.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -7,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+
 
 ls_status ls_srv_error(ls_err *err, ls_status code, const char *fmt, ...) {
     if (err) {
@@ -23,7 +26,13 @@ ls_status ls_srv_error(ls_err *err, ls_status code, const char *fmt, ...) {
 void ls_srv_req_free(ls_srv_req *r) {
     if (!r) return;
     free(r->prompt);
+    free(r->logit_bias);
+    free(r->prompt_ids);
+    free(r->tools_json);
+    for (int32_t i = 0; i < r->n_prompts && r->prompts; i++) free(r->prompts[i]);
+    free(r->prompts);
     for (int32_t i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    free(r->grammar);
     memset(r, 0, sizeof *r);
 }
 
@@ -56,6 +65,206 @@ static ls_status bool_field(const cJSON *o, const char *name, bool *out, ls_err 
     return LS_OK;
 }
 
+/* The body's top-level keys, each one the server acts on; any other key that is not
+ * null is refused by name (never ignored).  `also` holds keys accepted only at a value
+ * that asks for nothing (checked by refuse_inert). */
+static const char *const KNOWN_COMMON[] = {
+    "model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "n",
+    "stream", "stream_options", "logprobs", "top_logprobs", "stop", "ignore_eos", "user", "logit_bias",
+    "frequency_penalty", "presence_penalty", "repeat_penalty", "repeat_last_n", "response_format", "grammar",
+    "json_schema", NULL};
+
+static bool is_known(const char *k, bool chat) {
+    for (int i = 0; KNOWN_COMMON[i]; i++)
+        if (!strcmp(k, KNOWN_COMMON[i])) return true;
+    return chat ? !strcmp(k, "messages") || !strcmp(k, "tools") || !strcmp(k, "tool_choice") ||
+                      !strcmp(k, "parallel_tool_calls") || !strcmp(k, "chat_template_kwargs")
+                : !strcmp(k, "prompt") || !strcmp(k, "echo");
+}
+
+/* Keys the server does not implement but accepts at the value that means "none of it". */
+static bool inert(const char *k, const cJSON *v) {
+    if (!strcmp(k, "echo") || !strcmp(k, "parallel_tool_calls")) return cJSON_IsFalse(v);
+    if (!strcmp(k, "best_of")) return cJSON_IsNumber(v) && v->valuedouble == 1;
+    if (!strcmp(k, "suffix")) return cJSON_IsString(v) && !v->valuestring[0];
+    if (!strcmp(k, "tools")) return cJSON_IsArray(v) && cJSON_GetArraySize(v) == 0;
+    if (!strcmp(k, "tool_choice")) return cJSON_IsString(v) && !strcmp(v->valuestring, "none");
+    return false;
+}
+
+static ls_status check_keys(const cJSON *j, bool chat, ls_err *err) {
+    const cJSON *v;
+    cJSON_ArrayForEach(v, j) {
+        if (!v->string || cJSON_IsNull(v) || is_known(v->string, chat) || inert(v->string, v)) continue;
+        return ls_srv_error(err, LS_E_INVALID,
+                            "unsupported parameter '%.60s': lockstep does not implement it (docs/server.md lists "
+                            "what it does)", v->string);
+    }
+    return LS_OK;
+}
+
+/* chat_template_kwargs (vLLM's, llama-server's): the template variables lockstep's
+ * templates read, each checked; any other key is refused by name. */
+static ls_status parse_template_kwargs(const cJSON *j, ls_chat_opts *o, ls_err *err) {
+    const cJSON *kw = cJSON_GetObjectItemCaseSensitive(j, "chat_template_kwargs");
+    if (!kw || cJSON_IsNull(kw)) return LS_OK;
+    if (!cJSON_IsObject(kw)) return ls_srv_error(err, LS_E_INVALID, "'chat_template_kwargs' must be an object");
+    const cJSON *v;
+    cJSON_ArrayForEach(v, kw) {
+        if (!strcmp(v->string, "enable_thinking")) {
+            if (!cJSON_IsBool(v))
+                return ls_srv_error(err, LS_E_INVALID, "'chat_template_kwargs.enable_thinking' must be true or false");
+            o->enable_thinking = cJSON_IsTrue(v) ? 1 : 0;
+        } else {
+            return ls_srv_error(err, LS_E_INVALID,
+                                "unsupported 'chat_template_kwargs.%.60s': the templates read only enable_thinking",
+                                v->string);
+        }
+    }
+    return LS_OK;
+}
+
+/* The output constraint: response_format (OpenAI: text, json_object, json_schema), or
+ * llama-server's grammar (GBNF text) or json_schema (a schema) -> r->grammar (GBNF),
+ * checked by compiling it, so a bad one is a 400 naming the problem. */
+static ls_status parse_constraint(const cJSON *j, ls_srv_req *r, ls_err *err) {
+    const cJSON *rf = cJSON_GetObjectItemCaseSensitive(j, "response_format"),
+                *gr = cJSON_GetObjectItemCaseSensitive(j, "grammar"), *js = cJSON_GetObjectItemCaseSensitive(j, "json_schema");
+    if (rf && cJSON_IsNull(rf)) rf = NULL;
+    if (gr && cJSON_IsNull(gr)) gr = NULL;
+    if (js && cJSON_IsNull(js)) js = NULL;
+    if (!!rf + !!gr + !!js > 1)
+        return ls_srv_error(err, LS_E_INVALID, "give only one of 'response_format', 'grammar' and 'json_schema'");
+    const cJSON *schema = NULL;
+    const char *what = "json_schema";
+    if (gr) {
+        if (!cJSON_IsString(gr)) return ls_srv_error(err, LS_E_INVALID, "'grammar' must be a string (GBNF)");
+        if (gr->valuestring[0] && !(r->grammar = dup_str(gr->valuestring)))
+            return ls_srv_error(err, LS_E_NOMEM, "out of memory");
+        what = "grammar";
+    } else if (js) {
+        if (!cJSON_IsObject(js) && !cJSON_IsBool(js))
+            return ls_srv_error(err, LS_E_INVALID, "'json_schema' must be a JSON Schema (an object)");
+        schema = js;
+    } else if (rf) {
+        const cJSON *t = cJSON_IsObject(rf) ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
+        if (!cJSON_IsString(t))
+            return ls_srv_error(err, LS_E_INVALID, "'response_format' must be an object with a 'type' (text, json_object "
+                                                   "or json_schema)");
+        const cJSON *k;
+        const char *ty = t->valuestring;
+        if (!strcmp(ty, "text")) {
+            cJSON_ArrayForEach(k, rf) if (strcmp(k->string, "type"))
+                return ls_srv_error(err, LS_E_INVALID, "'response_format.%.40s' is not a field of type text", k->string);
+        } else if (!strcmp(ty, "json_object")) { /* llama-server also takes a "schema" here */
+            cJSON_ArrayForEach(k, rf) if (strcmp(k->string, "type") && strcmp(k->string, "schema"))
+                return ls_srv_error(err, LS_E_INVALID, "'response_format.%.40s' is not a field of type json_object",
+                                    k->string);
+            schema = cJSON_GetObjectItemCaseSensitive(rf, "schema");
+            what = "response_format.schema";
+            if (!schema && !(r->grammar = dup_str(ls_json_object_gbnf())))
+                return ls_srv_error(err, LS_E_NOMEM, "out of memory");
+        } else if (!strcmp(ty, "json_schema")) {
+            cJSON_ArrayForEach(k, rf) if (strcmp(k->string, "type") && strcmp(k->string, "json_schema"))
+                return ls_srv_error(err, LS_E_INVALID, "'response_format.%.40s' is not a field of type json_schema",
+                                    k->string);
+            const cJSON *o = cJSON_GetObjectItemCaseSensitive(rf, "json_schema");
+            if (!cJSON_IsObject(o))
+                return ls_srv_error(err, LS_E_INVALID, "'response_format.json_schema' must be an object with a 'schema'");
+            cJSON_ArrayForEach(k, o) {
+                const char *n = k->string;
+                if (strcmp(n, "name") && strcmp(n, "schema") && strcmp(n, "strict") && strcmp(n, "description"))
+                    return ls_srv_error(err, LS_E_INVALID, "'response_format.json_schema.%.40s' is not a known field "
+                                                           "(name, description, schema, strict)", n);
+            }
+            const cJSON *nm = cJSON_GetObjectItemCaseSensitive(o, "name"), *strict = cJSON_GetObjectItemCaseSensitive(o, "strict");
+            if (nm && !cJSON_IsString(nm))
+                return ls_srv_error(err, LS_E_INVALID, "'response_format.json_schema.name' must be a string");
+            if (strict && !cJSON_IsBool(strict) && !cJSON_IsNull(strict))
+                return ls_srv_error(err, LS_E_INVALID, "'response_format.json_schema.strict' must be true or false");
+            if (!(schema = cJSON_GetObjectItemCaseSensitive(o, "schema")))
+                return ls_srv_error(err, LS_E_INVALID, "'response_format.json_schema.schema' is required");
+            what = "response_format.json_schema.schema";
+        } else {
+            return ls_srv_error(err, LS_E_INVALID, "'response_format.type' is '%.40s'; use text, json_object or json_schema",
+                                ty);
+        }
+    }
+    if (schema) {
+        ls_err e2 = {0};
+        char *text = cJSON_PrintUnformatted(schema);
+        if (!text) return ls_srv_error(err, LS_E_NOMEM, "out of memory");
+        r->grammar = ls_json_schema_to_gbnf(text, strlen(text), &e2);
+        free(text);
+        if (!r->grammar)
+            return ls_srv_error(err, e2.code == LS_E_NOMEM ? LS_E_NOMEM : LS_E_INVALID, "'%s': %s", what, e2.msg);
+    }
+    if (r->grammar) {
+        ls_err e2 = {0};
+        if (ls_grammar_check(r->grammar, strlen(r->grammar), &e2))
+            return ls_srv_error(err, e2.code == LS_E_NOMEM ? LS_E_NOMEM : LS_E_INVALID, "'%s': %s", what, e2.msg);
+    }
+    return LS_OK;
+}
+
+static int bias_cmp(const void *a, const void *b) {
+    const ls_logit_bias *x = a, *y = b;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* logit_bias: {"token id": bias in [-100, 100], ...} -> r->logit_bias, ids ascending. */
+static ls_status parse_bias(const cJSON *o, int32_t n_vocab, ls_srv_req *r, ls_err *err) {
+    if (!cJSON_IsObject(o)) return ls_srv_error(err, LS_E_INVALID, "'logit_bias' must be an object of token id: bias");
+    int n = cJSON_GetArraySize(o);
+    if (n == 0) return LS_OK;
+    if (n > 4096) return ls_srv_error(err, LS_E_INVALID, "'logit_bias' has %d entries; the limit is 4096", n);
+    if (!(r->logit_bias = calloc((size_t)n, sizeof *r->logit_bias))) return ls_srv_error(err, LS_E_NOMEM, "out of memory");
+    const cJSON *v;
+    int i = 0;
+    cJSON_ArrayForEach(v, o) {
+        const char *k = v->string;
+        char *end = NULL;
+        long id = k && *k >= '0' && *k <= '9' ? strtol(k, &end, 10) : -1;
+        if (id < 0 || !end || *end || id > INT32_MAX || (n_vocab > 0 && id >= n_vocab))
+            return ls_srv_error(err, LS_E_INVALID, "'logit_bias' key '%.40s' is not a token id of this model%s", k ? k : "",
+                                n_vocab > 0 ? " (0 .. vocabulary size - 1)" : "");
+        if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < -100 || v->valuedouble > 100)
+            return ls_srv_error(err, LS_E_INVALID, "'logit_bias[%ld]' must be a number between -100 and 100", id);
+        r->logit_bias[i++] = (ls_logit_bias){(int32_t)id, (float)v->valuedouble};
+    }
+    qsort(r->logit_bias, (size_t)n, sizeof *r->logit_bias, bias_cmp);
+    for (int k = 1; k < n; k++)
+        if (r->logit_bias[k].id == r->logit_bias[k - 1].id)
+            return ls_srv_error(err, LS_E_INVALID, "'logit_bias' names token %d twice", r->logit_bias[k].id);
+    r->n_logit_bias = n;
+    return LS_OK;
+}
+
+ls_sampler_params ls_srv_sampling(const ls_srv_req *r) {
+    return (ls_sampler_params){.temperature = r->temperature, .top_k = r->top_k, .top_p = r->top_p,
+                               .seed = (uint64_t)r->seed, .logit_bias = r->logit_bias,
+                               .n_logit_bias = r->n_logit_bias, .repeat_penalty = r->repeat_penalty,
+                               .repeat_last_n = r->repeat_last_n, .frequency_penalty = r->frequency_penalty,
+                               .presence_penalty = r->presence_penalty, .min_p = r->min_p};
+}
+
+int64_t ls_srv_choice_seed(int64_t seed, int32_t i) {
+    if (i == 0) return seed;
+    uint64_t z = (uint64_t)seed + 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return (int64_t)((z ^ (z >> 31)) & ((1ull << 53) - 1));
+}
+
+/* A seed for a request that gave none: 53 bits from the OS (exact as a JSON number). */
+static ls_status random_seed(int64_t *out, ls_err *err) {
+    uint64_t x = 0;
+    if (getrandom(&x, sizeof x, 0) != (ssize_t)sizeof x)
+        return ls_srv_error(err, LS_E_IO, "could not draw a random seed from the OS");
+    *out = (int64_t)(x & ((1ull << 53) - 1));
+    return LS_OK;
+}
+
 static ls_status add_stop(ls_srv_req *r, const cJSON *s, ls_err *err) {
     if (!cJSON_IsString(s)) return ls_srv_error(err, LS_E_INVALID, "'stop' must be a string or a list of strings");
     size_t n = strlen(s->valuestring);
@@ -83,6 +292,7 @@ ls_status ls_srv_parse(const char *body, size_t len, bool chat, ls_srv_render_fn
         st = ls_srv_error(err, LS_E_INVALID, "the body must be a JSON object");
         goto done;
     }
+    if ((st = check_keys(j, chat, err))) goto done;
     double v;
     v = r->temperature;
     if ((st = num_field(j, "temperature", 0, 100, false, &v, err))) goto done;
@@ -98,20 +308,46 @@ ls_status ls_srv_parse(const char *body, size_t len, bool chat, ls_srv_render_fn
     if ((st = num_field(j, "top_k", 0, 1 << 24, true, &v, err))) goto done;
     r->top_k = (int32_t)v;
     v = 0;
-    if ((st = num_field(j, "seed", -9007199254740991.0, 9007199254740991.0, true, &v, err))) goto done;
-    r->seed = (uint64_t)(int64_t)v;
-    double mt = -1;
-    if ((st = num_field(j, "max_tokens", 1, lim->max_tokens, true, &mt, err))) goto done;
-    if ((st = num_field(j, "max_completion_tokens", 1, lim->max_tokens, true, &mt, err))) goto done;
-    r->max_tokens = (int32_t)mt;
-    double n = 1;
-    if ((st = num_field(j, "n", 1, 1e9, true, &n, err))) goto done;
-    if (n != 1) {
-        st = ls_srv_error(err, LS_E_INVALID, "'n' must be 1 (one choice per request)");
+    if ((st = num_field(j, "min_p", 0, 1, false, &v, err))) goto done;
+    r->min_p = (float)v;
+    v = 0;
+    if ((st = num_field(j, "frequency_penalty", -2, 2, false, &v, err))) goto done;
+    r->frequency_penalty = (float)v;
+    v = 0;
+    if ((st = num_field(j, "presence_penalty", -2, 2, false, &v, err))) goto done;
+    r->presence_penalty = (float)v;
+    v = 1;
+    if ((st = num_field(j, "repeat_penalty", 0, 100, false, &v, err))) goto done;
+    r->repeat_penalty = (float)v;
+    v = 64;
+    if ((st = num_field(j, "repeat_last_n", -1, 1 << 24, true, &v, err))) goto done;
+    r->repeat_last_n = (int32_t)v;
+    const cJSON *lb = cJSON_GetObjectItemCaseSensitive(j, "logit_bias");
+    if (lb && !cJSON_IsNull(lb) && (st = parse_bias(lb, lim->n_vocab, r, err))) goto done;
+    const cJSON *sd = cJSON_GetObjectItemCaseSensitive(j, "seed");
+    if (sd && !cJSON_IsNull(sd)) {
+        v = 0;
+        if ((st = num_field(j, "seed", -9007199254740991.0, 9007199254740991.0, true, &v, err))) goto done;
+        r->seed = (int64_t)v;
+        r->seed_given = true;
+    } else if ((st = random_seed(&r->seed, err))) {
         goto done;
     }
+    if (!chat && (st = bool_field(j, "echo", &r->echo, err))) goto done;
+    double mt = -1;
+    if ((st = num_field(j, "max_tokens", r->echo ? 0 : 1, lim->max_tokens, true, &mt, err))) goto done;
+    if ((st = num_field(j, "max_completion_tokens", r->echo ? 0 : 1, lim->max_tokens, true, &mt, err))) goto done;
+    r->max_tokens = (int32_t)mt;
+    double n = 1;
+    if ((st = num_field(j, "n", 1, LS_SRV_MAX_CHOICES, true, &n, err))) goto done;
+    r->n = (int32_t)n;
+    r->n_prompts = 1;
     if ((st = bool_field(j, "stream", &r->stream, err))) goto done;
     if ((st = bool_field(j, "ignore_eos", &r->ignore_eos, err))) goto done;
+    if (r->echo && r->stream) {
+        st = ls_srv_error(err, LS_E_INVALID, "'echo' is supported without 'stream' only");
+        goto done;
+    }
     const cJSON *so = cJSON_GetObjectItemCaseSensitive(j, "stream_options");
     if (so && !cJSON_IsNull(so)) {
         if (!cJSON_IsObject(so)) {
@@ -139,6 +375,7 @@ ls_status ls_srv_parse(const char *body, size_t len, bool chat, ls_srv_render_fn
         st = ls_srv_error(err, LS_E_INVALID, "'top_logprobs' needs 'logprobs': true");
         goto done;
     }
+    if ((st = parse_constraint(j, r, err))) goto done;
     const cJSON *stop = cJSON_GetObjectItemCaseSensitive(j, "stop");
     if (stop && !cJSON_IsNull(stop)) {
         if (cJSON_IsArray(stop)) {
@@ -173,6 +410,87 @@ ls_status ls_srv_parse(const char *body, size_t len, bool chat, ls_srv_render_fn
         }
         if (!render) {
             st = ls_srv_error(err, LS_E_UNSUPPORTED, "this model has no usable chat template; use /v1/completions");
+            goto done;
+        }
+        ls_chat_opts copts = LS_CHAT_OPTS_INIT;
+        if ((st = parse_template_kwargs(j, &copts, err))) goto done;
+        /* tools: offered functions, earlier calls and their results (server/tools.c) */
+        const cJSON *tools = cJSON_GetObjectItemCaseSensitive(j, "tools"),
+                    *tch = cJSON_GetObjectItemCaseSensitive(j, "tool_choice"),
+                    *ptc = cJSON_GetObjectItemCaseSensitive(j, "parallel_tool_calls");
+        if (ptc && !cJSON_IsNull(ptc) && !cJSON_IsBool(ptc)) {
+            st = ls_srv_error(err, LS_E_INVALID, "'parallel_tool_calls' must be true or false");
+            goto done;
+        }
+        if (tools && !cJSON_IsNull(tools)) {
+            if ((st = ls_srv_tools_check(tools, err))) goto done;
+            r->n_tools = cJSON_GetArraySize(tools);
+            if (!(r->tools_json = cJSON_PrintUnformatted(tools))) {
+                st = ls_srv_error(err, LS_E_NOMEM, "out of memory");
+                goto done;
+            }
+        }
+        r->tool_format = lim->tool_format;
+        if (tch && !cJSON_IsNull(tch)) {
+            const cJSON *fn = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(tch, "function"), "name");
+            if (cJSON_IsString(tch) && !strcmp(tch->valuestring, "none")) r->tool_choice = LS_SRV_TC_NONE;
+            else if (cJSON_IsString(tch) && !strcmp(tch->valuestring, "auto")) r->tool_choice = LS_SRV_TC_AUTO;
+            else if (cJSON_IsString(tch) && !strcmp(tch->valuestring, "required")) r->tool_choice = LS_SRV_TC_REQUIRED;
+            else if (cJSON_IsObject(tch) && cJSON_IsString(fn)) {
+                r->tool_choice = LS_SRV_TC_NAMED;
+                snprintf(r->tool_name, sizeof r->tool_name, "%s", fn->valuestring);
+                if (!r->n_tools || !ls_srv_tool_named(tools, fn->valuestring)) {
+                    st = ls_srv_error(err, LS_E_INVALID, "'tool_choice' names '%.60s', which is not in 'tools'",
+                                      fn->valuestring);
+                    goto done;
+                }
+            } else {
+                st = ls_srv_error(err, LS_E_INVALID, "'tool_choice' must be \"none\", \"auto\", \"required\" or "
+                                                   "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+                goto done;
+            }
+            if (r->tool_choice == LS_SRV_TC_REQUIRED && !r->n_tools) {
+                st = ls_srv_error(err, LS_E_INVALID, "'tool_choice' is \"required\" but no 'tools' are given");
+                goto done;
+            }
+        }
+        if (r->tool_choice == LS_SRV_TC_NONE) r->n_tools = 0; /* not offered: rendered and parsed as plain chat */
+        if (r->n_tools) { /* the reply's constraint (server/tools.c): a call is enforced by the grammar */
+            cJSON *schema = ls_srv_tools_schema(tools, (ls_srv_tool_format)lim->tool_format,
+                                                r->tool_choice == LS_SRV_TC_REQUIRED,
+                                                r->tool_choice == LS_SRV_TC_NAMED ? r->tool_name : NULL);
+            if (schema && r->grammar) {
+                cJSON_Delete(schema);
+                st = ls_srv_error(err, LS_E_INVALID, "'tools' (whose replies are constrained here) cannot be combined "
+                                                   "with 'response_format', 'grammar' or 'json_schema'");
+                goto done;
+            }
+            cJSON_Delete(schema);
+            if (!st && (st = ls_srv_tools_gbnf(tools, (ls_srv_tool_format)lim->tool_format,
+                                               r->tool_choice == LS_SRV_TC_REQUIRED,
+                                               r->tool_choice == LS_SRV_TC_NAMED ? r->tool_name : NULL, &r->grammar, err)))
+                goto done;
+        }
+        if (r->n_tools && r->stream && r->n > 1) {
+            st = ls_srv_error(err, LS_E_INVALID, "'tools' with 'stream' is supported with 'n' 1 only");
+            goto done;
+        }
+        bool tool_path = r->n_tools > 0;
+        const cJSON *mm;
+        cJSON_ArrayForEach(mm, msgs) {
+            const cJSON *rl = cJSON_GetObjectItemCaseSensitive(mm, "role"), *tc = cJSON_GetObjectItemCaseSensitive(mm, "tool_calls");
+            tool_path = tool_path || (cJSON_IsString(rl) && !strcmp(rl->valuestring, "tool")) || (tc && !cJSON_IsNull(tc));
+        }
+        if (tool_path) {
+            ls_chat_msg *tm = NULL;
+            char **tt = NULL;
+            int tn = 0;
+            st = ls_srv_tools_messages(msgs, r->n_tools ? tools : NULL, (ls_srv_tool_format)lim->tool_format,
+                                       lim->default_system, &tm, &tt, &tn, err);
+            if (!st) st = render(render_ud, tm, (size_t)tn, &copts, &r->prompt, err);
+            for (int k = 0; tt && k < tn; k++) free(tt[k]);
+            free(tt);
+            free(tm);
             goto done;
         }
         ls_chat_msg *cm = calloc((size_t)nm, sizeof *cm);
@@ -228,7 +546,7 @@ ls_status ls_srv_parse(const char *body, size_t len, bool chat, ls_srv_render_fn
             cm[i].role = !strcmp(rl, "developer") ? "system" : rl;
             i++;
         }
-        if (!st) st = render(render_ud, cm, (size_t)nm, &r->prompt, err);
+        if (!st) st = render(render_ud, cm, (size_t)nm, &copts, &r->prompt, err);
         for (int k = 0; k < nm; k++) free(texts[k]);
         free(texts);
         free(cm);
@@ -239,10 +557,60 @@ ls_status ls_srv_parse(const char *body, size_t len, bool chat, ls_srv_render_fn
             st = ls_srv_error(err, LS_E_INVALID, "'prompt' is required");
             goto done;
         }
-        if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && cJSON_IsString(cJSON_GetArrayItem(p, 0)))
+        if (cJSON_IsArray(p) && cJSON_IsNumber(cJSON_GetArrayItem(p, 0))) { /* one prompt as token ids */
+            int nt = cJSON_GetArraySize(p), k = 0;
+            if (r->echo) {
+                st = ls_srv_error(err, LS_E_INVALID, "'echo' is supported with a text 'prompt' only, not token ids");
+                goto done;
+            }
+            if (!(r->prompt_ids = malloc((size_t)nt * sizeof *r->prompt_ids)) || !(r->prompt = dup_str(""))) {
+                st = ls_srv_error(err, LS_E_NOMEM, "out of memory");
+                goto done;
+            }
+            const cJSON *e;
+            cJSON_ArrayForEach(e, p) {
+                if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 ||
+                    e->valuedouble > INT32_MAX || (lim->n_vocab > 0 && e->valuedouble >= lim->n_vocab)) {
+                    st = ls_srv_error(err, LS_E_INVALID, "'prompt[%d]' is not a token id of this model", k);
+                    goto done;
+                }
+                r->prompt_ids[k++] = (int32_t)e->valuedouble;
+            }
+            r->n_prompt_ids = nt;
+            goto done;
+        }
+        if (cJSON_IsArray(p)) { /* a list of prompts: choices prompt-major, n each */
+            int np = cJSON_GetArraySize(p);
+            const cJSON *e;
+            bool strings = np > 0;
+            cJSON_ArrayForEach(e, p) strings = strings && cJSON_IsString(e);
+            if (!strings) {
+                st = ls_srv_error(err, LS_E_INVALID, "'prompt' must be a string or a non-empty list of strings");
+                goto done;
+            }
+            if ((int64_t)np * r->n > LS_SRV_MAX_CHOICES) {
+                st = ls_srv_error(err, LS_E_INVALID, "'prompt' has %d prompts x 'n' %d choices; the limit is %d in all",
+                                  np, r->n, LS_SRV_MAX_CHOICES);
+                goto done;
+            }
+            if (!(r->prompts = calloc((size_t)np, sizeof *r->prompts))) {
+                st = ls_srv_error(err, LS_E_NOMEM, "out of memory");
+                goto done;
+            }
+            int k = 0;
+            cJSON_ArrayForEach(e, p) {
+                if (!(r->prompts[k] = dup_str(e->valuestring))) {
+                    r->n_prompts = k;
+                    st = ls_srv_error(err, LS_E_NOMEM, "out of memory");
+                    goto done;
+                }
+                k++;
+            }
+            r->n_prompts = np;
             p = cJSON_GetArrayItem(p, 0);
+        }
         if (!cJSON_IsString(p)) {
-            st = ls_srv_error(err, LS_E_INVALID, "'prompt' must be a string (one prompt per request)");
+            st = ls_srv_error(err, LS_E_INVALID, "'prompt' must be a string or a non-empty list of strings");
             goto done;
         }
         if (!(r->prompt = dup_str(p->valuestring))) st = ls_srv_error(err, LS_E_NOMEM, "out of memory");

@@ -1,10 +1,13 @@
 /* server.c - `lockstep serve`'s lifetime: bind, load, create the engine and probe it,
  * the engine thread, and graceful shutdown (see server.h; the parts: server_impl.h). */
 #include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -27,12 +30,26 @@ static double now_ms(void) {
 static ls_status start_engine(server *s, ls_err *err) {
     const ls_server_params *p = s->p;
     ls_model_params mp = LS_MODEL_PARAMS_INIT;
-    mp.path = p->model_path;
-    if (!(s->m = ls_model_load(&mp, err))) return err->code;
     ls_model_info mi = LS_MODEL_INFO_INIT;
     if (ls_model_get_info(s->m, &mi, err)) return err->code;
     s->n_vocab = (int32_t)mi.n_vocab;
     s->has_chat = mi.chat_template[0] != '\0';
+    s->tool_format = !strcmp(mi.tool_format, "hermes") ? LS_TOOLS_HERMES : LS_TOOLS_GENERIC;
+    if (s->has_chat) { /* the template's own system prompt (what it writes when the conversation has none) */
+        ls_chat_msg one = {"user", "x"};
+        char *t = NULL;
+        static const char SYS[] = "<|im_start|>system\n";
+        if (!ls_model_apply_chat(s->m, &one, 1, false, &t, err) && !strncmp(t, SYS, sizeof SYS - 1)) {
+            const char *e = strstr(t + sizeof SYS - 1, "<|im_end|>");
+            size_t n = e ? (size_t)(e - t) - (sizeof SYS - 1) : 0;
+            if (e && (s->default_system = malloc(n + 1))) {
+                memcpy(s->default_system, t + sizeof SYS - 1, n);
+                s->default_system[n] = 0;
+            }
+        }
+        free(t);
+        ls_err_clear(err);
+    }
     s->spec = p->spec;
     if (p->draft_model_path) {
         mp.path = p->draft_model_path;
@@ -85,11 +102,42 @@ static ls_status start_engine(server *s, ls_err *err) {
     return LS_OK;
 }
 
+/* Raises the descriptor limit to its hard limit: each connection is a descriptor and
+ * the soft limit (often 1024) would cap them long before --max-connections. */
+static rlim_t raise_nofile(void) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return 1024;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rlim_t want = rl.rlim_max;
+        rl.rlim_cur = want;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0) getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    return rl.rlim_cur;
+}
+
+static bool is_loopback(const struct sockaddr *sa) {
+    if (sa->sa_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+    if (sa->sa_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        if (IN6_IS_ADDR_LOOPBACK(a)) return true;
+        return IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127;
+    }
+    return false;
+}
+
 int ls_server_run(const ls_server_params *p, ls_err *err) {
     server *s = calloc(1, sizeof *s);
     if (!s) return ls_srv_error(err, LS_E_NOMEM, "out of memory");
     s->p = p;
+    if (!(s->slots = calloc(p->n_parallel > 0 ? (size_t)p->n_parallel : 1, sizeof *s->slots))) {
+        free(s->slots);
+    free(s->default_system);
+    free(s);
+        return ls_srv_error(err, LS_E_NOMEM, "out of memory");
+    }
     pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->cmu, NULL);
     pthread_cond_init(&s->work, NULL);
     s->probe.verdict = LS_VERDICT_UNPROBED;
     snprintf(s->parity, sizeof s->parity, "pending");
@@ -97,7 +145,8 @@ int ls_server_run(const ls_server_params *p, ls_err *err) {
     const char *slash = strrchr(p->model_path, '/');
     s->model_name = p->model_alias ? p->model_alias : slash ? slash + 1 : p->model_path;
     int rc = 1;
-    bool engine_started = false;
+    bool engine_started = false, reaper_started = false;
+    struct addrinfo *ai = NULL;
     struct MHD_Daemon *d = NULL;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -107,24 +156,71 @@ int ls_server_run(const ls_server_params *p, ls_err *err) {
     signal(SIGPIPE, SIG_IGN);
     g_stop = 0;
 
-    struct sockaddr_in addr;
-    memset(&addr, 0, sizeof addr);
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons((uint16_t)p->port);
-    if (inet_pton(AF_INET, p->host, &addr.sin_addr) != 1) {
-        ls_srv_error(err, LS_E_INVALID, "--host '%s' is not an IPv4 address", p->host);
+    /* The model file first: a file that is not a model fails before anything listens. */
+    ls_model_params mp = LS_MODEL_PARAMS_INIT;
+    mp.path = p->model_path;
+    if (!(s->m = ls_model_load(&mp, err))) goto out;
+
+    /* --host: an IPv4 or IPv6 address or a name (the first address it resolves to). */
+    char port_s[16];
+    snprintf(port_s, sizeof port_s, "%d", p->port);
+    struct addrinfo hints;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    const char *host = p->host;
+    char hbuf[256];
+    size_t hl = strlen(host);
+    if (hl >= 2 && hl < sizeof hbuf && host[0] == '[' && host[hl - 1] == ']') { /* [::1] */
+        memcpy(hbuf, host + 1, hl - 2);
+        hbuf[hl - 2] = 0;
+        host = hbuf;
+    }
+    int gai = getaddrinfo(host, port_s, &hints, &ai);
+    if (gai != 0 || !ai) {
+        ls_srv_error(err, LS_E_INVALID, "--host '%s' is not an address or a name that resolves (%s)", p->host,
+                     gai_strerror(gai));
         goto out;
     }
-    d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC |
-                             MHD_USE_ERROR_LOG,
-                         (uint16_t)p->port, NULL, NULL, ls_srv_handler, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-                         MHD_OPTION_NOTIFY_COMPLETED, ls_srv_completed, s, MHD_OPTION_CONNECTION_TIMEOUT,
-                         (unsigned int)p->timeout_s, MHD_OPTION_END);
+    char shown[INET6_ADDRSTRLEN + 2] = "?";
+    getnameinfo(ai->ai_addr, ai->ai_addrlen, shown, sizeof shown, NULL, 0, NI_NUMERICHOST);
+    const bool v6 = ai->ai_family == AF_INET6;
+    s->loopback = is_loopback(ai->ai_addr);
+    if (!s->loopback && !p->api_key)
+        fprintf(stderr, "lockstep serve: WARNING: listening on %s, which is not loopback, without --api-key: "
+                        "anyone who can reach it can use it\n", shown);
+
+    /* Connections: one thread each (a handler blocks while the engine works), watched
+     * by poll() (MHD_USE_AUTO picks it for thread-per-connection), so no FD_SETSIZE
+     * limit.  Past --max-connections the handler answers 503; MHD's own limit, a little
+     * above, only exists so that those 503s can still be sent. */
+    rlim_t nofile = raise_nofile();
+    unsigned hard = (unsigned)p->max_connections + 64;
+    if ((rlim_t)hard + 64 > nofile) {
+        hard = nofile > 128 ? (unsigned)(nofile - 64) : 64;
+        fprintf(stderr, "lockstep serve: the descriptor limit (%llu) caps connections at %u\n",
+                (unsigned long long)nofile, hard);
+    }
+    d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ITC |
+                             MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0),
+                         (uint16_t)p->port, NULL, NULL, ls_srv_handler, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                         MHD_OPTION_NOTIFY_COMPLETED, ls_srv_completed, s, MHD_OPTION_NOTIFY_CONNECTION,
+                         ls_srv_notify_conn, s, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)p->timeout_s,
+                         MHD_OPTION_CONNECTION_LIMIT, hard, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
+                         MHD_OPTION_THREAD_STACK_SIZE, (size_t)2 << 20, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
+                         MHD_OPTION_END);
     if (!d) {
-        ls_srv_error(err, LS_E_IO, "cannot listen on %s:%d (in use, or not allowed)", p->host, p->port);
+        ls_srv_error(err, LS_E_IO, "cannot listen on %s port %d (in use, or not allowed)", shown, p->port);
         goto out;
     }
-    fprintf(stderr, "lockstep serve: listening on http://%s:%d (loading %s)\n", p->host, p->port, p->model_path);
+    if (pthread_create(&s->reaper, NULL, ls_srv_reaper_main, s) != 0) {
+        ls_srv_error(err, LS_E_NOMEM, "cannot start the connection reaper thread");
+        goto out;
+    }
+    reaper_started = true;
+    fprintf(stderr, "lockstep serve: listening on http://%s%s%s:%d (loading %s)\n", v6 ? "[" : "", shown, v6 ? "]" : "",
+            p->port, p->model_path);
     if (start_engine(s, err)) goto out;
     if (pthread_create(&s->engine_thread, NULL, ls_srv_engine_main, s) != 0) {
         ls_srv_error(err, LS_E_NOMEM, "cannot start the engine thread");
@@ -147,6 +243,11 @@ int ls_server_run(const ls_server_params *p, ls_err *err) {
         pthread_mutex_unlock(&s->mu);
         if (live == 0) break;
         if (now_ms() > deadline) {
+            pthread_mutex_lock(&s->mu);
+            if (!s->shutting_down)
+                fprintf(stderr, "lockstep serve: grace period over: cancelling %d request(s)\n", s->live);
+            __atomic_store_n(&s->shutting_down, true, __ATOMIC_RELEASE);
+            pthread_mutex_unlock(&s->mu);
             ls_engine_cancel_all(s->e);
             pthread_mutex_lock(&s->mu);
             pthread_cond_signal(&s->work);
@@ -160,6 +261,13 @@ int ls_server_run(const ls_server_params *p, ls_err *err) {
     rc = 0;
 out:
     if (d) MHD_stop_daemon(d);
+    if (reaper_started) {
+        pthread_mutex_lock(&s->cmu);
+        s->stop_reaper = true;
+        pthread_mutex_unlock(&s->cmu);
+        pthread_join(s->reaper, NULL);
+    }
+    if (ai) freeaddrinfo(ai);
     if (engine_started) {
         pthread_mutex_lock(&s->mu);
         s->stop_engine = true;
@@ -171,7 +279,10 @@ out:
     ls_model_free(s->m);
     ls_model_free(s->draft_model);
     pthread_mutex_destroy(&s->mu);
+    pthread_mutex_destroy(&s->cmu);
     pthread_cond_destroy(&s->work);
+    free(s->slots);
+    free(s->default_system);
     free(s);
     return rc;
 }

@@ -31,11 +31,15 @@ typedef struct {
     const char *kernels;       /* "auto", "wide", "narrow" */
     unsigned faults;           /* LS_FAULT_* (tests only) */
     const char *device;        /* "cpu" (NULL) or "cuda" */
+    int max_connections;       /* open connections beyond this get 503 (default 8192) */
+    int header_timeout_s;      /* a request head must arrive within this (default 10) */
+    const char *cors_origin;   /* NULL: no CORS headers; "*" or one origin */
 } ls_server_params;
 
-/* Binds, loads the model (GET /health answers 503 meanwhile), probes, serves until
- * SIGINT or SIGTERM, drains in-flight requests within timeout_s, and returns 0; or
- * returns non-zero with err set when it cannot start. */
+/* Loads the model file (a bad one fails here, before anything listens), binds,
+ * creates the engine (GET /health answers 503 meanwhile), probes, serves until
+ * SIGINT or SIGTERM, drains in-flight requests within timeout_s (what is left ends
+ * "cancelled"), and returns 0; or returns non-zero with err set when it cannot start. */
 int ls_server_run(const ls_server_params *p, ls_err *err);
 
 #endif

@@ -19,23 +19,34 @@
 #include "lockstep.h"
 #include "server/request.h"
 #include "server/server.h"
+#include "server/tools.h"
 
-#define LS_SRV_TOP_MAX 20 /* top_logprobs */
+#define LS_SRV_TOP_MAX LS_LOGPROBS_TOP_MAX /* top_logprobs */
 
-/* One generated token's log-probabilities (computed on the engine thread before any
- * lock is taken: ls_srv_logprobs). */
-typedef struct {
-    int32_t token;
-    float logprob;
-    int32_t n_top;
-    int32_t top_tok[LS_SRV_TOP_MAX];
-    float top_lp[LS_SRV_TOP_MAX];
-} ls_tok_lp;
-
-/* log-softmax of logits at token, and the top n (ties to the lower id). */
-void ls_srv_logprobs(const float *logits, int32_t n_vocab, int32_t token, int32_t n_top, ls_tok_lp *out);
+/* One token's log-probabilities, computed on the engine thread before any lock is taken
+ * (ls_sample_logprobs, src/sample/). */
+typedef ls_logprobs ls_tok_lp;
 
 typedef struct server server;
+
+/* One TCP connection (MHD's socket context, from MHD_OPTION_NOTIFY_CONNECTION): the
+ * reaper's head deadline, and the access-log fields of the request on it.  The log
+ * fields are written by the connection's own thread only; fd, head_t0, head_done and
+ * the list links are guarded by server.cmu. */
+typedef struct sock {
+    struct sock *prev, *next;
+    int fd;
+    double head_t0;            /* when the current request's head began (ms, monotonic) */
+    bool head_done;            /* its head is complete (the handler saw it) */
+    bool cut;                  /* the reaper shut it down */
+    char client[64];
+    /* the current request, for the access log */
+    double t0;
+    char method[16], path[96], req_id[48];
+    unsigned status;
+    int32_t n_prompt, n_gen;
+    const char *note;          /* e.g. "cancelled (shutdown)" */
+} sock;
 
 /* A request: shared by its HTTP thread and the engine thread (refs counts both). */
 typedef struct job {
@@ -55,6 +66,7 @@ typedef struct job {
     int32_t *tokens;
     ls_tok_lp *lps;
     int32_t n_tokens, cap_tokens;
+    ls_tok_lp *plps;    /* echo + logprobs: plps[p] for prompt token p >= 1 (p = 0 has none) */
     bool done;
     ls_finish finish;
     int32_t n_gen, n_cached, n_drafted, n_accepted;
@@ -66,22 +78,52 @@ typedef struct job {
     char *out;          /* bytes produced but not yet handed to MHD */
     size_t out_len, out_off;
     const char *path;
+    sock *sk;           /* the connection it arrived on (its access-log fields) */
+    double t_submit, t_first, t_last; /* ms, monotonic: submitted, first and last token */
+    bool shutdown_cut;  /* cancelled at the end of the shutdown grace period */
+    bool native;        /* llama-server's /completion (native.c shapes the replies) */
+    bool stop_eos;      /* finished on an end-of-generation / stop token (not a stop string) */
+    int32_t choice;     /* the choice's index (n > 1 or a list of prompts) */
+    int slot;           /* its place in server.slots (GET /slots), or -1 */
 } job;
+
+/* GET /slots: what each of the n_parallel places runs (guarded by server.mu). */
+typedef struct {
+    bool busy;
+    char task[48];
+    const char *path;
+    int32_t n_prompt, n_decoded;
+} srv_slot;
 
 /* One connection's request body. */
 typedef struct {
     char *body;
     size_t len, cap;
     bool too_big;
+    double t0;          /* the head arrived */
+    bool native;        /* the body was translated from /completion's (native.c) */
+    int32_t n_probs;    /* /completion's n_probs (top log-probabilities per token) */
 } conn;
+
+/* Latency histograms (seconds; Prometheus buckets, cumulative when printed). */
+#define LS_SRV_LAT_BUCKETS 14
+typedef struct {
+    uint64_t n[LS_SRV_LAT_BUCKETS + 1]; /* per bucket, the last is +Inf */
+    uint64_t count;
+    double sum;
+} ls_srv_hist;
 
 /* Counters behind /metrics (guarded by server.mu). */
 typedef struct {
-    uint64_t req_by_status[6]; /* 2xx 400 401 404/405 413 503 */
+    uint64_t req_by_status[13]; /* see ls_srv_status_codes */
     uint64_t other_status;
     uint64_t prompt_tokens, gen_tokens, drafted, accepted, steps;
     uint64_t batch_hist[9];    /* rows per step: <=1 2 4 8 16 32 64 128 +Inf */
     uint64_t batch_rows_sum;
+    ls_srv_hist queue, ttft, tpot, e2e;
+    uint64_t cancelled_shutdown, cancelled_client, head_timeouts, conn_refused;
+    double tps_t[16];          /* generated tokens per second: a ring of 1-second slots */
+    uint64_t tps_n[16];
 } ls_srv_counters;
 
 struct server {
@@ -104,6 +146,16 @@ struct server {
     char spec_state[64];       /* the drafter and whether it serves: "off", "ngram", "ngram (declined)" */
     ls_spec_params spec;       /* kind LS_SPEC_OFF: no speculation */
     ls_srv_counters ct;
+    bool shutting_down;        /* the grace period is over: what is cancelled now is cut */
+    bool loopback;             /* bound to a loopback address: the Host check applies */
+    pthread_mutex_t cmu;       /* guards the connection list */
+    sock *socks;
+    int n_socks;
+    pthread_t reaper;
+    bool stop_reaper;
+    srv_slot *slots;           /* n_parallel (guarded by mu) */
+    int tool_format;           /* ls_srv_tool_format of the model's template */
+    char *default_system;      /* the template's own system prompt, or NULL */
 };
 
 /* http.c */
@@ -115,6 +167,16 @@ enum MHD_Result ls_srv_send_text(server *s, struct MHD_Connection *c, unsigned s
 enum MHD_Result ls_srv_send_json(server *s, struct MHD_Connection *c, unsigned status, cJSON *j);
 enum MHD_Result ls_srv_send_error(server *s, struct MHD_Connection *c, unsigned status, const char *type,
                                   const char *msg, const char *retry_after);
+/* 405 with an Allow header. */
+enum MHD_Result ls_srv_send_405(server *s, struct MHD_Connection *c, const char *allow);
+/* The headers every response carries (CORS, X-Request-Id). */
+void ls_srv_common_headers(server *s, struct MHD_Connection *c, struct MHD_Response *r);
+sock *ls_srv_sock(struct MHD_Connection *c);
+void ls_srv_notify_conn(void *cls, struct MHD_Connection *c, void **socket_context, enum MHD_ConnectionNotificationCode code);
+void *ls_srv_reaper_main(void *arg);
+/* The first problem in a JSON body that cJSON would hide (a \u0000 escape in a string,
+ * which would end the C string there): a message naming the field, or NULL. */
+const char *ls_srv_json_nul(const char *body, size_t len, char *msg, size_t cap);
 
 /* jobs.c */
 enum MHD_Result ls_srv_generate(server *s, struct MHD_Connection *c, conn *cn, bool chat, const char *path);
@@ -127,10 +189,34 @@ cJSON *ls_srv_response(const job *j);
 char *ls_srv_chunk(const job *j, const char *content, size_t n, int32_t lp_from, int32_t lp_to, bool role,
                    const char *finish, bool usage_only);
 const char *ls_srv_finish_str(ls_finish f);
+/* With tools: the reply's delta chunk(s) and the finish chunk, parsed from the whole text. */
+char *ls_srv_tools_chunks(const job *j);
+/* GET /props and POST /apply-template (llama-server's). */
+enum MHD_Result ls_srv_props(server *s, struct MHD_Connection *c);
+enum MHD_Result ls_srv_apply_template(server *s, struct MHD_Connection *c, const char *body, size_t len);
+
+/* embeddings.c: POST /v1/embeddings */
+enum MHD_Result ls_srv_embeddings(server *s, struct MHD_Connection *c, conn *cn);
+
+/* native.c: llama-server's POST /completion and GET /slots */
+enum MHD_Result ls_srv_native_completion(server *s, struct MHD_Connection *c, conn *cn);
+enum MHD_Result ls_srv_slots(server *s, struct MHD_Connection *c);
+cJSON *ls_srv_native_response(const job *j);
+/* One SSE event: content (final: the whole reply with "stop": true). */
+char *ls_srv_native_chunk(const job *j, const char *content, size_t n, int32_t lp_from, int32_t lp_to, bool final);
+/* Log-probabilities as llama-server's completion_probabilities. */
+cJSON *ls_srv_native_probs(const job *j, int32_t from, int32_t to);
+/* openai.c helper: a token's text (valid UTF-8 or "bytes:\xNN") and optionally its bytes. */
+cJSON *ls_srv_token_str(const server *s, int32_t id, cJSON **bytes);
+cJSON *ls_srv_lp_num(float x);
 
 /* metrics.c */
 void ls_srv_count_status(server *s, unsigned status);
 void ls_srv_count_step(server *s, int32_t rows);
+/* A finished generation's latencies, in ms (< 0: not measured). */
+void ls_srv_count_latency(server *s, double queue_ms, double ttft_ms, double tpot_ms, double e2e_ms);
+/* n tokens generated now (tokens per second over the last 10 s). */
+void ls_srv_count_tokens(server *s, int32_t n);
 enum MHD_Result ls_srv_metrics(server *s, struct MHD_Connection *c);
 
 #endif

@@ -233,6 +233,12 @@ ls_drafter *ls_drafter_create_for(const ls_model *target, int32_t n_ctx, ls_pool
 
     d->p.layers = NULL; /* copied into the context below */
     d->sp = *sp;
+    /* Drafts are proposals: the engine verifies them under the request's full sampler
+     * (bias and penalties included), so the drafter samples without the modifiers and
+     * keeps no pointer into the caller's request. */
+    d->sp.logit_bias = NULL;
+    d->sp.n_logit_bias = 0;
+    d->sp.repeat_penalty = d->sp.frequency_penalty = d->sp.presence_penalty = 0.0f;
     d->acc_s = 2.0; /* prior: 2 of 3 drafted tokens accepted */
     d->acc_t = 3.0;
     d->explore = 8;

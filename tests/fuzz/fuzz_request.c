@@ -8,16 +8,18 @@
 #include "server/request.h"
 #include "tokenizer/chat.h"
 
-static ls_status render(void *ud, const ls_chat_msg *msgs, size_t n, char **out, ls_err *err) {
-    return ls_chat_apply(ud, msgs, n, true, out, err);
+static ls_status render(void *ud, const ls_chat_msg *msgs, size_t n, const ls_chat_opts *opts, char **out, ls_err *err) {
+    ls_chat_vars v = LS_CHAT_VARS_INIT;
+    v.enable_thinking = opts ? opts->enable_thinking : -1;
+    return ls_chat_apply_vars(ud, msgs, n, true, &v, out, err);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
-    static const char *fams[] = {"chatml", "llama2", "llama3", "mistral", "gemma", "phi3", "zephyr"};
+    static const char *fams[] = {"chatml", "llama2", "llama3", "mistral", "gemma", "phi3", "zephyr", "qwen3"};
     ls_chat_template t;
     ls_err err;
-    if (ls_chat_template_by_name(fams[data[0] % 7], &t, &err)) __builtin_trap();
+    if (ls_chat_template_by_name(fams[data[0] % (sizeof fams / sizeof fams[0])], &t, &err)) __builtin_trap();
     ls_srv_limits lim = {.max_messages = 64, .max_tokens = 4096};
     ls_srv_req r;
     for (int chat = 0; chat < 2; chat++) {
@@ -26,9 +28,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             if (!err.msg[0]) __builtin_trap();
             continue;
         }
-        if (!r.prompt || r.n_stop > LS_SRV_MAX_STOP || (r.max_tokens != -1 && (r.max_tokens < 1 || r.max_tokens > 4096)))
+        if (!r.prompt || r.n_stop > LS_SRV_MAX_STOP ||
+            (r.max_tokens != -1 && (r.max_tokens < (r.echo ? 0 : 1) || r.max_tokens > 4096)))
             __builtin_trap();
         if (!(r.top_p > 0.0f && r.top_p <= 1.0f) || !(r.temperature >= 0.0f)) __builtin_trap();
+        if (!(r.min_p >= 0.0f && r.min_p <= 1.0f) || !(r.repeat_penalty >= 0.0f) || r.repeat_last_n < -1 ||
+            !(r.frequency_penalty >= -2.0f && r.frequency_penalty <= 2.0f) ||
+            !(r.presence_penalty >= -2.0f && r.presence_penalty <= 2.0f) || (r.echo && (chat || r.stream)))
+            __builtin_trap();
+        for (int32_t i = 0; i < r.n_logit_bias; i++) /* ids ascending, unique, biases in range */
+            if (r.logit_bias[i].id < 0 || (i && r.logit_bias[i].id <= r.logit_bias[i - 1].id) ||
+                !(r.logit_bias[i].bias >= -100.0f && r.logit_bias[i].bias <= 100.0f))
+                __builtin_trap();
         ls_srv_req_free(&r);
     }
     ls_chat_template_free(&t);

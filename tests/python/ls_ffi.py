@@ -41,7 +41,10 @@ class EngineParams(C.Structure):
 
 
 class Sampler(C.Structure):
-    _fields_ = [("temperature", C.c_float), ("top_k", C.c_int32), ("top_p", C.c_float), ("seed", C.c_uint64)]
+    _fields_ = [("temperature", C.c_float), ("top_k", C.c_int32), ("top_p", C.c_float), ("seed", C.c_uint64),
+                ("logit_bias", C.c_void_p), ("n_logit_bias", C.c_int32), ("repeat_penalty", C.c_float),
+                ("repeat_last_n", C.c_int32), ("frequency_penalty", C.c_float), ("presence_penalty", C.c_float),
+                ("min_p", C.c_float)]
 
 
 class Request(C.Structure):

@@ -300,7 +300,7 @@ def test_errors(server, model_path):
         ({"model": "x"}, 400, "'messages' is required"),
         ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": "ten"}, 400, "'max_tokens' must be a number"),
         ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}, 400, "'max_tokens' is 0"),
-        ({"messages": [{"role": "user", "content": "hi"}], "n": 2}, 400, "'n' must be 1"),
+        ({"messages": [{"role": "user", "content": "hi"}], "n": 17}, 400, "'n' is 17"),
         ({"messages": [{"role": "user", "content": "hi"}], "temperature": -1}, 400, "'temperature'"),
         ({"messages": [{"role": "user", "content": "hi"}], "stop": [1]}, 400, "'stop'"),
         ({"messages": [{"role": "robot", "content": "hi"}]}, 400, "role"),
@@ -383,7 +383,7 @@ def test_abandoned_request_is_cancelled(server):
     base = server.metrics()["lockstep_kv_blocks_used"]
     body = json.dumps({"prompt": "Tell a long story.", "max_tokens": 900, "ignore_eos": True}).encode()
     sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
-    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                  b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
     deadline = time.time() + 20
     while server.metrics()["lockstep_kv_blocks_used"] <= base:  # it is running

@@ -101,7 +101,7 @@ def test_server_session_memcheck(tmp_path):
         # a stream the client drops after its first event
         s = socket.create_connection(("127.0.0.1", port), timeout=300)
         body = json.dumps({"prompt": "Once upon a time", "max_tokens": 64, "stream": True}).encode()
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                   b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
         got = b""
         while b"data:" not in got:
@@ -109,7 +109,7 @@ def test_server_session_memcheck(tmp_path):
             assert chunk, f"connection closed before the first event: {got!r}"
             got += chunk
         s.close()
-        for bad in (b"{not json", json.dumps({"messages": "x"}).encode(), json.dumps({"prompt": "x", "n": 2}).encode()):
+        for bad in (b"{not json", json.dumps({"messages": "x"}).encode(), json.dumps({"prompt": "x", "n": 17}).encode()):
             st, out = request(port, "POST", "/v1/chat/completions" if b"messages" in bad else "/v1/completions", bad)
             assert st == 400 and "error" in json.loads(out)
         st, _ = request(port, "GET", "/metrics")
