@@ -42,26 +42,34 @@ if [ "$quick" = 2 ]; then
     echo "== older-CPU passes: not at smoke size (LOCKSTEP_TEST_QUICK=2)"
     notes+=("older-CPU passes (LOCKSTEP_CPU_HIDE): not run at smoke size")
 else
-    for hide in avx512 avx2; do
-        case " $have " in
-        *" $hide "*) run "$BUILD/tests/test_model_parity (LOCKSTEP_CPU_HIDE=$hide, LOCKSTEP_TEST_QUICK=$quick)" \
-                         env LOCKSTEP_CPU_HIDE=$hide LOCKSTEP_TEST_QUICK=$quick "$BUILD"/tests/test_model_parity ;;
-        *) notes+=("model parity as on a CPU without $hide: not run (this CPU has no $hide: the main run was that CPU)") ;;
-        esac
+    # LOCKSTEP_CPU_HIDE=avxvnni hides AVX-VNNI and AVX-512: the kernels an AVX2-only CPU
+    # (Zen 2/3) runs; =avx2 hides every SIMD level: the scalar-only CPU.
+    above_avx2=no
+    case " $have " in *" avxvnni "*|*" avx512 "*) above_avx2=yes ;; esac
+    for hide in avxvnni avx2; do
+        has=no
+        if [ $hide = avxvnni ]; then has=$above_avx2; else case " $have " in *" avx2 "*) has=yes ;; esac; fi
+        if [ $has = yes ]; then
+            run "$BUILD/tests/test_model_parity (LOCKSTEP_CPU_HIDE=$hide, LOCKSTEP_TEST_QUICK=$quick)" \
+                env LOCKSTEP_CPU_HIDE=$hide LOCKSTEP_TEST_QUICK=$quick "$BUILD"/tests/test_model_parity
+        else
+            notes+=("model parity with LOCKSTEP_CPU_HIDE=$hide: not run (this CPU has nothing it would hide: the main run was that CPU)")
+        fi
     done
-    case " $have " in
-    *" avx512 "*) run "$BUILD/tests/test_engine (LOCKSTEP_CPU_HIDE=avx512, $hide_cases cases)" \
-                      env LOCKSTEP_CPU_HIDE=avx512 LOCKSTEP_ENGINE_CASES=$hide_cases "$BUILD"/tests/test_engine ;;
-    *) notes+=("the engine as on a CPU without avx512: not run (this CPU has no avx512)") ;;
-    esac
+    if [ $above_avx2 = yes ]; then
+        run "$BUILD/tests/test_engine (LOCKSTEP_CPU_HIDE=avxvnni: AVX2 only, $hide_cases cases)" \
+            env LOCKSTEP_CPU_HIDE=avxvnni LOCKSTEP_ENGINE_CASES=$hide_cases "$BUILD"/tests/test_engine
+    else
+        notes+=("the engine as on an AVX2-only CPU: not run separately (this CPU has nothing above avx2: the main run was that CPU)")
+    fi
 fi
 if [ "${1:-}" != "--c-only" ]; then
-    run "pytest tests/python" "$PYTHON" -m pytest -q -rs tests/python
+    run "pytest tests/python" "$PYTHON" -m pytest -q -rs --durations=15 tests/python
 fi
 echo
 echo "== summary"
 echo "instruction sets checked on this CPU: $have"
-for isa in avx2 avx512; do
+for isa in avx2 avxvnni avx512; do
     case " $have " in *" $isa "*) ;; *) echo "NOT CHECKED: the $isa kernels (this CPU lacks them${LOCKSTEP_CPU_HIDE:+, or LOCKSTEP_CPU_HIDE=$LOCKSTEP_CPU_HIDE hides them})" ;; esac
 done
 for n in "${notes[@]+"${notes[@]}"}"; do echo "not run: $n"; done

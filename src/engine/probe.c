@@ -8,17 +8,18 @@
  *   the mix  submitted together, so their rows share every step (decode rows, prefill
  *            chunks and verify blocks in one forward; paged blocks as the allocator
  *            hands them out):
- *              F  an unrelated prompt whose rows need no parity (they may run the
- *                 engine's free family), submitted first so the others are later
- *                 sequences of each batch;
+ *              F  an unrelated prompt of 1..4 tokens whose rows need no parity (they
+ *                 may run the engine's free family), submitted first so the others are
+ *                 later sequences of each batch (short: its rows are not compared);
  *              M  P again, one chunk, every position's logits       -> batch_mix
- *              C  P again in chunks of 1..5 tokens, every position  -> chunked_prefill
+ *              C  P again in chunks of 2..8 tokens, every position  -> chunked_prefill
  *              H  P again, served from the prefix cache R left      -> prefix_cache
- *              S  P again with a drafter proposing R's tokens, one of them sometimes
- *                 wrong (partial acceptance): verify blocks         -> block_vs_chain
+ *              S  P again with a drafter proposing R's tokens, on odd draws one of
+ *                 them wrong (partial acceptance): verify blocks    -> block_vs_chain
  *   T        R's request on a one-thread engine of the same configuration -> threads
  *   X        the first 2 prompt positions on a scalar engine (the recipe's definition,
- *            slow: 2 rows, one forward)                          -> isa
+ *            slow): every draw's 2 rows in one forward after the draws, since the
+ *            scalar matmul decodes each weight unit once for all rows -> isa
  * Every comparison is memcmp of whole logits rows, position by position, plus the tokens.
  * A failing non-canonical parity family is withdrawn for the rows that need parity and
  * the probe runs again (scoped); a failing canonical family fails the verdict. */
@@ -40,6 +41,7 @@
 #define P_LSPAN 8
 #define P_LMAX (P_LMIN + P_LSPAN)
 #define P_SCALAR 2   /* rows checked against the scalar reference per draw (the definition is slow) */
+#define P_XBATCH 8   /* draws per scalar forward */
 #define P_ROWS (P_LMAX + P_GEN) /* positions a request can have logits for */
 
 const char *ls_verdict_name(ls_verdict v) {
@@ -61,7 +63,8 @@ const char *ls_axis_name(ls_axis a) {
 /* ---- one request's output, collected from its events --------------------------- */
 typedef struct {
     size_t V;
-    float *lg;                 /* (P_ROWS, V): the logits of position p at row p */
+    int32_t rows;              /* positions lg holds (P_ROWS, or fewer for X) */
+    float *lg;                 /* (rows, V): the logits of position p at row p */
     bool have[P_ROWS];
     int32_t tok[P_GEN + 1], n_tok;
     int32_t n_cached, drafted, accepted;
@@ -71,7 +74,7 @@ typedef struct {
 
 static void coll_event(void *ud, const ls_event *ev) {
     coll *c = ud;
-    if (ev->logits && ev->pos >= 1 && ev->pos <= P_ROWS) {
+    if (ev->logits && ev->pos >= 1 && ev->pos <= c->rows) {
         memcpy(c->lg + (size_t)(ev->pos - 1) * c->V, ev->logits, c->V * sizeof(float));
         c->have[ev->pos - 1] = true;
     }
@@ -88,17 +91,20 @@ static void coll_event(void *ud, const ls_event *ev) {
 static void coll_reset(coll *c) {
     float *lg = c->lg;
     size_t V = c->V;
+    int32_t rows = c->rows;
     memset(c, 0, sizeof *c);
     c->lg = lg;
     c->V = V;
+    c->rows = rows;
 }
 
 /* The drafter of S: it proposes the reference's own continuation, so verification accepts
- * it; with probability 1/2 one proposed token is made wrong (the block is then partly
- * accepted, the rest rejected). */
+ * it; on odd draws one proposed token (at a random place) is made wrong, so the block is
+ * partly accepted and the rest rejected (every probe of 2+ draws has both). */
 typedef struct {
     const int32_t *ref;        /* R's generated tokens */
     int32_t n_ref, n_prompt, n_vocab;
+    bool wrong;
     uint64_t rs;
 } pdraft;
 
@@ -108,7 +114,8 @@ static int32_t probe_draft(void *ud, const int32_t *hist, int32_t n_hist, int32_
     int32_t a = n_hist - d->n_prompt, k = d->n_ref - a < max ? d->n_ref - a : max;
     if (k <= 0) return 0;
     memcpy(out, d->ref + a, (size_t)k * sizeof *out);
-    if (ls_splitmix64(&d->rs) & 1) {
+    if (d->wrong) {
+        d->wrong = false; /* one wrong token per draw */
         int32_t c = (int32_t)(ls_splitmix64(&d->rs) % (uint64_t)k);
         out[c] = (out[c] + 1) % d->n_vocab;
     }
@@ -122,6 +129,8 @@ typedef struct {
     int32_t n_vocab, n_ctx;
     coll ref, mix[4], alt;     /* mix: M, C, H, S */
     coll other;                /* F */
+    coll xref[P_XBATCH], xout[P_XBATCH]; /* X: R's first rows per draw, and the scalar engine's */
+    int32_t xp[P_XBATCH][P_SCALAR], xn[P_XBATCH], xd[P_XBATCH], n_x; /* their prompts, lengths, draws */
     ls_probe_result *r;
     int32_t lmax;              /* longest prompt this engine's context allows */
 } probe;
@@ -137,21 +146,26 @@ static void fail_axis(probe *p, ls_axis a, const char *fmt, int draw, int32_t po
 
 /* Compares b's logits with the reference at positions [p0, p1) and, when tokens, the
  * generated tokens. */
-static void compare(probe *p, ls_axis a, const coll *b, int32_t p0, int32_t p1, bool tokens, int draw) {
+static void compare_to(probe *p, ls_axis a, const coll *ref, const coll *b, int32_t p0, int32_t p1, bool tokens,
+                       int draw) {
     if (p->r->axis[a] == LS_AXIS_NOT_CHECKED) return;
     for (int32_t pos = p0; pos < p1; pos++) {
-        if (!p->ref.have[pos] || !b->have[pos]) {
+        if (!ref->have[pos] || !b->have[pos]) {
             fail_axis(p, a, "no logits were delivered", draw, pos);
             return;
         }
         p->r->n_rows++;
-        if (memcmp(p->ref.lg + (size_t)pos * p->V, b->lg + (size_t)pos * p->V, p->V * sizeof(float))) {
+        if (memcmp(ref->lg + (size_t)pos * p->V, b->lg + (size_t)pos * p->V, p->V * sizeof(float))) {
             fail_axis(p, a, "logits differ", draw, pos);
             return;
         }
     }
-    if (tokens && (b->n_tok != p->ref.n_tok || memcmp(b->tok, p->ref.tok, (size_t)b->n_tok * sizeof(int32_t))))
+    if (tokens && (b->n_tok != ref->n_tok || memcmp(b->tok, ref->tok, (size_t)b->n_tok * sizeof(int32_t))))
         fail_axis(p, a, "tokens differ", draw, p1);
+}
+
+static void compare(probe *p, ls_axis a, const coll *b, int32_t p0, int32_t p1, bool tokens, int draw) {
+    compare_to(p, a, &p->ref, b, p0, p1, tokens, draw);
 }
 
 /* Submits a request collecting into c. */
@@ -189,6 +203,23 @@ static ls_status run(ls_engine *e, coll *const *cs, int n, ls_err *err) {
     }
 }
 
+/* X: the queued draws' first rows on the scalar engine, all in one forward. */
+static ls_status run_scalar(probe *p, ls_err *err) {
+    if (!p->n_x) return LS_OK;
+    ls_sampler_params g = {.temperature = 0.0f, .top_p = 1.0f};
+    coll *cs[P_XBATCH];
+    ls_status st = LS_OK;
+    for (int i = 0; i < p->n_x && !st; i++) {
+        cs[i] = &p->xout[i];
+        st = submit(p->es, p->xp[i], p->xn[i], 1, &g, true, 0, false, NULL, cs[i], err);
+    }
+    if (!st) st = run(p->es, cs, p->n_x, err);
+    for (int i = 0; i < p->n_x && !st; i++) compare_to(p, LS_AXIS_ISA, &p->xref[i], &p->xout[i], 0, p->xn[i], false, p->xd[i]);
+    p->n_x = 0;
+    return st;
+}
+
+/* Submits a request collecting into c. */
 /* One pass over all draws with the engine's current families. */
 static ls_status probe_pass(probe *p, int draws, uint64_t seed, ls_err *err) {
     ls_probe_result *r = p->r;
@@ -199,12 +230,14 @@ static ls_status probe_pass(probe *p, int draws, uint64_t seed, ls_err *err) {
     r->n_rows = r->drafted = r->accepted = 0;
     uint64_t rs = seed;
     ls_status st = LS_OK;
+    p->n_x = 0;
     for (int d = 0; d < draws && !st; d++) {
         int32_t P[P_LMAX], Q[P_LMAX];
         int32_t lp = P_LMIN + (int32_t)(ls_splitmix64(&rs) % P_LSPAN);
         if (lp > p->lmax) lp = p->lmax;
         for (int32_t i = 0; i < lp; i++) P[i] = (int32_t)(ls_splitmix64(&rs) % (uint64_t)p->n_vocab);
-        for (int32_t i = 0; i < lp; i++) Q[i] = (int32_t)(ls_splitmix64(&rs) % (uint64_t)p->n_vocab);
+        int32_t lf = 1 + (int32_t)(ls_splitmix64(&rs) % 4);
+        for (int32_t i = 0; i < lf; i++) Q[i] = (int32_t)(ls_splitmix64(&rs) % (uint64_t)p->n_vocab);
         ls_sampler_params sp = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0};
         if (d > 0) sp = (ls_sampler_params){.temperature = 0.9f, .top_k = 40, .top_p = 0.95f, .seed = ls_splitmix64(&rs)};
         const int32_t nlog = lp + P_GEN - 1; /* positions with logits: 0 .. lp + G - 2 */
@@ -214,10 +247,10 @@ static ls_status probe_pass(probe *p, int draws, uint64_t seed, ls_err *err) {
         if ((st = submit(p->e, P, lp, P_GEN, &sp, true, 0, false, NULL, cr, err)) || (st = run(p->e, &cr, 1, err))) break;
         /* the mix */
         pdraft dr = {.ref = p->ref.tok, .n_ref = p->ref.n_tok, .n_prompt = lp, .n_vocab = p->n_vocab,
-                     .rs = ls_splitmix64(&rs)};
-        int32_t chunk = 1 + (int32_t)(ls_splitmix64(&rs) % 5);
+                     .wrong = d & 1, .rs = ls_splitmix64(&rs)};
+        int32_t chunk = 2 + (int32_t)(ls_splitmix64(&rs) % 7);
         coll *cs[5] = {&p->other, &p->mix[0], &p->mix[1], &p->mix[2], &p->mix[3]};
-        if ((st = submit(p->e, Q, lp, P_GEN, &sp, false, 0, true, NULL, &p->other, err)) ||
+        if ((st = submit(p->e, Q, lf, P_GEN, &sp, false, 0, true, NULL, &p->other, err)) ||
             (st = submit(p->e, P, lp, P_GEN, &sp, true, 0, false, NULL, &p->mix[0], err)) ||
             (st = submit(p->e, P, lp, P_GEN, &sp, true, chunk, false, NULL, &p->mix[1], err)) ||
             (st = submit(p->e, P, lp, P_GEN, &sp, false, 0, false, NULL, &p->mix[2], err)) ||
@@ -240,13 +273,18 @@ static ls_status probe_pass(probe *p, int draws, uint64_t seed, ls_err *err) {
             if ((st = submit(p->e1, P, lp, P_GEN, &sp, true, 0, false, NULL, ca, err)) || (st = run(p->e1, &ca, 1, err))) break;
             compare(p, LS_AXIS_THREADS, ca, 0, nlog, true, d);
         }
-        /* X: the scalar reference, the first rows only */
+        /* X: queued (R's first rows kept), run for P_XBATCH draws at once */
         if (p->es) {
-            coll *ca = &p->alt;
+            int i = p->n_x++;
             int32_t ns = lp < P_SCALAR ? lp : P_SCALAR;
-            ls_sampler_params g = {.temperature = 0.0f, .top_p = 1.0f};
-            if ((st = submit(p->es, P, ns, 1, &g, true, 0, false, NULL, ca, err)) || (st = run(p->es, &ca, 1, err))) break;
-            compare(p, LS_AXIS_ISA, ca, 0, ns, false, d);
+            memcpy(p->xp[i], P, (size_t)ns * sizeof *P);
+            p->xn[i] = ns;
+            p->xd[i] = d;
+            coll *x = &p->xref[i];
+            coll_reset(x);
+            memcpy(x->lg, p->ref.lg, (size_t)ns * p->V * sizeof(float));
+            memcpy(x->have, p->ref.have, (size_t)ns * sizeof *x->have);
+            if (p->n_x == P_XBATCH || d == draws - 1) st = run_scalar(p, err);
         }
     }
     if (!st && r->axis[LS_AXIS_BLOCK_VS_CHAIN] == LS_AXIS_PASSED && (r->drafted == 0 || r->accepted == 0)) {
@@ -263,14 +301,14 @@ static bool all_pass(const ls_probe_result *r) {
 }
 
 /* A reference engine of the live one's configuration, one thread or the scalar ISA. */
-static ls_engine *ref_engine(ls_engine *e, bool one_thread, ls_err *err) {
+static ls_engine *ref_engine(ls_engine *e, bool one_thread, int32_t n_seq, ls_err *err) {
     const ls_engine_params *ep = ls_engine_params_of(e);
     ls_fwd *f = ls_engine_fwd(e); /* NULL: another backend (the reference is then the CPU's) */
     ls_engine_params q = LS_ENGINE_PARAMS_INIT;
     q.n_ctx = P_ROWS + 1 < ep->n_ctx ? P_ROWS + 1 : ep->n_ctx;
-    q.n_seq_max = 1;
+    q.n_seq_max = n_seq;
     q.step_tokens = 64;
-    q.kv_mem = (int64_t)ls_kv_block_bytes(ls_engine_model(e)) * ((q.n_ctx + LS_KV_BLOCK - 1) / LS_KV_BLOCK + 1);
+    q.kv_mem = (int64_t)ls_kv_block_bytes(ls_engine_model(e)) * ((q.n_ctx + LS_KV_BLOCK - 1) / LS_KV_BLOCK + 1) * n_seq;
     q.no_prefix_cache = true;
     q.faults = ep->faults;
     long online = sysconf(_SC_NPROCESSORS_ONLN);
@@ -307,20 +345,24 @@ static ls_status probe_run(ls_engine *e, int draws, uint64_t seed, ls_probe_resu
     if (f && ls_fwd_isa(f) == LS_ISA_SCALAR) NOT(LS_AXIS_ISA, "the scalar reference is live");
 #undef NOT
     ls_status st = LS_OK;
-    coll *all[] = {&p.ref, &p.mix[0], &p.mix[1], &p.mix[2], &p.mix[3], &p.alt, &p.other};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+    coll *all[7 + 2 * P_XBATCH] = {&p.ref, &p.mix[0], &p.mix[1], &p.mix[2], &p.mix[3], &p.alt, &p.other};
+    const int n_xb = draws < P_XBATCH ? draws : P_XBATCH;
+    size_t n_all = 7;
+    for (int i = 0; i < n_xb; i++) all[n_all++] = &p.xref[i], all[n_all++] = &p.xout[i];
+    for (size_t i = 0; i < n_all; i++) {
         all[i]->V = p.V;
-        if (!(all[i]->lg = ls_malloc((size_t)P_ROWS * p.V * sizeof(float)))) st = LS_E_NOMEM;
+        all[i]->rows = i < 7 ? P_ROWS : P_SCALAR + 1; /* X: its rows, and the one token's */
+        if (!(all[i]->lg = ls_malloc((size_t)all[i]->rows * p.V * sizeof(float)))) st = LS_E_NOMEM;
     }
     if (st) {
         ls_err_set(err, LS_E_NOMEM, "out of memory for the probe's logits");
         goto done;
     }
-    if (r->axis[LS_AXIS_THREADS] != LS_AXIS_NOT_CHECKED && !(p.e1 = ref_engine(e, true, err))) {
+    if (r->axis[LS_AXIS_THREADS] != LS_AXIS_NOT_CHECKED && !(p.e1 = ref_engine(e, true, 1, err))) {
         st = err ? err->code : LS_E_NOMEM;
         goto done;
     }
-    if (r->axis[LS_AXIS_ISA] != LS_AXIS_NOT_CHECKED && !(p.es = ref_engine(e, false, err))) {
+    if (r->axis[LS_AXIS_ISA] != LS_AXIS_NOT_CHECKED && !(p.es = ref_engine(e, false, n_xb, err))) {
         st = err ? err->code : LS_E_NOMEM;
         goto done;
     }
@@ -343,7 +385,7 @@ static ls_status probe_run(ls_engine *e, int draws, uint64_t seed, ls_probe_resu
     }
     snprintf(r->kernels_after, sizeof r->kernels_after, "%s", f ? ls_fwd_parity_family(f)->name : "exact");
 done:
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]->lg);
+    for (size_t i = 0; i < n_all; i++) free(all[i]->lg);
     ls_engine_free(p.e1);
     ls_engine_free(p.es);
     return st;

@@ -279,7 +279,7 @@ static int32_t oracle_draft(void *ud, const int32_t *hist, int32_t n_hist, int32
         if (rng_next(&o->draft_rng) % 4 == 0) out[k] = (int32_t)(rng_next(&o->draft_rng) % 1000); /* wrong guess */
     }
     if (rng_next(&o->draft_rng) % 3 == 0) /* sometimes guess past the real end */
-        for (; k < max; k++) out[k] = (int32_t)(rng_next(&o->draft_rng) % 49152);
+        for (; k < max; k++) out[k] = (int32_t)(rng_next(&o->draft_rng) % (uint64_t)g_V); /* 49152 for SmolLM2 */
     return k;
 }
 
@@ -417,6 +417,47 @@ static void test_engine_solo_matches_ctx(void **state) {
         ls_ctx_free(c);
         free(o.logits);
     }
+}
+
+/* A drafter that proposes the oracle's tokens exactly. */
+static int32_t exact_draft(void *ud, const int32_t *hist, int32_t n_hist, int32_t *out, int32_t max) {
+    outcome *o = ud;
+    int32_t g = n_hist - o->n_prompt, k = 0;
+    (void)hist;
+    for (; k < max && g + k < o->n_oracle; k++) out[k] = o->oracle[g + k];
+    return k;
+}
+
+/* When a verify block's tokens end the request, its last event carries that block's
+ * drafted and accepted counts (they were counted after the request had ended, so the
+ * final event said 0 drafted: the probe then took a fully accepted block for none). */
+static void test_engine_final_event_counts_the_last_block(void **state) {
+    (void)state;
+    FX_NEED(g_model);
+    req_spec r = {.max_tokens = 6, .sp = {.temperature = 0.0f, .top_p = 1.0f}};
+    tokenize("The quick brown fox", r.prompt, 300, &r.n_prompt);
+    outcome solo_o = {0};
+    run_solo(&r, &solo_o);
+    assert_int_equal(solo_o.n, 6);
+    ls_err err;
+    ls_engine_params p = {.size = sizeof(ls_engine_params), .n_ctx = 512, .n_seq_max = 1, .step_tokens = 64, .n_threads = 1,
+                          .isa = -1, .draft_max = 8, .no_prefix_cache = true};
+    ls_engine *e = ls_engine_create(g_model, &p, &err);
+    assert_non_null(e);
+    outcome o = {.oracle = solo_o.toks, .n_oracle = solo_o.n, .n_prompt = r.n_prompt};
+    ls_request q = make_request(&r, &o);
+    q.draft = exact_draft;
+    q.draft_ud = &o;
+    assert_int_equal(ls_engine_submit(e, &q, NULL, &err), LS_OK);
+    run_to_idle(e);
+    assert_true(o.done);
+    assert_int_equal(o.n, 6);
+    assert_memory_equal(o.toks, solo_o.toks, 6 * sizeof(int32_t));
+    /* token 1 from the prefill, then one block: 4 drafts (max_tokens leaves room for 4
+     * plus the bonus token), all accepted, and the request ends inside it */
+    assert_int_equal(o.n_drafted, 4);
+    assert_int_equal(o.n_accepted, 4);
+    ls_engine_free(e);
 }
 
 static void test_engine_stops_and_cancel(void **state) {
@@ -780,6 +821,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_engine_solo_matches_ctx),
         cmocka_unit_test(test_engine_stops_and_cancel),
         cmocka_unit_test(test_engine_prefix_hit_after_one_step),
+        cmocka_unit_test(test_engine_final_event_counts_the_last_block),
         cmocka_unit_test(test_engine_every_path),
         cmocka_unit_test(test_engine_random_parity),
     };
