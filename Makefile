@@ -308,6 +308,8 @@ test-cuda: cuda
 	$(BUILD)/cuda/test_layout
 	$(BUILD)/cuda/test_cuda
 	$(BUILD)/cuda/test_engine_cuda
+	@if [ -f $(MODEL) ]; then $(BUILD)/cuda/test_engine_cuda --model $(MODEL); \
+	else echo "test-cuda: NOT CHECKED: the real model on the GPU ($(MODEL) is missing; make model)"; fi
 	@if $(BUILD)/cuda/test_cuda_mut --quick > $(BUILD)/cuda/mutant.log 2>&1; then \
 	    echo "test-cuda: the mutant (wrong tree order) passed: the parity tests cannot fail"; exit 1; \
 	else echo "test-cuda: the mutant (wrong tree order) fails, as it must ($$(grep -c FAIL $(BUILD)/cuda/mutant.log) failing checks)"; fi

@@ -7,6 +7,11 @@
  *      repeated prompt for the prefix cache, ngram drafts) on the GPU engine gives the
  *      same tokens and logits, memcmp, as each request alone on a CPU engine;
  *   3. ls_engine_score of random token sequences: GPU == CPU, every position.
+ * With `--model FILE` (a real GGUF file, e.g. the default model carried to the device),
+ * the same on that file: the probe; 16 concurrent requests (4 chat prompts and 12 of
+ * random tokens; greedy and seeded; chunked; a repeat; ngram drafts) on the GPU against
+ * each alone on the CPU, every generated position's logits; and the decode speed of one
+ * chat answer on each, whose text must be the same.
  * Prints the differing bytes; exits 1 on any difference.  Needs a CUDA build and a GPU. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -201,7 +206,200 @@ static void test_model(const synth_cfg *c, uint64_t seed) {
     free(buf);
 }
 
-int main(void) {
+/* ---- a real file ---------------------------------------------------------------- */
+enum { F_NR = 16, F_GEN = 32 };
+
+typedef struct {
+    size_t V;
+    float *lg; /* F_GEN rows: the logits that predicted each generated token */
+    int32_t tok[F_GEN], n;
+    bool done;
+} coll;
+
+static void collect(void *ud, const ls_event *ev) {
+    coll *c = ud;
+    if (ev->prompt || ev->token < 0 || c->n >= F_GEN) {
+        if (ev->done) c->done = true;
+        return;
+    }
+    if (ev->logits) memcpy(c->lg + (size_t)c->n * c->V, ev->logits, c->V * sizeof(float));
+    c->tok[c->n++] = ev->token;
+    if (ev->done) c->done = true;
+}
+
+static int32_t chat_tokens(const ls_model *m, const char *msg, int32_t *out, size_t cap) {
+    ls_err err;
+    ls_chat_msg cm = {"user", msg};
+    char *text = NULL;
+    size_t n = 0;
+    if (ls_model_apply_chat(m, &cm, 1, true, &text, &err) ||
+        ls_model_tokenize(m, text, strlen(text), true, true, out, cap, &n, &err)) {
+        fprintf(stderr, "chat prompt: %s\n", err.msg);
+        exit(1);
+    }
+    free(text);
+    return (int32_t)n;
+}
+
+static void test_file(const char *path) {
+    /* LOCKSTEP_TEST_DEVICE=cpu: a dry run of this harness on a machine without a GPU */
+    const char *gpu = getenv("LOCKSTEP_TEST_DEVICE") ? getenv("LOCKSTEP_TEST_DEVICE") : "cuda";
+    ls_err err;
+    ls_model_params mp = LS_MODEL_PARAMS_INIT;
+    mp.path = path;
+    ls_model *m = ls_model_load(&mp, &err);
+    if (!m) {
+        fprintf(stderr, "%s: %s\n", path, err.msg);
+        exit(1);
+    }
+    ls_model_info mi = LS_MODEL_INFO_INIT;
+    if (ls_model_get_info(m, &mi, &err)) {
+        fprintf(stderr, "%s: %s\n", path, err.msg);
+        exit(1);
+    }
+    const size_t V = mi.n_vocab;
+    ls_engine *g = engine(m, gpu, F_NR);
+    ls_probe_params pp = LS_PROBE_PARAMS_INIT;
+    ls_probe_result pr = LS_PROBE_RESULT_INIT;
+    if (ls_engine_probe(g, &pp, &pr, &err)) {
+        fprintf(stderr, "probe: %s\n", err.msg);
+        exit(1);
+    }
+    ls_engine_info gi = LS_ENGINE_INFO_INIT;
+    ls_engine_get_info(g, &gi);
+    printf("%s\nprobe on %s: %s (%d rows; batch_mix %d chunked %d prefix %d block %d isa %d; %.0f ms) %s\n", path,
+           gi.device, ls_verdict_name(pr.verdict), pr.n_rows, pr.axis[LS_AXIS_BATCH_MIX],
+           pr.axis[LS_AXIS_CHUNKED_PREFILL], pr.axis[LS_AXIS_PREFIX_CACHE], pr.axis[LS_AXIS_BLOCK_VS_CHAIN],
+           pr.axis[LS_AXIS_ISA], pr.ms, pr.detail);
+    if (pr.verdict != LS_VERDICT_VERIFIED || pr.axis[LS_AXIS_ISA] != LS_AXIS_PASSED) g_fail = 1;
+
+    static const char *chats[] = {"What is the capital of France?", "Write a haiku about the sea.",
+                                  "Explain what a hash table is in two sentences.", "List three prime numbers."};
+    static int32_t prompts[F_NR][200];
+    int32_t n_prompt[F_NR];
+    uint64_t rs = 12345;
+    for (int i = 0; i < F_NR; i++) {
+        if (i < 4) n_prompt[i] = chat_tokens(m, chats[i], prompts[i], 200);
+        else if (i == 9) {
+            memcpy(prompts[i], prompts[5], sizeof prompts[i]); /* a repeat: the prefix cache */
+            n_prompt[i] = n_prompt[5];
+        } else {
+            n_prompt[i] = 10 + (int32_t)(synth_next(&rs) % 60);
+            for (int32_t t = 0; t < n_prompt[i]; t++) prompts[i][t] = (int32_t)(synth_next(&rs) % V);
+        }
+    }
+    coll gc[F_NR];
+    ls_drafter *dr[F_NR] = {0};
+    ls_sampler_params sp[F_NR];
+    for (int i = 0; i < F_NR; i++) {
+        gc[i] = (coll){.V = V, .lg = malloc(sizeof(float) * V * F_GEN)};
+        sp[i] = i % 2 ? (ls_sampler_params){.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .seed = 1000 + i}
+                      : (ls_sampler_params){.top_p = 1.0f};
+        ls_request q = LS_REQUEST_INIT;
+        q.prompt = prompts[i];
+        q.n_prompt = n_prompt[i];
+        q.sampling = sp[i];
+        q.max_tokens = F_GEN;
+        q.ignore_eos = true;
+        q.want_logits = true;
+        q.prefill_chunk = i % 5 == 2 ? 7 : 0;
+        q.on_event = collect;
+        q.ud = &gc[i];
+        if (i % 4 == 1) {
+            ls_spec_params spp = LS_SPEC_PARAMS_INIT;
+            spp.kind = LS_SPEC_NGRAM;
+            spp.ngram_min = 1;
+            if (!(dr[i] = ls_drafter_create(g, &spp, &q.sampling, &err))) {
+                fprintf(stderr, "drafter: %s\n", err.msg);
+                exit(1);
+            }
+            ls_drafter_attach(dr[i], &q);
+        }
+        if (ls_engine_submit(g, &q, NULL, &err)) {
+            fprintf(stderr, "submit: %s\n", err.msg);
+            exit(1);
+        }
+    }
+    while (!ls_engine_idle(g))
+        if (ls_engine_step(g, NULL, &err)) {
+            fprintf(stderr, "step: %s\n", err.msg);
+            exit(1);
+        }
+    ls_engine *cpu = engine(m, "cpu", 1);
+    size_t rows = 0, bytes = 0;
+    for (int i = 0; i < F_NR; i++) {
+        ls_request q = LS_REQUEST_INIT;
+        q.prompt = prompts[i];
+        q.n_prompt = n_prompt[i];
+        q.sampling = sp[i];
+        q.max_tokens = F_GEN;
+        q.ignore_eos = true;
+        q.want_logits = true;
+        q.on_event = ignore;
+        ls_result r = LS_RESULT_INIT;
+        if (ls_engine_generate(cpu, &q, &r, &err)) {
+            fprintf(stderr, "generate (cpu): %s\n", err.msg);
+            exit(1);
+        }
+        size_t n = (size_t)(r.n_logits < gc[i].n ? r.n_logits : gc[i].n);
+        size_t d = diff_bytes(r.logits, gc[i].lg, n * V);
+        bool same = r.n_tokens == gc[i].n && !memcmp(r.tokens, gc[i].tok, sizeof(int32_t) * (size_t)gc[i].n);
+        rows += n;
+        bytes += d;
+        if (d || !same || !gc[i].done || r.n_logits != F_GEN) {
+            printf("  request %d: GPU in the mix vs CPU alone: %zu bytes differ, tokens %s\n", i, d,
+                   same ? "same" : "DIFFER");
+            g_fail = 1;
+        }
+        ls_result_free(&r);
+        free(gc[i].lg);
+        ls_drafter_free(dr[i]);
+    }
+    printf("16 concurrent requests on the GPU vs each alone on the CPU: %zu logits rows, %zu bytes differ\n", rows,
+           bytes);
+    g_rows += rows;
+    g_bytes_diff += bytes;
+    ls_engine_free(g);
+
+    /* one chat answer alone on each: the text, prefill and decode speed */
+    ls_engine *g1 = engine(m, gpu, 1);
+    char *text[2] = {0};
+    for (int k = 0; k < 2; k++) {
+        ls_request q = LS_REQUEST_INIT;
+        q.prompt = prompts[0];
+        q.n_prompt = n_prompt[0];
+        q.sampling = (ls_sampler_params){.top_p = 1.0f};
+        q.max_tokens = 128;
+        q.on_event = ignore;
+        ls_result r = LS_RESULT_INIT;
+        if (ls_engine_generate(k ? cpu : g1, &q, &r, &err)) {
+            fprintf(stderr, "generate: %s\n", err.msg);
+            exit(1);
+        }
+        printf("%s: %d prompt + %d generated tokens, prefill %.1f ms, decode %.1f tok/s\n", k ? "cpu (8 threads)" : gpu,
+               r.n_prompt, r.n_tokens, r.prompt_ms, r.n_tokens > 1 ? (r.n_tokens - 1) * 1000.0 / r.gen_ms : 0.0);
+        text[k] = strdup(r.text);
+        ls_result_free(&r);
+    }
+    printf("answer: %s\n", text[0]);
+    if (strcmp(text[0], text[1])) {
+        printf("  the CPU's answer differs: %s\n", text[1]);
+        g_fail = 1;
+    }
+    free(text[0]);
+    free(text[1]);
+    ls_engine_free(g1);
+    ls_engine_free(cpu);
+    ls_model_free(m);
+}
+
+int main(int argc, char **argv) {
+    if (argc == 3 && !strcmp(argv[1], "--model")) {
+        test_file(argv[2]);
+        printf("test_engine_cuda: %zu logits rows compared, %zu bytes differ: %s\n", g_rows, g_bytes_diff,
+               g_fail ? "FAILED" : "ok");
+        return g_fail;
+    }
     static const synth_cfg cfgs[] = {
         {"smol-q4_1 (Q4_1, tied Q8_0 head)", 8192, 576, 3, 9, 3, 1536, 8192, 3, 3, 3, 3, 3, 3, 3, 8, -1, 100000.0f},
         {"q4_k_m (Q4_K, Q6_K v/down/head)", 8192, 1024, 2, 16, 4, 2816, 4096, 12, 12, 14, 12, 12, 12, 14, 12, 14, 10000.0f},
