@@ -13,7 +13,7 @@
  *
  *   make lib && cc -O2 -std=c11 -D_GNU_SOURCE -Isrc bench/budget.c build/liblockstep.a \
  *     -Wl,--wrap=ls_matmul_multi_rows,--wrap=ls_attention,--wrap=ls_rmsnorm,--wrap=ls_swiglu \
- *     -lpcre2-8 -lcjson -lcrypto -lm -pthread -o build/budget && build/budget [P] [rounds] [threads]
+ *     -lpcre2-8 -lcjson -lcrypto -lm -pthread -o build/budget && build/budget [P] [rounds] [threads] [MODEL]
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,13 +42,13 @@ void __wrap_ls_matmul_multi_rows(const ls_kctx *kc, int n, const ls_wmat *const 
     g_t[T_MM] += now_ms() - t0;
 }
 void __real_ls_attention(const ls_kctx *kc, const float *q, int64_t M, const int32_t *pos, const ls_kv_view *kv,
-                         int n_head, int n_kv_head, int head_dim, float scale, float *out, float *scratch,
-                         size_t per);
+                         int n_head, int n_kv_head, int head_dim, float scale, int32_t window, float *out,
+                         float *scratch, size_t per);
 void __wrap_ls_attention(const ls_kctx *kc, const float *q, int64_t M, const int32_t *pos, const ls_kv_view *kv,
-                         int n_head, int n_kv_head, int head_dim, float scale, float *out, float *scratch,
-                         size_t per) {
+                         int n_head, int n_kv_head, int head_dim, float scale, int32_t window, float *out,
+                         float *scratch, size_t per) {
     double t0 = now_ms();
-    __real_ls_attention(kc, q, M, pos, kv, n_head, n_kv_head, head_dim, scale, out, scratch, per);
+    __real_ls_attention(kc, q, M, pos, kv, n_head, n_kv_head, head_dim, scale, window, out, scratch, per);
     g_t[T_ATT] += now_ms() - t0;
 }
 void __real_ls_rmsnorm(const ls_kctx *kc, const float *x, const float *w, float eps, int64_t M, int64_t n, float *out);
@@ -161,12 +161,13 @@ static void row(const char *label, const acc *a, const acc *base) {
 int main(int argc, char **argv) {
     const int P = argc > 1 ? atoi(argv[1]) : 80, rounds = argc > 2 ? atoi(argv[2]) : 5,
               threads = argc > 3 ? atoi(argv[3]) : 2;
+    const char *path = argc > 4 ? argv[4] : "models/SmolLM2-135M-Instruct.Q4_1.gguf";
     if (P < 16 || P > 1800 || rounds < 1 || rounds > 100 || threads < 1 || threads > 64) {
-        fprintf(stderr, "usage: budget [P 16..1800] [rounds 1..100] [threads 1..64]\n");
+        fprintf(stderr, "usage: budget [P 16..1800] [rounds 1..100] [threads 1..64] [MODEL]\n");
         return 2;
     }
     ls_err err = {0};
-    ls_model *m = ls_model_load(&(ls_model_params){.size = sizeof(ls_model_params), .path = "models/SmolLM2-135M-Instruct.Q4_1.gguf"}, &err);
+    ls_model *m = ls_model_load(&(ls_model_params){.size = sizeof(ls_model_params), .path = path}, &err);
     if (!m) {
         fprintf(stderr, "budget: %s (run `make model` first)\n", err.msg);
         return 1;

@@ -504,7 +504,7 @@ class Soak:
         t0 = time.perf_counter()
         if want is None:  # announce a body, send part of it, hang up
             with socket.create_connection((self.cl.host, self.cl.port), timeout=self.a.request_timeout) as s:
-                s.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                s.sendall(f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                           f"Content-Length: 1000\r\n\r\n{{\"messages\": [".encode())
                 s.shutdown(socket.SHUT_RDWR)
             self.served("malformed", "dropped", None)

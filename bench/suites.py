@@ -149,13 +149,23 @@ class Peer:
                                       f" ({self.bindir / tool} is missing)")
 
 
-def build_llamacpp(skip: bool) -> str | None:
-    """Runs bench/llamacpp/build.sh (a no-op when up to date); the error, if any."""
+def build_llamacpp(skip: bool, isa: str = "native") -> str | None:
+    """Runs bench/llamacpp/build.sh (a no-op when up to date); the error, if any.  isa avx2 or
+    avxvnni builds the llama.cpp of that level (LLAMA_ISA, into build/llama.cpp-<isa>/)."""
     if skip:
         return None
-    log("llama.cpp: bench/llamacpp/build.sh (builds once, ~20 min on 2 cores; a no-op when up to date)")
-    r = subprocess.run(["nice", "-n", "19", "bash", str(ROOT / "bench" / "llamacpp" / "build.sh")], cwd=ROOT)
-    return None if r.returncode == 0 else f"bench/llamacpp/build.sh failed with exit {r.returncode}"
+    lisa = isa if isa in ("avx2", "avxvnni") else "native"
+    log(f"llama.cpp: LLAMA_ISA={lisa} bench/llamacpp/build.sh (builds once, ~20 min on 2 cores; a no-op when up to date)")
+    r = subprocess.run(["nice", "-n", "19", "bash", str(ROOT / "bench" / "llamacpp" / "build.sh")], cwd=ROOT,
+                       env={**os.environ, "LLAMA_ISA": lisa})
+    return None if r.returncode == 0 else f"LLAMA_ISA={lisa} bench/llamacpp/build.sh failed with exit {r.returncode}"
+
+
+# --isa LEVEL: the environment that makes every lockstep process of the run take that level
+# (inherited by the children).  avx2 hides AVX-VNNI and AVX-512 (an AVX2-only CPU: Zen 2/3),
+# avxvnni hides AVX-512 (Alder Lake-like); the run checks the ISA lockstep reports.
+ISA_ENV = {"native": {}, "avx512": {"LOCKSTEP_ISA": "avx512"}, "avxvnni": {"LOCKSTEP_CPU_HIDE": "avx512"},
+           "avx2": {"LOCKSTEP_CPU_HIDE": "avxvnni"}}
 
 
 # ---------------------------------------------------------------------------- A/B pairs
@@ -222,21 +232,27 @@ PEER_HEAD = ["figure", "lockstep (median tok/s)", "llama.cpp (median tok/s)", "l
 class Ctx:
     """What every suite needs."""
 
-    def __init__(self, args, cfg: dict, ls_exe: Path, peer: Peer):
+    def __init__(self, args, cfg: dict, ls_exe: Path, bench_exe: Path, peer: Peer):
         self.args, self.cfg, self.peer = args, cfg, peer
         self.model, self.threads, self.timeout = args.model, args.threads, args.timeout
-        self.exe = ls_exe
-        self.ls = vs.Lockstep(ls_exe, self.model, self.threads)
+        self.exe, self.bexe = ls_exe, bench_exe
+        self.ls = vs.Lockstep(ls_exe, self.model, self.threads, bench_exe)
         self.lb = vs.LlamaBench(peer.bindir, self.model, self.threads)
         self.lbb = vs.LlamaBatched(peer.bindir, self.model, self.threads)
         self.lk = LlamaLookup(peer.bindir, self.model, self.threads)
         self.shown = str(args.lockstep)  # the binary as the commands show it (runs use a snapshot)
+        self.bshown = str(args.bench_tool)
 
     def lcmd(self, *a) -> list[str]:
         return [str(self.exe), *a, "-m", str(self.model), "-t", str(self.threads)]
 
+    def bcmd(self, suite: str, *a) -> list[str]:
+        """`lockstep-bench <suite> ...`: the benchmark tool (`lockstep bench` only points to it)."""
+        return [str(self.bexe), suite, *a, "-m", str(self.model), "-t", str(self.threads)]
+
     def show(self, cmd: list[str]) -> str:
-        return vs.short([self.shown if c == str(self.exe) else c for c in cmd])
+        return vs.short([self.shown if c == str(self.exe) else self.bshown if c == str(self.bexe) else c
+                         for c in cmd])
 
 
 def suite_decode(c: Ctx) -> dict:
@@ -330,7 +346,7 @@ def suite_prefill(c: Ctx) -> dict:
 
 def suite_batch(c: Ctx) -> dict:
     cfg = c.cfg
-    cmd = c.lcmd("bench", "batch", "--batches", cfg["batches"], "--kernels", "both", "--prompts",
+    cmd = c.bcmd("batch", "--batches", cfg["batches"], "--kernels", "both", "--prompts",
                  cfg["batch_prompts"], "--reps", str(cfg["reps"]), "--gen", str(cfg["batch_gen"]), "--prompt-len",
                  str(cfg["batch_plen"]), "--no-ttft", "--json")
     log("lockstep bench batch --kernels both")
@@ -392,7 +408,7 @@ def suite_batch(c: Ctx) -> dict:
 
 def suite_mixed(c: Ctx) -> dict:
     cfg = c.cfg
-    cmd = c.lcmd("bench", "mixed", "--classic", cfg["mixed_classic"], "--gen", str(cfg["mixed_gen"]), "--reps",
+    cmd = c.bcmd("mixed", "--classic", cfg["mixed_classic"], "--gen", str(cfg["mixed_gen"]), "--reps",
                  str(cfg["reps"]), "--json")
     log("lockstep bench mixed")
     j, load = run_json(cmd, c.timeout * 4)
@@ -420,7 +436,7 @@ def suite_mixed(c: Ctx) -> dict:
 
 def suite_spec(c: Ctx) -> dict:
     cfg = c.cfg
-    cmd = c.lcmd("bench", "spec", "-n", str(cfg["spec_n"]), "--draft-max", str(DRAFT_MAX), "--reps",
+    cmd = c.bcmd("spec", "-n", str(cfg["spec_n"]), "--draft-max", str(DRAFT_MAX), "--reps",
                  str(cfg["reps"]), "--json")
     log("lockstep bench spec")
     j, load = run_json(cmd, c.timeout * 6)
@@ -498,7 +514,7 @@ def suite_spec(c: Ctx) -> dict:
 
 def suite_cache(c: Ctx) -> dict:
     cfg = c.cfg
-    cmd = c.lcmd("bench", "cache", "--prefix", str(cfg["cache_prefix"]), "--suffixes", cfg["cache_suffixes"],
+    cmd = c.bcmd("cache", "--prefix", str(cfg["cache_prefix"]), "--suffixes", cfg["cache_suffixes"],
                  "--reps", str(cfg["reps"]), "--json")
     log("lockstep bench cache")
     j, load = run_json(cmd, c.timeout * 4)
@@ -680,7 +696,15 @@ def main() -> int:
     ap.add_argument("--pairs", type=int, help="A/B pairs per side-by-side figure (default 5; --quick 2)")
     ap.add_argument("--reps", type=int, help="repetitions inside each lockstep bench (default 3; --quick 1)")
     ap.add_argument("--lockstep", type=Path, default=vs.DEFAULT_LOCKSTEP)
-    ap.add_argument("--llama-bin", type=Path, default=vs.DEFAULT_LLAMA_BIN)
+    ap.add_argument("--bench-tool", type=Path, default=vs.DEFAULT_BENCH_TOOL,
+                    help="the benchmark tool, lockstep-bench (default build/lockstep-bench)")
+    ap.add_argument("--llama-bin", type=Path, default=None,
+                    help="llama.cpp's bin folder (default build/llama.cpp/build/bin; with --isa avx2 or "
+                         "avxvnni, build/llama.cpp-<isa>/build/bin)")
+    ap.add_argument("--isa", choices=sorted(ISA_ENV), default="native",
+                    help="run lockstep at this kernel level (avx2: LOCKSTEP_CPU_HIDE=avxvnni, avxvnni: "
+                         "LOCKSTEP_CPU_HIDE=avx512, avx512: LOCKSTEP_ISA=avx512) against the llama.cpp built "
+                         "for it (LLAMA_ISA); default native: the host's best, the native llama.cpp")
     ap.add_argument("--no-build", action="store_true", help="do not run bench/llamacpp/build.sh")
     ap.add_argument("--timeout", type=float, default=300, help="seconds per engine run (default 300)")
     ap.add_argument("--nice", type=int, default=None, metavar="N",
@@ -703,12 +727,25 @@ def main() -> int:
             cfg[k] = v
     if args.threads < 1:
         ap.error("--threads must be at least 1")
-    args.out = args.out or (ROOT / "build" / "bench" / "results-quick" if args.quick else ROOT / "bench" / "results")
+    isa_dir = "" if args.isa == "native" else f"/isa-{args.isa}"
+    args.out = args.out or Path(str(ROOT / "build" / "bench" / "results-quick" if args.quick else ROOT / "bench" / "results")
+                                + isa_dir)
+    if args.llama_bin is None:
+        args.llama_bin = (ROOT / "build" / f"llama.cpp-{args.isa}" / "build" / "bin" if args.isa in ("avx2", "avxvnni")
+                          else vs.DEFAULT_LLAMA_BIN)
+    if args.isa != "native":
+        os.environ.pop("LOCKSTEP_ISA", None)
+        os.environ.pop("LOCKSTEP_CPU_HIDE", None)
+        os.environ.update(ISA_ENV[args.isa])
+        if args.docs:
+            ap.error("--docs takes the native run only (a forced-ISA run writes its own folder)")
     args.model = args.model.resolve()
     if not args.model.exists():
         sys.exit(f"suites: no model at {args.model} (run `make model`)")
     if not args.lockstep.exists():
         sys.exit(f"suites: no {args.lockstep} (run `make cli`)")
+    if not args.bench_tool.exists():
+        sys.exit(f"suites: no {args.bench_tool} (run `make bench-tools`)")
     if args.docs and not args.docs.exists():
         sys.exit(f"suites: --docs {args.docs} does not exist")
     if args.nice is None and os.geteuid() == 0:
@@ -717,7 +754,7 @@ def main() -> int:
     ensure_matplotlib()
     args.out.mkdir(parents=True, exist_ok=True)
 
-    build_error = build_llamacpp(args.no_build)
+    build_error = build_llamacpp(args.no_build, args.isa)
     peer = Peer(args.llama_bin.resolve(), build_error)
     missing = [m for m in (peer.missing(t) for t in ("llama-bench", "llama-batched-bench", "llama-lookup")) if m]
     if missing:
@@ -730,6 +767,8 @@ def main() -> int:
     atexit.register(shutil.rmtree, snap, True)
     exe = snap / "lockstep"
     shutil.copy2(args.lockstep, exe)
+    bexe = snap / "lockstep-bench"
+    shutil.copy2(args.bench_tool, bexe)
     lsinfo = vs.lockstep_info(args.lockstep.resolve())
     meta = {
         "date_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -739,7 +778,7 @@ def main() -> int:
         "lockstep": lsinfo, "llama.cpp": vs.llama_info(peer.bindir),
         "engine_priority": vs.child_priority_desc(), "loadavg_before": os.getloadavg(),
     }
-    c = Ctx(args, cfg, exe, peer)
+    c = Ctx(args, cfg, exe, bexe, peer)
     args.footer = (f"lockstep {lsinfo['commit']}, {meta['machine'].get('Model name', '?')}, {args.threads} threads, "
                    f"{meta['date_utc'][:16]}")
     log("warm-up (not recorded)")
@@ -747,6 +786,11 @@ def main() -> int:
         lsinfo["isa"] = c.ls.run(vs.STORY_PROMPT, 8, args.timeout)["isa"]
     except SystemExit as e:
         print(banner([f"FAILED: lockstep does not run: {why(e)}"]), file=sys.stderr)
+        return 1
+    lsinfo["isa_forced"] = args.isa
+    if args.isa != "native" and lsinfo["isa"] != args.isa:
+        print(banner([f"FAILED: --isa {args.isa} ({ISA_ENV[args.isa]}) but lockstep ran {lsinfo['isa']}",
+                      "(this CPU lacks that level?)"]), file=sys.stderr)
         return 1
     if not peer.missing("llama-bench"):
         try:

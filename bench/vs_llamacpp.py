@@ -48,6 +48,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_LOCKSTEP = ROOT / "build" / "lockstep"
+DEFAULT_BENCH_TOOL = ROOT / "build" / "lockstep-bench"  # the benchmark tool (`lockstep bench` only points to it)
 DEFAULT_LLAMA_BIN = ROOT / "build" / "llama.cpp" / "build" / "bin"
 LLAMA_VERSION_FILE = ROOT / "build" / "llama.cpp" / "VERSION"
 
@@ -218,8 +219,9 @@ def quiet_gate(max_wait: float, frac: float) -> float:
 
 # ---------------------------------------------------------------------------- engines
 class Lockstep:
-    def __init__(self, exe: Path, model: Path, threads: int):
+    def __init__(self, exe: Path, model: Path, threads: int, bench_exe: Path | None = None):
         self.exe, self.model, self.threads = exe, model, threads
+        self.bench_exe = bench_exe if bench_exe is not None else exe.parent / "lockstep-bench"
 
     def tokenize(self, text: str) -> dict:
         # run -p tokenizes with add_special=true, parse_special=true: do the same.
@@ -241,7 +243,7 @@ class Lockstep:
         return last_json_obj(sh(self.run_cmd(prompt, n, extra), timeout).stdout)
 
     def batch_cmd(self, b: int) -> list[str]:
-        return [str(self.exe), "bench", "batch", "-m", str(self.model), "-t", str(self.threads),
+        return [str(self.bench_exe), "batch", "-m", str(self.model), "-t", str(self.threads),
                 "--batches", str(b), "--kernels", "auto", "--prompts", "unshared", "--reps", "1", "--no-ttft",
                 "--gen", str(BATCH_TG), "--prompt-len", str(BATCH_PP), "--json"]
 
@@ -249,7 +251,7 @@ class Lockstep:
         j = last_json_obj(sh(self.batch_cmd(b), timeout).stdout)
         rows = [r for r in j["batch"] if r["B"] == b and not r["shared"] and r["kernels"] == "auto"]
         if len(rows) != 1:
-            sys.exit(f"vs_llamacpp: unexpected `lockstep bench batch` JSON: {str(j)[:500]}")
+            sys.exit(f"vs_llamacpp: unexpected `lockstep-bench batch` JSON: {str(j)[:500]}")
         return rows[0]
 
 
@@ -505,6 +507,8 @@ def main() -> int:
                     help="comma list of tg128, ppN (prefill of N tokens, e.g. pp512), tgbN (batched decode "
                          "of N sequences: lockstep bench batch vs llama-batched-bench S_TG) (default tg128,pp512)")
     ap.add_argument("--lockstep", type=Path, default=DEFAULT_LOCKSTEP)
+    ap.add_argument("--bench-tool", type=Path, default=DEFAULT_BENCH_TOOL,
+                    help="the benchmark tool for the tgbN figures (default build/lockstep-bench)")
     ap.add_argument("--llama-bin", type=Path, default=DEFAULT_LLAMA_BIN, help="folder holding llama-bench")
     ap.add_argument("--bw-reps", type=int, default=7)
     ap.add_argument("--no-bw", action="store_true", help="skip the bandwidth measurement")
@@ -558,9 +562,14 @@ def main() -> int:
     atexit.register(shutil.rmtree, snap_dir, True)  # also when a run fails (sys.exit)
     ls_exe = snap_dir / "lockstep"
     shutil.copy2(args.lockstep, ls_exe)
+    b_exe = snap_dir / "lockstep-bench"
+    if args.bench_tool.exists():
+        shutil.copy2(args.bench_tool, b_exe)
+    elif any(t.startswith("tgb") for t in tests):
+        sys.exit(f"vs_llamacpp: no {args.bench_tool} (needed by the tgbN figures); run `make bench-tools`")
     ls_meta = lockstep_info(args.lockstep.resolve())
-    ls = Lockstep(ls_exe, model, args.threads)
-    ls_shown = Lockstep(args.lockstep.resolve(), model, args.threads)
+    ls = Lockstep(ls_exe, model, args.threads, b_exe)
+    ls_shown = Lockstep(args.lockstep.resolve(), model, args.threads, args.bench_tool.resolve())
     lb = LlamaBench(args.llama_bin.resolve(), model, args.threads)
     lbb = LlamaBatched(args.llama_bin.resolve(), model, args.threads)
     if any(t.startswith("tgb") for t in tests) and not lbb.exe.exists():

@@ -24,6 +24,11 @@
 #   LLAMA_CPP_SDIST           use this local .tar.gz instead of downloading
 #   JOBS                      parallel compile jobs (default 2)
 #   PYTHON                    python for `pip download` (default python3)
+#   LLAMA_ISA                 native (default: -DGGML_NATIVE=ON, the host's best ISA) or
+#                             avx2 (GGML_NATIVE=OFF, AVX/AVX2/FMA/F16C/BMI2 on, every AVX-512,
+#                             AVX-VNNI and AMX path off: the llama.cpp an AVX2-only host runs)
+#                             or avxvnni (avx2 plus GGML_AVX_VNNI).  A non-native build goes to
+#                             build/llama.cpp-<isa>/ (same layout) so both can exist at once.
 # A failed build prints "BUILD FAILED" and exits non-zero; nothing is ever skipped
 # silently.
 set -euo pipefail
@@ -31,8 +36,19 @@ set -euo pipefail
 VER=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
 JOBS=${JOBS:-2}
 PYTHON=${PYTHON:-python3}
+LLAMA_ISA=${LLAMA_ISA:-native}
 root=$(cd "$(dirname "$0")/../.." && pwd)
-out="$root/build/llama.cpp"
+case "$LLAMA_ISA" in
+    native) out="$root/build/llama.cpp"; isa_args=(-DGGML_NATIVE=ON) ;;
+    avx2|avxvnni)
+        out="$root/build/llama.cpp-$LLAMA_ISA"
+        vnni=OFF; [ "$LLAMA_ISA" = avxvnni ] && vnni=ON
+        isa_args=(-DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
+                  -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX_VNNI=$vnni -DGGML_AVX512=OFF
+                  -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF
+                  -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF) ;;
+    *) echo "llamacpp/build.sh: LLAMA_ISA must be native, avx2 or avxvnni (got '$LLAMA_ISA')" >&2; exit 2 ;;
+esac
 dl="$out/dl"
 src_parent="$out/src"
 bdir="$out/build"
@@ -40,7 +56,7 @@ bin="$bdir/bin"
 vfile="$out/VERSION"
 # PATCH_LEVEL is part of the stamp: changing the patches below forces a rebuild.
 PATCH_LEVEL=1
-stamp="sdist: llama-cpp-python==$VER, patch level $PATCH_LEVEL"
+stamp="sdist: llama-cpp-python==$VER, patch level $PATCH_LEVEL, isa $LLAMA_ISA"
 
 log() { echo "llamacpp/build.sh: $*" >&2; }
 reported=0
@@ -55,8 +71,11 @@ fail() {
 }
 trap 'rc=$?; [ -n "$tmp" ] && rm -rf "$tmp"; if [ $rc -ne 0 ] && [ $reported = 0 ]; then echo "llamacpp/build.sh: BUILD FAILED (exit $rc)" >&2; fi' EXIT
 
+# llama-lookup is built (and required) only for the native build: the n-gram peer figures
+# are not part of the per-ISA rows.
+want_lookup=1; [ "$LLAMA_ISA" = native ] || want_lookup=0
 if [ "${FORCE:-0}" != 1 ] && [ -x "$bin/llama-bench" ] && [ -x "$bin/llama-batched-bench" ] &&
-   [ -x "$bin/llama-lookup" ] && [ -f "$vfile" ] && grep -qxF "$stamp" "$vfile"; then
+   { [ $want_lookup = 0 ] || [ -x "$bin/llama-lookup" ]; } && [ -f "$vfile" ] && grep -qxF "$stamp" "$vfile"; then
     log "up to date ($stamp, $(grep '^llama.cpp commit:' "$vfile" || true)); FORCE=1 rebuilds"
     exit 0
 fi
@@ -127,7 +146,7 @@ ggml_ver=$(sed -n 's/^set(GGML_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)).*/\2/
 cmake_args=(
     -S "$lcpp" -B "$bdir"
     -DCMAKE_BUILD_TYPE=Release
-    -DGGML_NATIVE=ON
+    "${isa_args[@]}"
     -DLLAMA_CURL=OFF
     -DLLAMA_BUILD_TESTS=OFF
     -DLLAMA_BUILD_EXAMPLES=ON
@@ -149,9 +168,10 @@ for b in llama-bench llama-batched-bench; do
 done
 # llama-lookup (examples/lookup) is optional: the benchmarks report its absence loudly.
 lookup_status=built
-log "building llama-lookup with -j$JOBS (log: $out/cmake-build-lookup.log)"
-if ! cmake --build "$bdir" --config Release --target llama-lookup -j"$JOBS" >"$out/cmake-build-lookup.log" 2>&1 ||
-   [ ! -x "$bin/llama-lookup" ]; then
+[ $want_lookup = 1 ] || lookup_status="not built (LLAMA_ISA=$LLAMA_ISA: only the native build has it)"
+[ $want_lookup = 0 ] || log "building llama-lookup with -j$JOBS (log: $out/cmake-build-lookup.log)"
+if [ $want_lookup = 1 ] && { ! cmake --build "$bdir" --config Release --target llama-lookup -j"$JOBS" >"$out/cmake-build-lookup.log" 2>&1 ||
+   [ ! -x "$bin/llama-lookup" ]; }; then
     tail -20 "$out/cmake-build-lookup.log" >&2
     lookup_status="NOT BUILT (see $out/cmake-build-lookup.log)"
     echo "==================================================================" >&2
