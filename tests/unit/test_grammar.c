@@ -74,7 +74,17 @@ static void test_parser_rejects_naming_the_problem(void **st) {
     expect_error("root ::= \"a\" )", "expected a newline");
     expect_error("root ::= \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"{90000}",
                  "expand to more than");
-    ls_grammar_free(compile("root ::= ((\"a\"{0,1000}){0,1000}){0,1000}\n")); /* groups repeat as one reference */
+    /* Nested repetitions compile to 3,000 rules, not 10^9 copies (a group repeats as one
+     * reference), and match... */
+    ls_grammar *g = compile("root ::= ((\"a\"{1,1000} \"b\"){1,1000} \"c\"){1,1000}\n");
+    assert_true(m(g, "abc"));
+    assert_true(m(g, "aababcabc"));
+    assert_false(m(g, "ab"));
+    assert_false(m(g, "abbc"));
+    ls_grammar_free(g);
+    /* ...but where every level may be empty, the start has ~10^9 stacks (one per count of
+     * repetitions left at each level): refused by the work budget, by name. */
+    expect_error("root ::= ((\"a\"{0,1000}){0,1000}){0,1000}\n", "too ambiguous");
 }
 
 /* A chain of rules each with two equal alternatives: 2^30 paths to one stack.  The
