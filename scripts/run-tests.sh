@@ -75,7 +75,9 @@ done
 for n in "${notes[@]+"${notes[@]}"}"; do echo "not run: $n"; done
 # Skips: the C tests print "SKIPPED: ..." (tests/unit/fixture.h, quick.h); pytest -rs
 # prints "SKIPPED [n] file:line: reason"; the kernels name ISA paths they could not run.
-skips=$(cat "$LOGS"/*.log 2>/dev/null | grep -E '^(SKIPPED|NOT CHECKED)' | sort | uniq -c | sed 's/^ */  /')
+# (A pass that hides an ISA on purpose says "LOCKSTEP_CPU_HIDE hides them": not a gap of this host.)
+skips=$(cat "$LOGS"/*.log 2>/dev/null | grep -E '^(SKIPPED|NOT CHECKED)' | grep -v 'LOCKSTEP_CPU_HIDE hides them' \
+        | sort | uniq -c | sed 's/^ */  /')
 n_skip=$(cat "$LOGS"/*.log 2>/dev/null | grep -cE '^SKIPPED' || true)
 if [ -n "$skips" ]; then
     echo "skipped or not checked ($n_skip skip lines):"
