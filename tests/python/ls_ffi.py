@@ -151,8 +151,10 @@ class Engine:
             raise RuntimeError(err.msg.decode())
         return out
 
-    def greedy(self, tokens, n_gen):
-        """Greedy decoding: (the last prompt position's logits, the n_gen tokens)."""
+    def greedy(self, tokens, n_gen, all_rows=False):
+        """Greedy decoding: (the last prompt position's logits, the n_gen tokens); with
+        all_rows, the logits of every position that chose a token (n_gen rows, row k the
+        distribution token k was picked from)."""
         n = len(tokens)
         arr = (C.c_int32 * n)(*tokens)
         q = _struct(Request, prompt=C.cast(arr, C.POINTER(C.c_int32)), n_prompt=n, max_tokens=n_gen, ignore_eos=True,
@@ -164,8 +166,8 @@ class Engine:
             raise RuntimeError(err.msg.decode())
         try:
             assert r.logits_pos0 == n - 1 and r.n_tokens == n_gen
-            last = np.ctypeslib.as_array(r.logits, shape=(r.n_logits, self.m.n_vocab))[0].copy()
-            return last, list(r.tokens[: r.n_tokens])
+            rows = np.ctypeslib.as_array(r.logits, shape=(r.n_logits, self.m.n_vocab))
+            return (rows[:n_gen] if all_rows else rows[0]).copy(), list(r.tokens[: r.n_tokens])
         finally:
             self.m.L.ls_result_free(C.byref(r))
 

@@ -20,7 +20,14 @@ llama.cpp's exact rounding.  The tests therefore assert:
      precision setting (worst cosine no lower than that spread allows);
   3. the final-position top-1 token agrees with llama.cpp on >= 18 of 20 prompts,
      and where it does not, lockstep's pick is in llama.cpp's top 3;
-  4. the greedy agreement is printed, with each prompt's first divergence.
+  4. where lockstep's 32-token greedy path first leaves llama.cpp's, the two
+     picks are a near tie: on the shared prefix, the logit gap between them (in
+     llama.cpp's logits and in lockstep's) is less than twice the largest change
+     llama.cpp's own KV precision (f16 vs f32) makes to a logit at that position.
+     The count of identical greedy paths is printed, not asserted: it is a coin
+     toss at near ties, and llama.cpp's own f16/f32 agreement moved from 5/20 on
+     an AVX-512 host to 11/20 on an AVX2 one while lockstep's paths stayed the
+     same bytes on both.
 
 The worst cosine and every first divergence position are printed."""
 import numpy as np
@@ -84,11 +91,20 @@ def llama_run(ref, toks):
 
 
 def ours_run(ours, toks):
+    """(the last prompt position's logits, the greedy tokens, the logits each was picked from)"""
     eng = ours.engine(n_ctx=512, threads=2)
     try:
-        return eng.greedy(toks, N_GREEDY)  # temperature 0: argmax, lowest id on ties (as np.argmax)
+        rows, g = eng.greedy(toks, N_GREEDY, all_rows=True)  # temperature 0: argmax, lowest id on ties (as np.argmax)
+        return rows[0], g, rows
     finally:
         eng.close()
+
+
+def llama_logits(ref, toks):
+    """llama.cpp's logits at the last position of toks, evaluated from scratch."""
+    ref.reset()
+    ref.eval(toks)
+    return np.array(ref.scores[len(toks) - 1], dtype=np.float32)
 
 
 @pytest.fixture(scope="module")
@@ -107,12 +123,22 @@ def results():
     rows = []
     for prompt in PROMPTS:
         toks = ours.tokenize(prompt)
-        a, ga = ours_run(ours, toks)
+        a, ga, rows_a = ours_run(ours, toks)
         b, gb = llama_run(l32, toks)
         c, gc = llama_run(l16, toks)
         r = exact.logits(toks)[-1]
+        div = None
+        k = first_div(ga, gb)
+        if k is not None:
+            # Both engines saw toks + ga[:k] and picked differently: llama.cpp's logits there
+            # (f32 and f16 KV, both from scratch on that prefix) and lockstep's own.
+            pre = toks + ga[:k]
+            L32, L16 = llama_logits(l32, pre), llama_logits(l16, pre)
+            o, l = ga[k], gb[k]
+            div = dict(k=k, ours_tok=o, llama_tok=l, gap_llama=float(L32[l] - L32[o]),
+                       gap_ours=float(rows_a[k][o] - rows_a[k][l]), spread=float(np.abs(L16 - L32).max()))
         rows.append(dict(toks=toks, ref_toks=l32.tokenize(prompt.encode(), add_bos=False, special=True),
-                         ours=a, l32=b, l16=c, exact=r, g_ours=ga, g_l32=gb, g_l16=gc))
+                         ours=a, l32=b, l16=c, exact=r, g_ours=ga, g_l32=gb, g_l16=gc, div=div))
     ours.close()
     lines = []
     for i, x in enumerate(rows):
@@ -120,7 +146,10 @@ def results():
             f"prompt {i:2d}: cos(lockstep, llama.cpp) {cos(x['ours'], x['l32']):.7f} | llama.cpp f16 vs f32 KV "
             f"{cos(x['l16'], x['l32']):.7f} | vs exact: lockstep {cos(x['ours'], x['exact']):.7f} llama.cpp "
             f"{cos(x['l32'], x['exact']):.7f} | top1 {int(np.argmax(x['ours']))}/{int(np.argmax(x['l32']))} | "
-            f"greedy first divergence {first_div(x['g_ours'], x['g_l32'])}")
+            f"greedy first divergence {first_div(x['g_ours'], x['g_l32'])}" +
+            ("" if x["div"] is None else
+             f" (logit gap there: llama.cpp {x['div']['gap_llama']:+.4f}, lockstep {x['div']['gap_ours']:+.4f}; "
+             f"llama.cpp's f16/f32 spread {x['div']['spread']:.4f})"))
     worst = min(cos(x["ours"], x["l32"]) for x in rows)
     same = sum(first_div(x["g_ours"], x["g_l32"]) is None for x in rows)
     self_same = sum(first_div(x["g_l16"], x["g_l32"]) is None for x in rows)
@@ -176,9 +205,20 @@ def test_top1_agrees_with_llamacpp(results):
     assert agree >= 18, f"top-1 agrees on {agree}/20"
 
 
-def test_greedy_agreement_reported(results):
-    same = sum(first_div(x["g_ours"], x["g_l32"]) is None for x in results)
-    self_same = sum(first_div(x["g_l16"], x["g_l32"]) is None for x in results)
-    # Both numbers are printed by the fixture; require at least llama.cpp's own
-    # f16/f32 agreement less a small allowance for this chaotic model.
-    assert same >= self_same - 2, f"greedy agreement {same}/20, llama.cpp self-agreement {self_same}/20"
+def test_greedy_divergences_are_near_ties(results):
+    """Where the greedy paths part, both engines had the same prefix; a wrong forward
+    (a bad RoPE, a skipped layer, a misread scale) parts them at a clear winner, gaps of
+    whole logits, while rounding differences part them only at near ties.  Measured
+    (gap / spread at each divergence): against llama.cpp's AVX-512 build, gaps up to 0.20
+    (llama.cpp's logits) and 0.41 (lockstep's), spreads 0.45-0.96, worst ratio 0.43;
+    against its AVX2-only build, gaps up to 0.58 and 0.45, spreads 0.38-1.62, worst ratio
+    0.78 (lockstep's bytes are the same on both hosts; llama.cpp's are not).  The bound is
+    2x the spread.  (llama.cpp's gap can be negative: its from-scratch evaluation of the
+    prefix is not batch-invariant, so it may itself prefer lockstep's pick there.)"""
+    bad = []
+    for i, x in enumerate(results):
+        d = x["div"]
+        if d is not None and not (abs(d["gap_llama"]) < 2 * d["spread"] and abs(d["gap_ours"]) < 2 * d["spread"]):
+            bad.append(f"prompt {i} at token {d['k']}: lockstep {d['ours_tok']} vs llama.cpp {d['llama_tok']}, gap "
+                       f"{d['gap_llama']:+.4f} (llama.cpp) {d['gap_ours']:+.4f} (lockstep), spread {d['spread']:.4f}")
+    assert not bad, "greedy paths part at a clear winner: " + "; ".join(bad)
