@@ -6,7 +6,8 @@
   seed gets a random one, and sending that seed back gives the same bytes.
 - logit_bias, frequency_penalty, presence_penalty, repeat_penalty (+ repeat_last_n) and
   min_p each change the answer, and each answer is byte-identical alone and amid a
-  concurrent batch, on a plain and on a speculating (--spec ngram) server.
+  concurrent batch, on a plain and on a speculating (--spec ngram) server, streamed
+  or not.
 - echo + logprobs on /v1/completions: the prompt's log-probabilities equal, bit for
   bit, the log-softmax (ls_sample_logprobs' recipe, recomputed here) of the logits the
   engine's C API gives for the same tokens.
@@ -57,6 +58,13 @@ def chat(srv, **kw):
 
 def answer(r):
     return r.choices[0].message.content, r.choices[0].model_extra["token_ids"]
+
+
+def streamed(srv, **kw):
+    """The same request streamed: (the content, assembled from the deltas, and its finish_reason)."""
+    evs = list(chat(srv, stream=True, **kw))
+    text = "".join(e.choices[0].delta.content or "" for e in evs if e.choices)
+    return text, [e.choices[0].finish_reason for e in evs if e.choices and e.choices[0].finish_reason][-1]
 
 
 def test_seed_random_reported_and_replayable(servers, model_sha):
@@ -138,6 +146,12 @@ def test_sampling_params_change_output_and_keep_parity(servers, report):
                 got[(name, sname, "amid 8")] = answer(f.result())
     for (name, sname, how), v in got.items():
         assert v == got[(name, "plain", "alone")], f"{name}: {sname} {how} differs from plain alone"
+    # streamed, on both servers: the deltas add up to the same text
+    for name, case in cases.items():
+        for sname, srv in (("plain", plain), ("spec", spec)):
+            text, fin = streamed(srv, **_kw(case))
+            assert text == got[(name, "plain", "alone")][0], f"{name}: {sname} streamed differs from plain alone"
+            assert fin in ("stop", "length"), (name, sname, fin)
     for name in cases:
         ref = refs.get(name, base)
         assert got[(name, "plain", "alone")] != ref, f"{name} did not change the answer"
