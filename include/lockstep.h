@@ -429,6 +429,10 @@ typedef struct {
     bool memoized;
     double ms;
     char detail[256];         /* the first mismatch ("batch_mix: draw 1, position 17: logits differ"), or "" */
+    /* Where ms went (0 when memoized): creating the one-thread and scalar engines; the
+     * reference requests alone; the mixes (batch_mix, chunked_prefill, prefix_cache,
+     * block_vs_chain); the one-thread reruns (threads); the scalar forwards (isa). */
+    double ms_setup, ms_ref, ms_mix, ms_threads, ms_isa;
 } ls_probe_result;
 #define LS_PROBE_RESULT_INIT {.size = sizeof(ls_probe_result)}
 /* Returns an error only when the probe could not run; a mismatch is a result. */

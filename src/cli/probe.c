@@ -142,6 +142,12 @@ int cli_probe(int argc, char **argv) {
         cJSON_AddNumberToObject(j, "drafted", r.drafted);
         cJSON_AddNumberToObject(j, "accepted", r.accepted);
         cJSON_AddNumberToObject(j, "ms", r.ms);
+        cJSON *ph = cJSON_AddObjectToObject(j, "phase_ms");
+        cJSON_AddNumberToObject(ph, "setup", r.ms_setup);
+        cJSON_AddNumberToObject(ph, "reference", r.ms_ref);
+        cJSON_AddNumberToObject(ph, "mix", r.ms_mix);
+        cJSON_AddNumberToObject(ph, "threads", r.ms_threads);
+        cJSON_AddNumberToObject(ph, "isa", r.ms_isa);
         cJSON_AddBoolToObject(j, "memoized", r.memoized);
         cJSON_AddStringToObject(j, "spec", ls_spec_kind_name(kind));
         cJSON_AddNumberToObject(j, "draft_max", K);
@@ -164,8 +170,12 @@ int cli_probe(int argc, char **argv) {
                    r.axis[a] == LS_AXIS_NOT_CHECKED ? ": " : "", r.axis[a] == LS_AXIS_NOT_CHECKED ? r.why_not[a] : "");
         printf("kernels: rows that need parity run %s%s; other rows run %s\n", r.kernels_after,
                strcmp(r.kernels_before, r.kernels_after) ? " (the failing one was withdrawn)" : "", ei.kernels_free);
-        if (!r.memoized) printf("compared: %d logits rows over %d draws; %d drafted, %d accepted\n", r.n_rows, r.draws,
-                                r.drafted, r.accepted);
+        if (!r.memoized) {
+            printf("compared: %d logits rows over %d draws; %d drafted, %d accepted\n", r.n_rows, r.draws, r.drafted,
+                   r.accepted);
+            printf("time: setup %.0f ms, references %.0f, mixes %.0f, one thread %.0f, scalar %.0f\n", r.ms_setup,
+                   r.ms_ref, r.ms_mix, r.ms_threads, r.ms_isa);
+        }
         if (r.detail[0]) printf("first mismatch: %s\n", r.detail);
     }
     rc = r.verdict == LS_VERDICT_FAILED && !allow_inexact ? 1 : 0;

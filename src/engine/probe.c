@@ -206,6 +206,7 @@ static ls_status run(ls_engine *e, coll *const *cs, int n, ls_err *err) {
 /* X: the queued draws' first rows on the scalar engine, all in one forward. */
 static ls_status run_scalar(probe *p, ls_err *err) {
     if (!p->n_x) return LS_OK;
+    const double t0 = ls_now_ms();
     ls_sampler_params g = {.temperature = 0.0f, .top_p = 1.0f};
     coll *cs[P_XBATCH];
     ls_status st = LS_OK;
@@ -216,6 +217,7 @@ static ls_status run_scalar(probe *p, ls_err *err) {
     if (!st) st = run(p->es, cs, p->n_x, err);
     for (int i = 0; i < p->n_x && !st; i++) compare_to(p, LS_AXIS_ISA, &p->xref[i], &p->xout[i], 0, p->xn[i], false, p->xd[i]);
     p->n_x = 0;
+    p->r->ms_isa += ls_now_ms() - t0;
     return st;
 }
 
@@ -244,7 +246,10 @@ static ls_status probe_pass(probe *p, int draws, uint64_t seed, ls_err *err) {
 
         /* R: alone, one chunk */
         coll *cr = &p->ref;
+        double t0 = ls_now_ms();
         if ((st = submit(p->e, P, lp, P_GEN, &sp, true, 0, false, NULL, cr, err)) || (st = run(p->e, &cr, 1, err))) break;
+        r->ms_ref += ls_now_ms() - t0;
+        t0 = ls_now_ms();
         /* the mix */
         pdraft dr = {.ref = p->ref.tok, .n_ref = p->ref.n_tok, .n_prompt = lp, .n_vocab = p->n_vocab,
                      .wrong = d & 1, .rs = ls_splitmix64(&rs)};
@@ -267,11 +272,14 @@ static ls_status probe_pass(probe *p, int draws, uint64_t seed, ls_err *err) {
         compare(p, LS_AXIS_BLOCK_VS_CHAIN, &p->mix[3], lp - 1, nlog, true, d);
         r->drafted += p->mix[3].drafted;
         r->accepted += p->mix[3].accepted;
+        r->ms_mix += ls_now_ms() - t0;
         /* T: one thread */
         if (p->e1) {
+            t0 = ls_now_ms();
             coll *ca = &p->alt;
             if ((st = submit(p->e1, P, lp, P_GEN, &sp, true, 0, false, NULL, ca, err)) || (st = run(p->e1, &ca, 1, err))) break;
             compare(p, LS_AXIS_THREADS, ca, 0, nlog, true, d);
+            r->ms_threads += ls_now_ms() - t0;
         }
         /* X: queued (R's first rows kept), run for P_XBATCH draws at once */
         if (p->es) {
@@ -358,6 +366,7 @@ static ls_status probe_run(ls_engine *e, int draws, uint64_t seed, ls_probe_resu
         ls_err_set(err, LS_E_NOMEM, "out of memory for the probe's logits");
         goto done;
     }
+    const double t_setup = ls_now_ms();
     if (r->axis[LS_AXIS_THREADS] != LS_AXIS_NOT_CHECKED && !(p.e1 = ref_engine(e, true, 1, err))) {
         st = err ? err->code : LS_E_NOMEM;
         goto done;
@@ -366,6 +375,7 @@ static ls_status probe_run(ls_engine *e, int draws, uint64_t seed, ls_probe_resu
         st = err ? err->code : LS_E_NOMEM;
         goto done;
     }
+    r->ms_setup = ls_now_ms() - t_setup;
     const ls_mm_family *fp = f ? ls_fwd_parity_family(f) : NULL; /* NULL: the device's exact family */
     snprintf(r->kernels_before, sizeof r->kernels_before, "%s", fp ? fp->name : "exact");
     r->draws = draws;

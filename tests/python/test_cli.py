@@ -211,6 +211,9 @@ def test_probe_json_certifies_every_axis(model):
             continue
         assert st["state"] == "passed", (axis, st)
     assert o["logits_rows"] > 100 and o["drafted"] > 0 and 0 < o["accepted"] < o["drafted"]
+    ph = o["phase_ms"]  # where the time went: every phase ran, and they account for the whole
+    assert set(ph) == {"setup", "reference", "mix", "threads", "isa"}
+    assert all(ph[k] > 0 for k in ("reference", "mix", "threads", "isa")) and sum(ph.values()) <= o["ms"]
     again = json.loads(run("probe", "-m", model, "--json", "-t", "2").stdout)  # memoized now
     assert again["memoized"] and again["verdict"] == "verified"
 
