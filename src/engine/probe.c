@@ -27,6 +27,7 @@
 #include "util/util.h"
 
 #include <cjson/cJSON.h>
+#include <stddef.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -521,15 +522,13 @@ static void memo_write(const char *dir, const char *path, const char *desc, cons
     free(text); /* a memo that cannot be written is only a slower next start */
 }
 
-ls_status ls_engine_probe(ls_engine *e, const ls_probe_params *ppa, ls_probe_result *out, ls_err *err) {
+/* The result is filled whole here, then copied into the caller's struct up to its size:
+ * a caller built against an older, shorter ls_probe_result (no phase times) gets the
+ * fields it knows. */
+static ls_status probe_full(ls_engine *e, const ls_probe_params *ppa, ls_probe_result *out, ls_err *err) {
     ls_probe_params pp = LS_PROBE_PARAMS_INIT;
     ls_status st = ls_params_take(&pp, sizeof pp, ppa, "probe params", err);
     if (st) return st;
-    if (!out || out->size < sizeof *out)
-        return ls_err_set(err, LS_E_INVALID, "result.size is %zu: initialize it with LS_PROBE_RESULT_INIT",
-                          out ? out->size : 0);
-    memset(out, 0, sizeof *out);
-    out->size = sizeof *out;
     const double t0 = ls_now_ms();
     const int draws = pp.draws < 3 ? 3 : pp.draws;
     const uint64_t seed = pp.seed ? pp.seed : 0x5EEDull;
@@ -551,4 +550,16 @@ ls_status ls_engine_probe(ls_engine *e, const ls_probe_params *ppa, ls_probe_res
     ls_engine_set_verdict(e, out->verdict);
     if (path[0]) memo_write(pp.memo_dir, path, desc, out);
     return LS_OK;
+}
+
+ls_status ls_engine_probe(ls_engine *e, const ls_probe_params *ppa, ls_probe_result *out, ls_err *err) {
+    if (!out || out->size < offsetof(ls_probe_result, ms_setup))
+        return ls_err_set(err, LS_E_INVALID, "result.size is %zu: initialize it with LS_PROBE_RESULT_INIT",
+                          out ? out->size : 0);
+    size_t n = out->size < sizeof *out ? out->size : sizeof *out;
+    ls_probe_result r = LS_PROBE_RESULT_INIT;
+    ls_status st = probe_full(e, ppa, &r, err);
+    r.size = n;
+    memcpy(out, &r, n);
+    return st;
 }

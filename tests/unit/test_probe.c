@@ -259,6 +259,24 @@ static void test_memo_per_configuration(void **state) {
     assert_int_equal(r2.verdict, r1.verdict);
     assert_memory_equal(r2.axis, r1.axis, sizeof r1.axis);
     assert_int_equal(ls_engine_verdict(e), r1.verdict);
+    /* A caller built against the shorter result (before the phase times): its fields are
+     * filled, nothing past its size is written. */
+    union {
+        ls_probe_result r;
+        unsigned char b[sizeof(ls_probe_result)];
+    } old;
+    memset(&old, 0xAB, sizeof old);
+    old.r.size = offsetof(ls_probe_result, ms_setup);
+    ls_probe_params pp = LS_PROBE_PARAMS_INIT;
+    pp.memo_dir = dir;
+    ls_err err;
+    assert_int_equal(ls_engine_probe(e, &pp, &old.r, &err), LS_OK);
+    assert_int_equal(old.r.size, offsetof(ls_probe_result, ms_setup));
+    assert_true(old.r.memoized);
+    assert_int_equal(old.r.verdict, r1.verdict);
+    for (size_t i = offsetof(ls_probe_result, ms_setup); i < sizeof old; i++) assert_int_equal(old.b[i], 0xAB);
+    old.r.size = offsetof(ls_probe_result, ms_setup) - 1; /* shorter than any version */
+    assert_int_equal(ls_engine_probe(e, &pp, &old.r, &err), LS_E_INVALID);
     ls_engine_free(e);
     e = engine(LS_FAULT_KV_SKIP, NULL, 2, false); /* another configuration: probed, not read from the memo */
     ls_probe_result r3 = probe(e, dir);
