@@ -131,6 +131,11 @@ def test_run_on_older_cpus(model, hide):
     bad = subprocess.run([str(BIN), "run", "-m", model, "-p", "x", "-n", "1"], capture_output=True, text=True,
                          timeout=60, cwd=ROOT, env={**os.environ, "LOCKSTEP_CPU_HIDE": "sse9"})
     assert bad.returncode == 2 and "LOCKSTEP_CPU_HIDE='sse9'" in bad.stderr
+    empty = subprocess.run([str(BIN), "info", "--isa"], capture_output=True, text=True, timeout=60, cwd=ROOT,
+                           env={**os.environ, "LOCKSTEP_CPU_HIDE": ""})  # empty: hides nothing, as unset
+    assert empty.returncode == 0 and empty.stdout == subprocess.run(
+        [str(BIN), "info", "--isa"], capture_output=True, text=True, timeout=60, cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if k != "LOCKSTEP_CPU_HIDE"}).stdout
 
 
 def test_tokenize_json(model):

@@ -43,7 +43,7 @@ static unsigned ls_isa_mask(void) {
  * hides nothing here, and ls_isa_from_env reports it. */
 static unsigned ls_isa_hidden(void) {
     const char *h = getenv("LOCKSTEP_CPU_HIDE");
-    if (!h) return 0;
+    if (!h || !*h) return 0; /* unset or empty: hide nothing (as LOCKSTEP_ISA) */
     if (strcmp(h, "avx512") == 0) return 1u << LS_ISA_AVX512;
     if (strcmp(h, "avxvnni") == 0) return (1u << LS_ISA_AVXVNNI) | (1u << LS_ISA_AVX512);
     if (strcmp(h, "avx2") == 0) return (1u << LS_ISA_AVX2) | (1u << LS_ISA_AVXVNNI) | (1u << LS_ISA_AVX512);
@@ -113,7 +113,7 @@ ls_status ls_isa_from_name(const char *name, ls_isa *out, ls_err *err) {
 
 ls_status ls_isa_from_env(ls_isa *out, ls_err *err) {
     const char *h = getenv("LOCKSTEP_CPU_HIDE");
-    if (h && strcmp(h, "avx512") != 0 && strcmp(h, "avxvnni") != 0 && strcmp(h, "avx2") != 0)
+    if (h && *h && strcmp(h, "avx512") != 0 && strcmp(h, "avxvnni") != 0 && strcmp(h, "avx2") != 0)
         return ls_err_set(err, LS_E_INVALID, "LOCKSTEP_CPU_HIDE='%s': expected avx512, avxvnni or avx2", h);
     const char *v = getenv("LOCKSTEP_ISA");
     if (!v || !*v) {
