@@ -16,7 +16,9 @@
  *              H  P again, served from the prefix cache R left      -> prefix_cache
  *              S  P again with a drafter proposing R's tokens, on odd draws one of
  *                 them wrong (partial acceptance): verify blocks    -> block_vs_chain
- *   T        R's request on a one-thread engine of the same configuration -> threads
+ *   T        R's prompt on a one-thread engine of the same configuration: the logits of
+ *            its last prompt row (a multi-row forward: every earlier row reaches it
+ *            through the K/V) and of one decode step (the one-row kernels)  -> threads
  *   X        the first 2 prompt positions on a scalar engine (the recipe's definition,
  *            slow): every draw's 2 rows in one forward after the draws, since the
  *            scalar matmul decodes each weight unit once for all rows -> isa
@@ -38,6 +40,7 @@
 #include "engine/engine.h"
 
 #define P_GEN 5      /* tokens each request generates */
+#define P_GEN_T 2    /* ... but T: its prefill and one decode row (both kernel shapes, at one thread) */
 #define P_LMIN 17    /* prompt length: at least one full KV block, so the prefix cache has one to serve */
 #define P_LSPAN 8
 #define P_LMAX (P_LMIN + P_LSPAN)
@@ -278,8 +281,12 @@ static ls_status probe_pass(probe *p, int draws, uint64_t seed, ls_err *err) {
         if (p->e1) {
             t0 = ls_now_ms();
             coll *ca = &p->alt;
-            if ((st = submit(p->e1, P, lp, P_GEN, &sp, true, 0, false, NULL, ca, err)) || (st = run(p->e1, &ca, 1, err))) break;
-            compare(p, LS_AXIS_THREADS, ca, 0, nlog, true, d);
+            if ((st = submit(p->e1, P, lp, P_GEN_T, &sp, false, 0, false, NULL, ca, err)) || (st = run(p->e1, &ca, 1, err)))
+                break;
+            compare(p, LS_AXIS_THREADS, ca, lp - 1, lp + P_GEN_T - 1, false, d);
+            if (r->axis[LS_AXIS_THREADS] == LS_AXIS_PASSED &&
+                (ca->n_tok != P_GEN_T || memcmp(ca->tok, p->ref.tok, P_GEN_T * sizeof(int32_t))))
+                fail_axis(p, LS_AXIS_THREADS, "tokens differ", d, lp + P_GEN_T - 1);
             r->ms_threads += ls_now_ms() - t0;
         }
         /* X: queued (R's first rows kept), run for P_XBATCH draws at once */
