@@ -40,7 +40,7 @@ static const char *run_help =
     "Streams the answer to stdout; a summary line and the probe verdict go to stderr.\n"
     "The probe certifies this configuration (memoized in $LOCKSTEP_CACHE or ~/.cache/lockstep);\n"
     "if it fails the answer is still printed, speculation is declined and the exit status is 1.\n"
-    "LOCKSTEP_ISA=scalar|avx2|avx512 forces the kernel instruction set.\n";
+    "LOCKSTEP_ISA=scalar|avx2|avxvnni|avx512 forces the kernel instruction set.\n";
 
 typedef struct {
     bool json;
