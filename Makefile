@@ -149,10 +149,12 @@ test-asan: model build-asan-all
 	@LOCKSTEP_BUILD=build-asan MODEL=$(MODEL) LOCKSTEP_TEST_QUICK=$${LOCKSTEP_TEST_QUICK:-1} LOCKSTEP_ENGINE_CASES=$${LOCKSTEP_ENGINE_CASES:-8} \
 	    LOCKSTEP_FAULT_POINTS=$${LOCKSTEP_FAULT_POINTS:-24} bash scripts/run-tests.sh --c-only
 
-# ThreadSanitizer over the multi-threaded parts: the engine (pools, parity mixes),
-# the drafters, and the server end to end (its HTTP threads and the engine thread).
+# ThreadSanitizer over the multi-threaded parts: the thread pool's two kinds of job,
+# the engine (pools, parity mixes), the drafters, and the server end to end (its HTTP
+# threads and the engine thread).
 test-tsan: model build-tsan-all
 	@set -e; export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"; \
+	    build-tsan/tests/test_kernels "test_pool*"; \
 	    LOCKSTEP_ENGINE_CASES=$${LOCKSTEP_ENGINE_CASES:-8} MODEL=$(MODEL) build-tsan/tests/test_engine; \
 	    LOCKSTEP_TEST_QUICK=$${LOCKSTEP_TEST_QUICK:-1} MODEL=$(MODEL) build-tsan/tests/test_spec; \
 	    LOCKSTEP_BUILD=build-tsan LOCKSTEP_LOAD_REQUESTS=3 MODEL=$(MODEL) $(PYTHON) -m pytest -q \

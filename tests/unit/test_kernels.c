@@ -142,7 +142,7 @@ typedef struct {
 static void pool_fn(void *arg, int ith, int nth) {
     pool_probe *p = arg;
     __atomic_fetch_add(&p->hits[ith], 1, __ATOMIC_RELAXED);
-    p->nth_seen = nth;
+    __atomic_store_n(&p->nth_seen, nth, __ATOMIC_RELAXED);
 }
 
 static void test_pool(void **state) {
@@ -158,6 +158,46 @@ static void test_pool(void **state) {
         for (int it = 0; it < 2000; it++) ls_pool_run(p, pool_fn, &pr);
         for (int i = 0; i < n; i++) assert_int_equal(pr.hits[i], 2000);
         assert_int_equal(pr.nth_seen, n);
+        ls_pool_free(p);
+    }
+}
+
+/* ls_pool_run_dyn: the items claimed by whoever joins are each done exactly once, by
+ * participants of distinct ith < nth, and nothing runs after the call returns. */
+typedef struct {
+    int64_t next;
+    uint8_t done[1000];
+    unsigned ith_mask;
+    int bad_ith;
+} dyn_probe;
+static void dyn_fn(void *arg, int ith, int nth) {
+    dyn_probe *d = arg;
+    if (ith < 0 || ith >= nth || (__atomic_fetch_or(&d->ith_mask, 1u << ith, __ATOMIC_RELAXED) & (1u << ith)))
+        __atomic_store_n(&d->bad_ith, 1, __ATOMIC_RELAXED);
+    for (int64_t a, b; ls_claim(&d->next, 1000, nth, 1, &a, &b);)
+        for (int64_t i = a; i < b; i++) __atomic_fetch_add(&d->done[i], 1, __ATOMIC_RELAXED);
+}
+
+static void test_pool_dyn(void **state) {
+    (void)state;
+    for (int n = 1; n <= 4; n++) {
+        ls_pool *p = ls_pool_create(n, NULL);
+        assert_non_null(p);
+        static dyn_probe d;
+        for (int it = 0; it < 2000; it++) {
+            memset(&d, 0, sizeof d);
+            ls_pool_run_dyn(p, dyn_fn, &d);
+            dyn_probe after = d; /* a late worker must not touch it after the return */
+            for (int i = 0; i < 1000; i++) assert_int_equal(d.done[i], 1);
+            assert_int_equal(d.bad_ith, 0);
+            assert_true(d.ith_mask & 1u); /* the caller always runs */
+            /* interleave the every-thread kind: the two share the workers */
+            pool_probe pr;
+            memset(&pr, 0, sizeof pr);
+            ls_pool_run(p, pool_fn, &pr);
+            for (int i = 0; i < n; i++) assert_int_equal(pr.hits[i], 1);
+            assert_memory_equal(&after, &d, sizeof d);
+        }
         ls_pool_free(p);
     }
 }
@@ -902,6 +942,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_isa),
         cmocka_unit_test(test_pool),
+        cmocka_unit_test(test_pool_dyn),
         cmocka_unit_test(test_wmat_errors),
         cmocka_unit_test(test_matmul_accuracy),
         cmocka_unit_test(test_expf_accuracy),

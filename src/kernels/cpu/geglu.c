@@ -21,16 +21,20 @@ typedef struct {
     const float *g, *u;
     int64_t M, n;
     float *out;
+    int64_t next; /* rows claimed so far */
 } ls_geglu_call;
 
 static void ls_geglu_task(void *arg, int ith, int nth) {
     ls_geglu_call *c = arg;
-    for (int64_t m = c->M * ith / nth; m < c->M * (ith + 1) / nth; m++)
-        for (int64_t i = 0; i < c->n; i++) c->out[m * c->n + i] = ls_gelu_tanh(c->g[m * c->n + i]) * c->u[m * c->n + i];
+    (void)ith;
+    for (int64_t a, b; ls_claim(&c->next, c->M, nth, 1, &a, &b);)
+        for (int64_t m = a; m < b; m++)
+            for (int64_t i = 0; i < c->n; i++)
+                c->out[m * c->n + i] = ls_gelu_tanh(c->g[m * c->n + i]) * c->u[m * c->n + i];
 }
 
 void ls_geglu(const ls_kctx *kc, const float *gate, const float *up, int64_t M, int64_t n, float *out) {
     LS_ASSERT(kc && gate && up && out && n >= 0 && M >= 0);
-    ls_geglu_call c = {gate, up, M, n, out};
-    ls_pool_run(M * n * 8 >= 16384 ? kc->pool : NULL, ls_geglu_task, &c);
+    ls_geglu_call c = {gate, up, M, n, out, 0};
+    ls_pool_run_dyn(M * n * 8 >= 16384 ? kc->pool : NULL, ls_geglu_task, &c);
 }

@@ -230,6 +230,24 @@ void ls_attn_block_avx512(int nr, int nh, const float *q, int64_t row_stride, in
                           int32_t window, const ls_kv_view *kv, int kv_off, int kv_stride, int head_dim, float scale, float *out,
                           float *scores, size_t per);
 
+/* Work handed out by ls_pool_run_dyn's tasks: claims the next piece of [0, total) from
+ * *next for one of nth participants, a 1/(2 nth) share of what is left and at least min
+ * items (guided self-scheduling: a participant slowed by a neighbour on its core takes
+ * fewer).  False when nothing is left.  Which participant computes an item never changes
+ * its bits. */
+static inline bool ls_claim(int64_t *next, int64_t total, int nth, int64_t min, int64_t *a, int64_t *b) {
+    int64_t cur = __atomic_load_n(next, __ATOMIC_RELAXED), take;
+    do {
+        if (cur >= total) return false;
+        take = (total - cur) / (2 * (int64_t)nth);
+        if (take < min) take = min;
+        if (take > total - cur) take = total - cur;
+    } while (!__atomic_compare_exchange_n(next, &cur, cur + take, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+    *a = cur;
+    *b = cur + take;
+    return true;
+}
+
 /* The first key a row at position pos reads: pos - window + 1 in a sliding-window layer
  * (window > 0; never below 0), else 0. */
 static inline int64_t ls_attn_first(int64_t pos, int32_t window) {

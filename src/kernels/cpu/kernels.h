@@ -30,6 +30,14 @@ int ls_pool_size(const ls_pool *p);
 /* Runs fn(arg, ith, nth) for ith in [0, nth) on the pool (the caller is thread 0)
  * and returns when all are done. */
 void ls_pool_run(ls_pool *p, void (*fn)(void *arg, int ith, int nth), void *arg);
+/* For work that fn claims from a shared counter (so any number of participants, the
+ * caller alone included, completes it): runs fn(arg, 0, nth) on the caller and
+ * fn(arg, ith, nth) on each worker that joins before the caller's call returns, with
+ * distinct ith in [1, nth) (per-thread scratch may be indexed by ith).  Returns when the
+ * caller's call and every joined worker's are done; a worker that wakes later never runs
+ * it.  Every kernel dispatch uses this: a worker descheduled by another process costs
+ * the step nothing but its share. */
+void ls_pool_run_dyn(ls_pool *p, void (*fn)(void *arg, int ith, int nth), void *arg);
 
 /* ---- matmul kernel families ----------------------------------------------
  * Every matmul kernel belongs to a family with a recipe id.  The canonical families

@@ -75,19 +75,22 @@ typedef struct {
     void *scratch;
     uint8_t *xp;                    /* the tile-packed copy, or NULL */
     int64_t *claimed;               /* panels handed out so far (ls_mm_task) */
+    int64_t qnext;                  /* 4-row groups claimed so far (ls_mm_quant_task) */
 } ls_mm_call;
 
 static void ls_mm_quant_task(void *arg, int ith, int nth) {
     ls_mm_call *c = arg;
     int64_t M = c->job[0].M, K = c->job[0].w->K;
-    /* rows in groups of 4 per thread: their packed records fill whole cache lines */
-    const int64_t nq = (M + 3) / 4, m0 = 4 * (nq * ith / nth), m1 = 4 * (nq * (ith + 1) / nth);
-    for (int64_t m = m0; m < m1 && m < M; m++) {
-        uint8_t *row = (uint8_t *)c->scratch + (size_t)m * ls_xq_row_bytes(K);
-        uint8_t *rec = c->xp ? c->xp + (size_t)(m / LS_XP_R) * ls_xp_tile_bytes(K) + (size_t)(m % LS_XP_R) * LS_XP_ROW
-                             : NULL;
-        c->vt->quantize_row(c->x + m * K, K, row, rec); /* same bits on every ISA */
-    }
+    (void)ith;
+    /* rows in groups of 4: their packed records fill whole cache lines */
+    for (int64_t a, b; ls_claim(&c->qnext, (M + 3) / 4, nth, 1, &a, &b);)
+        for (int64_t m = 4 * a; m < 4 * b && m < M; m++) {
+            uint8_t *row = (uint8_t *)c->scratch + (size_t)m * ls_xq_row_bytes(K);
+            uint8_t *rec = c->xp ? c->xp + (size_t)(m / LS_XP_R) * ls_xp_tile_bytes(K) +
+                                       (size_t)(m % LS_XP_R) * LS_XP_ROW
+                                 : NULL;
+            c->vt->quantize_row(c->x + m * K, K, row, rec); /* same bits on every ISA */
+        }
 }
 
 static void ls_mm_range(const ls_mm_call *c, int i, int64_t n0, int64_t n1);
@@ -103,24 +106,13 @@ static void ls_mm_task(void *arg, int ith, int nth) {
     (void)ith;
     int64_t total = 0;
     for (int i = 0; i < c->n; i++) total += (c->job[i].w->N + 15) / 16;
-    int64_t cur = __atomic_load_n(c->claimed, __ATOMIC_RELAXED);
-    for (;;) {
-        int64_t take;
-        do {
-            if (cur >= total) return;
-            take = (total - cur) / (2 * nth);
-            if (take < LS_MM_MIN_PANELS) take = LS_MM_MIN_PANELS;
-            if (take > total - cur) take = total - cur;
-        } while (!__atomic_compare_exchange_n(c->claimed, &cur, cur + take, true, __ATOMIC_RELAXED,
-                                              __ATOMIC_RELAXED));
-        for (int64_t i = 0, base = 0; i < c->n && base < cur + take; i++) { /* panels [cur, cur + take) */
+    for (int64_t p0, p1; ls_claim(c->claimed, total, nth, LS_MM_MIN_PANELS, &p0, &p1);)
+        for (int64_t i = 0, base = 0; i < c->n && base < p1; i++) { /* panels [p0, p1) */
             int64_t N = c->job[i].w->N, np = (N + 15) / 16;
-            int64_t a = cur > base ? cur - base : 0, b = cur + take - base < np ? cur + take - base : np;
+            int64_t a = p0 > base ? p0 - base : 0, b = p1 - base < np ? p1 - base : np;
             if (a < b) ls_mm_range(c, (int)i, a * 16, b * 16 < N ? b * 16 : N);
             base += np;
         }
-        cur = __atomic_load_n(c->claimed, __ATOMIC_RELAXED);
-    }
 }
 
 /* Columns [n0, n1) of the call's matrix i. */
@@ -163,7 +155,7 @@ static void ls_mm_run_rows(ls_mm_call *c, const ls_mm_family *fam, bool parity, 
     }
     int64_t claimed = 0;
     r.claimed = &claimed;
-    ls_pool_run(r.kc->pool, ls_mm_task, &r);
+    ls_pool_run_dyn(r.kc->pool, ls_mm_task, &r);
     if (r.kc->rows) __atomic_fetch_add(&r.kc->rows[parity ? 0 : 1], (uint64_t)(m1 - m0), __ATOMIC_RELAXED);
 }
 
@@ -206,8 +198,9 @@ void ls_matmul_multi_rows(const ls_kctx *kc, int n, const ls_wmat *const *w, con
         }
         /* in parallel from two 4-row groups on (a verify block of 5-8 rows: ~1 ns per
          * element on one thread is ~0.6 ms of an 8-row forward) */
+        c.qnext = 0;
         if (M > 4 && kc->pool && ls_pool_size(kc->pool) > 1)
-            ls_pool_run(kc->pool, ls_mm_quant_task, &c);
+            ls_pool_run_dyn(kc->pool, ls_mm_quant_task, &c);
         else
             ls_mm_quant_task(&c, 0, 1);
     }

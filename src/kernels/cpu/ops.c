@@ -1,6 +1,7 @@
 /* ops.c - the public per-row operations: argument checks, RoPE tables and the
- * split of rows (or row x head pairs) across the pool.  Each row's result is
- * computed by exactly one thread with the per-ISA row kernel. */
+ * split of rows (or row x head pairs) across the pool, claimed by the threads that
+ * join (ls_pool_run_dyn, ls_claim).  Each row's result is computed by exactly one
+ * thread with the per-ISA row kernel. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -13,18 +14,21 @@ typedef struct {
     float eps;
     int64_t M, n;
     float *out;
+    int64_t next; /* rows claimed so far */
 } ls_rowop;
 
 static void ls_rmsnorm_task(void *arg, int ith, int nth) {
     ls_rowop *o = arg;
-    for (int64_t m = o->M * ith / nth; m < o->M * (ith + 1) / nth; m++)
-        o->vt->rmsnorm_row(o->x + m * o->n, o->w, o->eps, o->n, o->out + m * o->n);
+    (void)ith;
+    for (int64_t a, b; ls_claim(&o->next, o->M, nth, 1, &a, &b);)
+        for (int64_t m = a; m < b; m++) o->vt->rmsnorm_row(o->x + m * o->n, o->w, o->eps, o->n, o->out + m * o->n);
 }
 
 static void ls_swiglu_task(void *arg, int ith, int nth) {
     ls_rowop *o = arg;
-    for (int64_t m = o->M * ith / nth; m < o->M * (ith + 1) / nth; m++)
-        o->vt->swiglu_row(o->x + m * o->n, o->u + m * o->n, o->n, o->out + m * o->n);
+    (void)ith;
+    for (int64_t a, b; ls_claim(&o->next, o->M, nth, 1, &a, &b);)
+        for (int64_t m = a; m < b; m++) o->vt->swiglu_row(o->x + m * o->n, o->u + m * o->n, o->n, o->out + m * o->n);
 }
 
 /* Rows are split across threads only when there is enough work to pay for a wake-up. */
@@ -37,15 +41,15 @@ static void ls_fault_ulp(float *out, int64_t M, int64_t n) {
 
 void ls_rmsnorm(const ls_kctx *kc, const float *x, const float *w, float eps, int64_t M, int64_t n, float *out) {
     LS_ASSERT(kc && x && w && out && n > 0 && M >= 0);
-    ls_rowop o = {ls_kvtab_for(kc->isa), x, w, NULL, eps, M, n, out};
-    ls_pool_run(ls_pool_for(kc, M * n), ls_rmsnorm_task, &o);
+    ls_rowop o = {ls_kvtab_for(kc->isa), x, w, NULL, eps, M, n, out, 0};
+    ls_pool_run_dyn(ls_pool_for(kc, M * n), ls_rmsnorm_task, &o);
     if ((kc->faults & LS_FAULT_THREADS) && kc->pool && ls_pool_size(kc->pool) > 1) ls_fault_ulp(out, M, n);
 }
 
 void ls_swiglu(const ls_kctx *kc, const float *gate, const float *up, int64_t M, int64_t n, float *out) {
     LS_ASSERT(kc && gate && up && out && n >= 0 && M >= 0);
-    ls_rowop o = {ls_kvtab_for(kc->isa), gate, NULL, up, 0.0f, M, n, out};
-    ls_pool_run(ls_pool_for(kc, M * n * 8), ls_swiglu_task, &o);
+    ls_rowop o = {ls_kvtab_for(kc->isa), gate, NULL, up, 0.0f, M, n, out, 0};
+    ls_pool_run_dyn(ls_pool_for(kc, M * n * 8), ls_swiglu_task, &o);
     if ((kc->faults & LS_FAULT_ISA) && kc->isa != LS_ISA_SCALAR && n > 0) ls_fault_ulp(out, M, n);
 }
 
@@ -128,24 +132,28 @@ typedef struct {
     int64_t M;
     int n_heads, head_stride;
     const int32_t *pos;
+    int64_t next; /* rows claimed so far */
 } ls_rope_call;
 
 static void ls_rope_task(void *arg, int ith, int nth) {
     ls_rope_call *c = arg;
     int half = c->r->p.head_dim / 2;
-    for (int64_t m = c->M * ith / nth; m < c->M * (ith + 1) / nth; m++) {
-        int32_t pos = c->pos[m];
-        LS_ASSERT(pos >= 0 && pos < c->r->p.n_ctx);
-        c->vt->rope_row(c->x + m * (int64_t)c->n_heads * c->head_stride, c->n_heads, c->head_stride,
-                        c->r->p.head_dim, c->r->p.neox, c->r->cs + (size_t)pos * half, c->r->sn + (size_t)pos * half);
-    }
+    (void)ith;
+    for (int64_t a, b; ls_claim(&c->next, c->M, nth, 1, &a, &b);)
+        for (int64_t m = a; m < b; m++) {
+            int32_t pos = c->pos[m];
+            LS_ASSERT(pos >= 0 && pos < c->r->p.n_ctx);
+            c->vt->rope_row(c->x + m * (int64_t)c->n_heads * c->head_stride, c->n_heads, c->head_stride,
+                            c->r->p.head_dim, c->r->p.neox, c->r->cs + (size_t)pos * half,
+                            c->r->sn + (size_t)pos * half);
+        }
 }
 
 void ls_rope_apply(const ls_kctx *kc, const ls_rope *r, float *x, int64_t M, int n_heads, int head_stride,
                    const int32_t *pos) {
     LS_ASSERT(kc && r && x && pos && head_stride >= r->p.head_dim && n_heads > 0);
-    ls_rope_call c = {ls_kvtab_for(kc->isa), r, x, M, n_heads, head_stride, pos};
-    ls_pool_run(ls_pool_for(kc, M * n_heads * r->p.head_dim * 4), ls_rope_task, &c);
+    ls_rope_call c = {ls_kvtab_for(kc->isa), r, x, M, n_heads, head_stride, pos, 0};
+    ls_pool_run_dyn(ls_pool_for(kc, M * n_heads * r->p.head_dim * 4), ls_rope_task, &c);
 }
 
 /* ---- attention ------------------------------------------------------------ */
@@ -237,7 +245,7 @@ void ls_attention(const ls_kctx *kc, const float *q, int64_t M, const int32_t *p
     for (int64_t m = 0; m < M; m++) work += ((int64_t)pos[m] + 1 - ls_attn_first(pos[m], window)) * n_head * head_dim * 2;
     ls_pool *pool = ls_pool_for(kc, work);
     if (!(c.vt->attn_block && head_dim % 16 == 0 && head_dim <= c.vt->attn_block_head_dim)) {
-        ls_pool_run(pool, ls_attn_task, &c);
+        ls_pool_run_dyn(pool, ls_attn_task, &c);
         return;
     }
     /* Consecutive rows with the same view (a sequence's prefill chunk or verify block)
@@ -258,6 +266,6 @@ void ls_attention(const ls_kctx *kc, const float *q, int64_t M, const int32_t *p
         c.bstart = bstart;
         c.nblk = nb;
         c.next = 0;
-        ls_pool_run(pool, ls_attn_task_grouped, &c);
+        ls_pool_run_dyn(pool, ls_attn_task_grouped, &c);
     }
 }
