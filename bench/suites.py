@@ -546,15 +546,23 @@ def suite_probe(c: Ctx) -> dict:
     ms = [x["ms"] for x in samples]
     verdicts = sorted({x["verdict"] for x in samples})
     s0 = samples[0]
+    axes = s0.get("axes", {})
+    passed = [k for k, v in axes.items() if v.get("state") == "passed"]
+    unchecked = [f"{k} ({v.get('why', '?')})" for k, v in axes.items() if v.get("state") == "not checked"]
     rows = [["verdict", ", ".join(verdicts)],
-            ["axes checked", ", ".join(k for k, v in s0.get("axes", {}).items() if v) or "—"],
-            ["random draws", s0.get("draws", "?")],
+            ["axes passed", ", ".join(passed) or "—"],
+            ["axes not checked", ", ".join(unchecked) or "none"],
+            ["random draws; logits rows compared", f"{s0.get('draws', '?')}; {s0.get('logits_rows', '?')}"],
             ["probe ms (median)", f"{vs.med(ms):.0f}"],
             ["probe ms (min–max)", f"{min(ms):.0f}–{max(ms):.0f}"]]
+    phases = list(s0.get("phase_ms", {}))
+    for ph in phases:
+        rows.append([f"  of which {ph} (median ms)", f"{vs.med([x['phase_ms'][ph] for x in samples]):.0f}"])
     md = [f"`lockstep probe --json --no-memo` ({s0.get('spec')} drafter, draft-max {s0.get('draft_max')}, "
-          f"{s0.get('threads')} threads, {s0.get('isa')}), {len(ms)} runs: the cost of checking P1-P3 byte for byte "
-          "on the live configuration (block vs chain, batch mix, chunked prefill). It runs once per model, binary "
-          "and configuration; later starts read the memo.", "", md_table(["", "value"], rows)]
+          f"{s0.get('threads')} threads, {s0.get('isa')}), {len(ms)} runs: the cost of certifying the serving "
+          "configuration through the engine, byte for byte (batch mix, chunked prefill, prefix cache, block vs "
+          "chain, threads, the live ISA against the scalar reference; docs/engine.md). It runs once per model, "
+          "binary and configuration; later starts read the memo.", "", md_table(["", "value"], rows)]
     return {"data": {"samples": samples, "median_ms": vs.med(ms), "command": c.show(cmd)}, "md": "\n".join(md),
             "headline": [["probe cost", f"{vs.med(ms):.0f} ms ({', '.join(verdicts)})"]], "peer": []}
 
