@@ -321,6 +321,9 @@ AI void ls_y_tile_f(const uint32_t type, const int R, const ls_wmat *w, const ui
 #define LS_YP_R 4
 #endif
 
+/* Panel types with nibble codes (the others have byte codes). */
+#define LS_YP_NIB(type) ((type) == LS_TYPE_Q4_1 || (type) == LS_TYPE_Q4_K)
+
 /* Prefetch of the next panel's unit b (codes and scale lines); pn = NULL: none. */
 AI void ls_yp_pf_unit(const uint32_t type, const ls_wmat *w, const uint8_t *pn, int64_t b) {
     if (!pn) return;
@@ -329,7 +332,7 @@ AI void ls_yp_pf_unit(const uint32_t type, const ls_wmat *w, const uint8_t *pn, 
     _mm_prefetch(c + 64, _MM_HINT_T0);
     _mm_prefetch(c + 128, _MM_HINT_T0);
     _mm_prefetch(c + 192, _MM_HINT_T0);
-    if (type == LS_TYPE_Q8_0) {
+    if (!LS_YP_NIB(type)) { /* byte codes: 512 bytes */
         _mm_prefetch(c + 256, _MM_HINT_T0);
         _mm_prefetch(c + 320, _MM_HINT_T0);
         _mm_prefetch(c + 384, _MM_HINT_T0);
@@ -342,6 +345,8 @@ AI void ls_yp_pf_unit(const uint32_t type, const ls_wmat *w, const uint8_t *pn, 
     }
     if (type == LS_TYPE_Q4_K && !(b & 7)) /* the super-block's d, dmin line */
         _mm_prefetch((const char *)(pn + (size_t)w->nb * (w->pcode + 32) + 8 * (size_t)b), _MM_HINT_T0);
+    if (type == LS_TYPE_Q6_K && !(b & 15)) /* two super-blocks' d */
+        _mm_prefetch((const char *)(pn + (size_t)w->nb * (w->pcode + 32) + 4 * (size_t)b), _MM_HINT_T0);
 }
 
 AI __m256i ls_yp_bc(const uint8_t *p) {
@@ -355,6 +360,119 @@ AI float ls_yp_f(const uint8_t *p) {
     return v;
 }
 
+/* c_b of unit b of a Q5_0 or Q6_K panel (byte codes u = w + 16, u = w + 32) for R rows of
+ * packed activations at xu (the unit's records), half h (panel rows 8h..8h+7): c[r][h].
+ *   Q5_0: isum = sum u q - 16 sq.  AVX-VNNI: one vpdpbusd per slot (R = 1: two chains);
+ *         AVX2: vpmaddubsw products summed in s16 over 4 slots (<= 4 * 2 * 31 * 127 =
+ *         31496: no saturation), each 4-slot sum widened with vpmaddwd.
+ *   Q6_K: isum = s0 * (A - 32 sqlo) + s1 * (B - 32 sqhi) (A, B: sum u q over elements
+ *         0..15, 16..31; s0, s1 the row's int8 scales), formed as s0 A + s1 B minus one
+ *         vpmaddwd of the rows' (32 s0, 32 s1) int16 pairs (|32 s| <= 4096) with the
+ *         activation's (sqlo, sqhi) pair (|sq| <= 16 * 127).  AVX-VNNI: A and B from two
+ *         vpdpbusd chains, then vpmulld; AVX2: vpmaddubsw products summed in s16 over 2
+ *         slots (<= 2 * 2 * 63 * 127 = 32004: no saturation), each 2-slot sum widened by a
+ *         vpmaddwd with (s0, s0) or (s1, s1), which applies the scale in the same
+ *         instruction (|s * 32004| * 2 < 2^31), so one int32 sum per row is s0 A + s1 B.
+ * Every partial value is an exact int32 and isum is the recipe's integer (|isum| < 2^24);
+ * c = (d * dx) * (float)isum lane-wise, as the recipe. */
+AI void ls_yp_unit_byte(const uint32_t type, const int R, const int h, const ls_wmat *w, const uint8_t *p,
+                        const uint8_t *xu, int64_t b, __m256 c[][2]) {
+    const int64_t nb = w->nb;
+    const uint8_t *codes = p + (size_t)b * w->pcode + 32 * h;
+    const uint8_t *dp = p + (size_t)nb * w->pcode + 32 * (size_t)b;
+#define LS_YB_X(r, s) ls_yp_bc(xu + (r) * LS_XP_ROW + 4 * (s))
+    __m256i acc[LS_YP_R], acc2[LS_YP_R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) acc[r] = acc2[r] = _mm256_setzero_si256();
+    if (type == LS_TYPE_Q6_K) {
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(dp + 16 * h)));
+        const __m256i sc32 = _mm256_slli_epi16(sc16, 5);
+        const __m256 d = _mm256_cvtph_ps(
+            _mm_loadu_si128((const __m128i *)(p + (size_t)nb * (w->pcode + 32) + 4 * (size_t)(b & ~(int64_t)7) + 16 * h)));
+#if LS_Y_VNNI
+#pragma GCC unroll 8
+        for (int s = 0; s < 8; s++) {
+            const __m256i wv = _mm256_loadu_si256((const __m256i *)(codes + 64 * s));
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) {
+                if (s < 4)
+                    acc[r] = _mm256_dpbusd_avx_epi32(acc[r], wv, LS_YB_X(r, s));
+                else
+                    acc2[r] = _mm256_dpbusd_avx_epi32(acc2[r], wv, LS_YB_X(r, s));
+            }
+        }
+        const __m256i s0 = _mm256_srai_epi32(_mm256_slli_epi32(sc16, 16), 16), s1 = _mm256_srai_epi32(sc16, 16);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+            acc[r] = _mm256_add_epi32(_mm256_mullo_epi32(acc[r], s0), _mm256_mullo_epi32(acc2[r], s1));
+#else
+        const __m256i ilo = _mm256_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13, 0, 1, 0, 1, 4, 5, 4, 5,
+                                             8, 9, 8, 9, 12, 13, 12, 13);
+        const __m256i sclo = _mm256_shuffle_epi8(sc16, ilo);                                 /* (s0, s0) */
+        const __m256i schi = _mm256_shuffle_epi8(sc16, _mm256_add_epi8(ilo, _mm256_set1_epi8(2))); /* (s1, s1) */
+#pragma GCC unroll 4
+        for (int s = 0; s < 8; s += 2) {
+            const __m256i w0 = _mm256_loadu_si256((const __m256i *)(codes + 64 * s));
+            const __m256i w1 = _mm256_loadu_si256((const __m256i *)(codes + 64 * (s + 1)));
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) {
+                const __m256i p16 = _mm256_add_epi16(_mm256_maddubs_epi16(w0, LS_YB_X(r, s)),
+                                                     _mm256_maddubs_epi16(w1, LS_YB_X(r, s + 1)));
+                acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(p16, s < 4 ? sclo : schi));
+            }
+        }
+#endif
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            const uint8_t *xr = xu + r * LS_XP_ROW;
+            const __m256i isum = _mm256_sub_epi32(acc[r], _mm256_madd_epi16(sc32, ls_yp_bc(xr + LS_XP_SQP)));
+            c[r][h] = _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(ls_yp_f(xr + LS_XP_DX))), _mm256_cvtepi32_ps(isum));
+        }
+        return;
+    }
+    /* Q5_0 */
+#if LS_Y_VNNI
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; s++) {
+        const __m256i wv = _mm256_loadu_si256((const __m256i *)(codes + 64 * s));
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            if (R == 1 && s >= 4)
+                acc2[r] = _mm256_dpbusd_avx_epi32(acc2[r], wv, LS_YB_X(r, s));
+            else
+                acc[r] = _mm256_dpbusd_avx_epi32(acc[r], wv, LS_YB_X(r, s));
+        }
+    }
+    if (R == 1) acc[0] = _mm256_add_epi32(acc[0], acc2[0]);
+#else
+    const __m256i ones = _mm256_set1_epi16(1);
+#pragma GCC unroll 2
+    for (int s0 = 0; s0 < 8; s0 += 4) {
+        const __m256i w0 = _mm256_loadu_si256((const __m256i *)(codes + 64 * s0));
+        const __m256i w1 = _mm256_loadu_si256((const __m256i *)(codes + 64 * (s0 + 1)));
+        const __m256i w2 = _mm256_loadu_si256((const __m256i *)(codes + 64 * (s0 + 2)));
+        const __m256i w3 = _mm256_loadu_si256((const __m256i *)(codes + 64 * (s0 + 3)));
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            const __m256i p16 = _mm256_add_epi16(
+                _mm256_add_epi16(_mm256_maddubs_epi16(w0, LS_YB_X(r, s0)), _mm256_maddubs_epi16(w1, LS_YB_X(r, s0 + 1))),
+                _mm256_add_epi16(_mm256_maddubs_epi16(w2, LS_YB_X(r, s0 + 2)), _mm256_maddubs_epi16(w3, LS_YB_X(r, s0 + 3))));
+            acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(p16, ones));
+        }
+    }
+#endif
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dp + 16 * h)));
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+        const uint8_t *xr = xu + r * LS_XP_ROW;
+        int32_t sq128;
+        memcpy(&sq128, xr + LS_XP_SQ, 4);
+        const __m256i isum = _mm256_sub_epi32(acc[r], _mm256_set1_epi32(sq128 >> 3)); /* 16 sq, exact */
+        c[r][h] = _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(ls_yp_f(xr + LS_XP_DX))), _mm256_cvtepi32_ps(isum));
+    }
+#undef LS_YB_X
+}
+
 /* c_b of unit b for R activation rows x the 16 rows of panel p: c[r][h] (lanes = rows
  * 8h..8h+7).  packed: row r's activations are the packed records at xpb (row r at
  * r * LS_XP_ROW); else one row, x1 (xq layout). */
@@ -362,6 +480,11 @@ AI void ls_yp_unit(const uint32_t type, const int R, const bool packed, const ls
                    const uint8_t *xpb, const ls_xq *x1, int64_t b, const uint8_t *pn, __m256 c[][2]) {
     const int64_t nb = w->nb;
     ls_yp_pf_unit(type, w, pn, b);
+    if (type == LS_TYPE_Q5_0 || type == LS_TYPE_Q6_K) { /* packed rows only (M >= 2) */
+        ls_yp_unit_byte(type, R, 0, w, p, xpb + (size_t)b * LS_XP_UNIT, b, c);
+        ls_yp_unit_byte(type, R, 1, w, p, xpb + (size_t)b * LS_XP_UNIT, b, c);
+        return;
+    }
     const uint8_t *codes = p + (size_t)b * w->pcode;
     const uint8_t *xu;
     int64_t xst; /* bytes between a unit's slots */
@@ -709,7 +832,8 @@ AI void ls_y_mm_type(const uint32_t type, const ls_mm_job *job, int64_t n0, int6
         ls_yp_mm(type, job, n0, n1);
         return;
     }
-    if (type == LS_TYPE_Q4_K && job->M >= 2 && job->xp && job->w->panel) { /* panel copy: multi-row tiles */
+    if ((type == LS_TYPE_Q4_K || type == LS_TYPE_Q6_K || type == LS_TYPE_Q5_0) && job->M >= 2 && job->xp &&
+        job->w->panel) { /* panel copy: multi-row tiles (M = 1 stays on the group records) */
         ls_yp_mm(type, job, n0, n1);
         return;
     }
@@ -806,10 +930,12 @@ void ls_quantize_x_row_avx2(const float *x, int64_t K, void *row_out, uint8_t *x
         if (xp) { /* the tile-packed record of unit b (internal.h) */
             uint8_t *rec = xp + (size_t)b * LS_XP_UNIT;
             int32_t sq128 = 128 * s;
+            int16_t sqp[2] = {(int16_t)slo, (int16_t)(s - slo)};
             memcpy(rec, qd, 32);
             memcpy(rec + LS_XP_DX, &dx[b], 4);
             memcpy(rec + LS_XP_SX, &sx[b], 4);
             memcpy(rec + LS_XP_SQ, &sq128, 4);
+            memcpy(rec + LS_XP_SQP, sqp, 4);
         }
     }
 }

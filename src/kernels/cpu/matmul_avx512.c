@@ -422,6 +422,10 @@ AI void ls_z_tile_f(const uint32_t type, const int R, const ls_wmat *w, const ui
  * complete (a binary counter: stk[l] holds the pending left subtree of 2^l leaves), so
  * every lane is exactly the scalar ls_tree of its row, with vertical adds only. */
 
+/* Panel types with nibble codes (Q4_1, Q4_K): the same code operands, only c_b differs;
+ * the others (Q8_0, Q5_0, Q6_K) have byte codes. */
+#define LS_Z_PNIB(type) ((type) == LS_TYPE_Q4_1 || (type) == LS_TYPE_Q4_K)
+
 /* Prefetch of the next panel's unit b (codes and scale lines), one panel ahead: the
  * weights stream from L3 or DRAM, and the hardware prefetcher alone leaves the
  * kernel waiting on them.  pn = NULL: no next panel. */
@@ -432,7 +436,7 @@ AI void ls_z_pf_unit(const uint32_t type, const ls_wmat *w, const uint8_t *pn, i
     _mm_prefetch(c + 64, _MM_HINT_T0);
     _mm_prefetch(c + 128, _MM_HINT_T0);
     _mm_prefetch(c + 192, _MM_HINT_T0);
-    if (type == LS_TYPE_Q8_0) {
+    if (!LS_Z_PNIB(type)) { /* byte codes: 512 bytes */
         _mm_prefetch(c + 256, _MM_HINT_T0);
         _mm_prefetch(c + 320, _MM_HINT_T0);
         _mm_prefetch(c + 384, _MM_HINT_T0);
@@ -445,6 +449,8 @@ AI void ls_z_pf_unit(const uint32_t type, const ls_wmat *w, const uint8_t *pn, i
     }
     if (type == LS_TYPE_Q4_K && !(b & 7)) /* the super-block's d, dmin line */
         _mm_prefetch((const char *)(pn + (size_t)w->nb * (w->pcode + 32) + 8 * (size_t)b), _MM_HINT_T0);
+    if (type == LS_TYPE_Q6_K && !(b & 15)) /* two super-blocks' d */
+        _mm_prefetch((const char *)(pn + (size_t)w->nb * (w->pcode + 32) + 4 * (size_t)b), _MM_HINT_T0);
 }
 
 /* Activation chunk s (elements 4s..4s+3) of unit b, broadcast to 16 lanes. */
@@ -526,8 +532,12 @@ AI void ls_z_panel_rows1(const uint32_t type, const ls_mm_job *job, int64_t n0, 
  * joining one to a real subtree x is the single add x + (+0); the tree is not walked
  * for them. */
 #define LS_PT_R LS_XP_R /* 12 */
-/* Panel types with nibble codes (Q4_1, Q4_K): the same code operands, only c_b differs. */
-#define LS_Z_PNIB(type) ((type) == LS_TYPE_Q4_1 || (type) == LS_TYPE_Q4_K)
+/* Rows per tile: Q6_K keeps two accumulators per row (its two half scales), so fewer rows
+ * fit the 32 registers. */
+#ifndef LS_PT_R_Q6K
+#define LS_PT_R_Q6K 8
+#endif
+#define LS_PT_RMAX(type) ((type) == LS_TYPE_Q6_K ? LS_PT_R_Q6K : LS_PT_R)
 #ifndef LS_PT_PAIR_R
 #define LS_PT_PAIR_R 3 /* Q4_1 tiles of up to 3 rows pair units (measured: slower for Q8_0; from 4 rows
                         * on two units' accumulators do not fit in 32 registers) */
@@ -538,9 +548,14 @@ AI void ls_z_tile_units(const uint32_t type, const int R, const int U, const ls_
                         const uint8_t *xpb, int64_t b, const uint8_t *pn, __m512 c[2][LS_PT_R]) {
     const int64_t nb = w->nb;
     const uint8_t *dbase = p + (size_t)nb * w->pcode;
+    /* acc[u][r]: unit b + u, row r; Q6_K (U = 1): acc[0][r] slots 0..3 (elements 0..15),
+     * acc[1][r] slots 4..7 (elements 16..31), the two halves of its two scales */
     __m512i acc[2][LS_PT_R];
-    for (int u = 0; u < U; u++) {
-        ls_z_pf_unit(type, w, pn, b + u);
+    const int UA = type == LS_TYPE_Q6_K ? 2 : U;
+    ls_z_pf_unit(type, w, pn, b);
+    if (U == 2) ls_z_pf_unit(type, w, pn, b + 1);
+#pragma GCC unroll 2
+    for (int u = 0; u < UA; u++) {
 #pragma GCC unroll 16
         for (int r = 0; r < R; r++) acc[u][r] = _mm512_setzero_si512();
     }
@@ -559,11 +574,12 @@ AI void ls_z_tile_units(const uint32_t type, const int R, const int U, const ls_
             } else {
                 wv = _mm512_loadu_si512(codes + 64 * s2);
             }
+            const int ua = type == LS_TYPE_Q6_K ? s2 >> 2 : u;
 #pragma GCC unroll 16
             for (int r = 0; r < R; r++) {
                 int32_t v0;
                 memcpy(&v0, xu + r * LS_XP_ROW + s2 * 4, 4);
-                acc[u][r] = _mm512_dpbusd_epi32(acc[u][r], wv, _mm512_set1_epi32(v0));
+                acc[ua][r] = _mm512_dpbusd_epi32(acc[ua][r], wv, _mm512_set1_epi32(v0));
             }
         }
     }
@@ -594,6 +610,31 @@ AI void ls_z_tile_units(const uint32_t type, const int R, const int U, const ls_
         }
         return;
     }
+    if (type == LS_TYPE_Q6_K) {
+        /* isum = s0 * (A - 32 sqlo) + s1 * (B - 32 sqhi), A, B the halves' sums of u * q
+         * (u = w + 32), formed as s0 * A + s1 * B - (32 s0 * sqlo + 32 s1 * sqhi): the last
+         * term one vpmaddwd of the rows' (32 s0, 32 s1) int16 pairs (|32 s| <= 4096) with the
+         * activation's (sqlo, sqhi) (|sq| <= 16 * 127).  Every partial value is an exact
+         * int32 (|s * A| <= 128 * 16 * 63 * 127), and isum is the recipe's integer. */
+        const uint8_t *xu = xpb + (size_t)b * LS_XP_UNIT;
+        const __m512i sc16 = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(dbase + 32 * (size_t)b)));
+        const __m512i s0 = _mm512_srai_epi32(_mm512_slli_epi32(sc16, 16), 16), s1 = _mm512_srai_epi32(sc16, 16);
+        const __m512i sc32 = _mm512_slli_epi16(sc16, 5);
+        const __m512 d = _mm512_cvtph_ps(
+            _mm256_loadu_si256((const __m256i *)(dbase + 32 * (size_t)nb + 4 * (size_t)(b & ~(int64_t)7))));
+#pragma GCC unroll 16
+        for (int r = 0; r < R; r++) {
+            float dx;
+            int32_t sqp;
+            memcpy(&dx, xu + r * LS_XP_ROW + LS_XP_DX, 4);
+            memcpy(&sqp, xu + r * LS_XP_ROW + LS_XP_SQP, 4);
+            const __m512i corr = _mm512_madd_epi16(sc32, _mm512_set1_epi32(sqp));
+            const __m512i isum = _mm512_sub_epi32(
+                _mm512_add_epi32(_mm512_mullo_epi32(acc[0][r], s0), _mm512_mullo_epi32(acc[1][r], s1)), corr);
+            c[0][r] = _mm512_mul_ps(_mm512_mul_ps(d, _mm512_set1_ps(dx)), _mm512_cvtepi32_ps(isum));
+        }
+        return;
+    }
 #pragma GCC unroll 2
     for (int u = 0; u < U; u++) {
         const uint8_t *xu = xpb + (size_t)(b + u) * LS_XP_UNIT;
@@ -610,9 +651,10 @@ AI void ls_z_tile_units(const uint32_t type, const int R, const int U, const ls_
             if (type == LS_TYPE_Q4_1) {
                 memcpy(&sx, xu + r * LS_XP_ROW + LS_XP_SX, 4);
                 c[u][r] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(acc[u][r]), _mm512_mul_ps(m, _mm512_set1_ps(sx)));
-            } else {
+            } else { /* Q8_0, Q5_0: isum = acc - off * sq, off * sq = 128 * sq >> (7 - log2 off) */
                 memcpy(&sq128, xu + r * LS_XP_ROW + LS_XP_SQ, 4);
-                __m512i isum = _mm512_sub_epi32(acc[u][r], _mm512_set1_epi32(sq128));
+                const int32_t osq = type == LS_TYPE_Q5_0 ? sq128 >> 3 : sq128; /* exact: 128 * sq */
+                __m512i isum = _mm512_sub_epi32(acc[u][r], _mm512_set1_epi32(osq));
                 c[u][r] = _mm512_mul_ps(dd, _mm512_cvtepi32_ps(isum));
             }
         }
@@ -725,6 +767,7 @@ AI void ls_z_panel_mm(const uint32_t type, const ls_mm_job *job, int64_t n0, int
         for (int64_t m0 = 0; m0 < M;) {
             const int64_t a = job->xp_row0 + m0;
             int R = LS_PT_R - (int)(a % LS_PT_R);
+            if (R > LS_PT_RMAX(type)) R = LS_PT_RMAX(type);
             if (R > M - m0) R = (int)(M - m0);
             const uint8_t *xpb = job->xp + (size_t)(a / LS_PT_R) * ls_xp_tile_bytes(w->K) + (size_t)(a % LS_PT_R) * LS_XP_ROW;
             float *yr[LS_PT_R];
@@ -734,10 +777,10 @@ AI void ls_z_panel_mm(const uint32_t type, const ls_mm_job *job, int64_t n0, int
                 __mmask16 km = (__mmask16)((((1u << (hi - P * 16)) - 1) >> (lo - P * 16)) << (lo - P * 16));
                 const uint8_t *pn = P + 1 < q1 ? w->panel + (size_t)(P + 1) * w->panel_bytes : NULL;
                 switch (R) {
-                case 12: ls_z_panel_tile(type, 12, w, P, xpb, yr, km, pn); break;
-                case 11: ls_z_panel_tile(type, 11, w, P, xpb, yr, km, pn); break;
-                case 10: ls_z_panel_tile(type, 10, w, P, xpb, yr, km, pn); break;
-                case 9: ls_z_panel_tile(type, 9, w, P, xpb, yr, km, pn); break;
+                case 12: if (LS_PT_RMAX(type) >= 12) ls_z_panel_tile(type, 12, w, P, xpb, yr, km, pn); break;
+                case 11: if (LS_PT_RMAX(type) >= 11) ls_z_panel_tile(type, 11, w, P, xpb, yr, km, pn); break;
+                case 10: if (LS_PT_RMAX(type) >= 10) ls_z_panel_tile(type, 10, w, P, xpb, yr, km, pn); break;
+                case 9: if (LS_PT_RMAX(type) >= 9) ls_z_panel_tile(type, 9, w, P, xpb, yr, km, pn); break;
                 case 8: ls_z_panel_tile(type, 8, w, P, xpb, yr, km, pn); break;
                 case 7: ls_z_panel_tile(type, 7, w, P, xpb, yr, km, pn); break;
                 case 6: ls_z_panel_tile(type, 6, w, P, xpb, yr, km, pn); break;
@@ -789,7 +832,8 @@ AI void ls_z_mm_type(const uint32_t type, const ls_mm_job *job, int64_t n0, int6
             ls_z_panel_mm(type, job, n0, n1);
         return;
     }
-    if (type == LS_TYPE_Q4_K && M >= 2 && job->xp && job->w->panel) { /* panel copy: multi-row tiles */
+    if ((type == LS_TYPE_Q4_K || type == LS_TYPE_Q6_K || type == LS_TYPE_Q5_0) && M >= 2 && job->xp &&
+        job->w->panel) { /* panel copy: multi-row tiles (M = 1 stays on the group records) */
         ls_z_panel_mm(type, job, n0, n1);
         return;
     }
@@ -879,10 +923,12 @@ static void ls_quantize_block_avx512(const float *xb, int64_t nb, int64_t b, int
     sqlo[b] = slo;
     if (rec) {
         int32_t sq128 = 128 * s;
+        int16_t sqp[2] = {(int16_t)slo, (int16_t)(s - slo)};
         memcpy(rec, qd, 32);
         memcpy(rec + LS_XP_DX, &dx[b], 4);
         memcpy(rec + LS_XP_SX, &sx[b], 4);
         memcpy(rec + LS_XP_SQ, &sq128, 4);
+        memcpy(rec + LS_XP_SQP, sqp, 4);
     }
 }
 
@@ -944,13 +990,17 @@ void ls_quantize_x_row_avx512(const float *x, int64_t K, void *row_out, uint8_t 
         _mm512_storeu_si512(sq + b0, s);
         _mm512_storeu_si512(sqlo + b0, slo);
         if (recg) {
-            int32_t s128[16];
+            int32_t s128[16], sqp[16];
             _mm512_storeu_si512(s128, _mm512_slli_epi32(s, 7));
+            /* the two halves' sums as int16 (|sum| <= 16 * 127): slo | shi << 16 */
+            _mm512_storeu_si512(sqp, _mm512_or_si512(_mm512_and_si512(slo, _mm512_set1_epi32(0xFFFF)),
+                                                     _mm512_slli_epi32(shi, 16)));
             for (int l = 0; l < 16; l++) {
                 uint8_t *rec = recg + (size_t)l * LS_XP_UNIT;
                 memcpy(rec + LS_XP_DX, &dx[b0 + l], 4);
                 memcpy(rec + LS_XP_SX, &sx[b0 + l], 4);
                 memcpy(rec + LS_XP_SQ, &s128[l], 4);
+                memcpy(rec + LS_XP_SQP, &sqp[l], 4);
             }
         }
     }
