@@ -781,7 +781,10 @@ AI void ls_yp_mm(const uint32_t type, const ls_mm_job *job, int64_t n0, int64_t 
             for (int r = 0; r < R; r++) yr[r] = job->y + (m0 + r) * w->N;
             for (int64_t P = q0; P < q1; P++) {
                 int lo = (int)((P * 16 > n0 ? P * 16 : n0) - P * 16), hi = (int)((P * 16 + 16 < n1 ? P * 16 + 16 : n1) - P * 16);
-                const uint8_t *pn = P + 1 < q1 ? w->panel + (size_t)(P + 1) * w->panel_bytes : NULL;
+                /* the panel computed next: P + 1 in this block, or after the last row tile the
+                 * next block's first (a block of one large panel still streams ahead) */
+                const int64_t Pn = P + 1 < q1 || m0 + R >= M ? P + 1 : P1;
+                const uint8_t *pn = Pn < P1 ? w->panel + (size_t)Pn * w->panel_bytes : NULL;
                 switch (R) {
 #if LS_YP_R >= 6
                 case 6: ls_yp_tile(type, 6, true, w, P, xpb, NULL, yr, lo, hi, pn); break;

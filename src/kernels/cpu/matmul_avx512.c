@@ -775,7 +775,10 @@ AI void ls_z_panel_mm(const uint32_t type, const ls_mm_job *job, int64_t n0, int
             for (int64_t P = q0; P < q1; P++) {
                 int64_t lo = P * 16 > n0 ? P * 16 : n0, hi = P * 16 + 16 < n1 ? P * 16 + 16 : n1;
                 __mmask16 km = (__mmask16)((((1u << (hi - P * 16)) - 1) >> (lo - P * 16)) << (lo - P * 16));
-                const uint8_t *pn = P + 1 < q1 ? w->panel + (size_t)(P + 1) * w->panel_bytes : NULL;
+                /* the panel computed next: P + 1 in this block, or after the last row tile the
+                 * next block's first (a block of one large panel still streams ahead) */
+                const int64_t Pn = P + 1 < q1 || m0 + R >= M ? P + 1 : P1;
+                const uint8_t *pn = Pn < P1 ? w->panel + (size_t)Pn * w->panel_bytes : NULL;
                 switch (R) {
                 case 12: if (LS_PT_RMAX(type) >= 12) ls_z_panel_tile(type, 12, w, P, xpb, yr, km, pn); break;
                 case 11: if (LS_PT_RMAX(type) >= 11) ls_z_panel_tile(type, 11, w, P, xpb, yr, km, pn); break;
