@@ -317,9 +317,13 @@ AI void ls_y_tile_f(const uint32_t type, const int R, const ls_wmat *w, const ui
  * share each loaded weight operand (rows from the tile-packed activation copy, M >= 2);
  * M >= 2 runs column blocks of ~256 KiB of panels with every row tile passing over each;
  * the next panel is prefetched while one is computed. */
-#ifndef LS_YP_R
+#ifndef LS_YP_R /* at most 6 */
 #define LS_YP_R 4
 #endif
+/* Rows per tile by type: AVX2's Q5_0 tiles take 6 rows (measured, 640 x 2048 at M = 64:
+ * 0.9x the time of 4; AVX-VNNI and the other types gain nothing from 6). */
+#define LS_YP_RCAP 6
+#define LS_YP_RMAX(type) (!LS_Y_VNNI && (type) == LS_TYPE_Q5_0 ? 6 : LS_YP_R)
 
 /* Panel types with nibble codes (the others have byte codes). */
 #define LS_YP_NIB(type) ((type) == LS_TYPE_Q4_1 || (type) == LS_TYPE_Q4_K)
@@ -381,7 +385,7 @@ AI void ls_yp_unit_byte(const uint32_t type, const int R, const int h, const ls_
     const uint8_t *codes = p + (size_t)b * w->pcode + 32 * h;
     const uint8_t *dp = p + (size_t)nb * w->pcode + 32 * (size_t)b;
 #define LS_YB_X(r, s) ls_yp_bc(xu + (r) * LS_XP_ROW + 4 * (s))
-    __m256i acc[LS_YP_R], acc2[LS_YP_R];
+    __m256i acc[LS_YP_RCAP], acc2[LS_YP_RCAP];
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++) acc[r] = acc2[r] = _mm256_setzero_si256();
     if (type == LS_TYPE_Q6_K) {
@@ -499,10 +503,10 @@ AI void ls_yp_unit(const uint32_t type, const int R, const bool packed, const ls
     }
 #define LS_YP_X(r, s) ls_yp_bc(xu + (r) * LS_XP_ROW + (s) * xst)
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256i acc[LS_YP_R][2];
+    __m256i acc[LS_YP_RCAP][2];
 #if LS_Y_VNNI
     /* one or (R = 1) two dpbusd chains per row and half; integer sums are exact in any order */
-    __m256i acc2[LS_YP_R][2];
+    __m256i acc2[LS_YP_RCAP][2];
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = acc2[r][0] = acc2[r][1] = _mm256_setzero_si256();
     if (type == LS_TYPE_Q4_1 || type == LS_TYPE_Q4_K) { /* nibble codes */
@@ -551,7 +555,7 @@ AI void ls_yp_unit(const uint32_t type, const int R, const bool packed, const ls
     }
 #else
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256i p16[LS_YP_R][2];
+    __m256i p16[LS_YP_RCAP][2];
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++) p16[r][0] = p16[r][1] = _mm256_setzero_si256();
     if (type == LS_TYPE_Q4_1 || type == LS_TYPE_Q4_K) { /* nibble codes */
@@ -577,7 +581,7 @@ AI void ls_yp_unit(const uint32_t type, const int R, const bool packed, const ls
             acc[r][1] = _mm256_madd_epi16(p16[r][1], ones);
         }
     } else { /* Q8_0: u = 16 hi + lo, each nibble product summed in s16 */
-        __m256i h16[LS_YP_R][2];
+        __m256i h16[LS_YP_RCAP][2];
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) h16[r][0] = h16[r][1] = _mm256_setzero_si256();
 #pragma GCC unroll 8
@@ -685,7 +689,7 @@ AI void ls_yp_push(const int R, __m256 stk[][2][6], unsigned *zst, int g, __m256
 /* The same for an empty group g (S_g = +0): a real left subtree x joined with a subtree
  * of empty groups is the single add x + (+0). */
 AI void ls_yp_push_empty(const int R, __m256 stk[][2][6], unsigned *zst, int g) {
-    __m256 T[LS_YP_R][2];
+    __m256 T[LS_YP_RCAP][2];
     bool tz = true;
     int lvl = 0;
     for (; (g >> lvl) & 1; lvl++) {
@@ -712,14 +716,14 @@ AI void ls_yp_tile(const uint32_t type, const int R, const bool packed, const ls
                    const uint8_t *xpb, const ls_xq *x1, float *const *yr, int lo, int hi, const uint8_t *pn) {
     const uint8_t *p = w->panel + (size_t)P * w->panel_bytes;
     const int64_t nb = w->nb;
-    __m256 stk[LS_YP_R][2][6];
+    __m256 stk[LS_YP_RCAP][2][6];
     unsigned zst = 0;
     for (int g = 0; g < LS_NGRP; g++) {
         if (g >= nb) {
             ls_yp_push_empty(R, stk, &zst, g);
             continue;
         }
-        __m256 S[LS_YP_R][2], c[LS_YP_R][2];
+        __m256 S[LS_YP_RCAP][2], c[LS_YP_RCAP][2];
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) S[r][0] = S[r][1] = _mm256_setzero_ps();
         for (int64_t b = g; b < nb; b += LS_NGRP) {
@@ -774,10 +778,10 @@ AI void ls_yp_mm(const uint32_t type, const ls_mm_job *job, int64_t n0, int64_t 
         for (int64_t m0 = 0; m0 < M;) { /* row tiles inside the packed tiles */
             const int64_t a = job->xp_row0 + m0;
             int R = LS_XP_R - (int)(a % LS_XP_R);
-            if (R > LS_YP_R) R = LS_YP_R;
+            if (R > LS_YP_RMAX(type)) R = LS_YP_RMAX(type);
             if (R > M - m0) R = (int)(M - m0);
             const uint8_t *xpb = job->xp + (size_t)(a / LS_XP_R) * ls_xp_tile_bytes(w->K) + (size_t)(a % LS_XP_R) * LS_XP_ROW;
-            float *yr[LS_YP_R];
+            float *yr[LS_YP_RCAP];
             for (int r = 0; r < R; r++) yr[r] = job->y + (m0 + r) * w->N;
             for (int64_t P = q0; P < q1; P++) {
                 int lo = (int)((P * 16 > n0 ? P * 16 : n0) - P * 16), hi = (int)((P * 16 + 16 < n1 ? P * 16 + 16 : n1) - P * 16);
@@ -786,16 +790,10 @@ AI void ls_yp_mm(const uint32_t type, const ls_mm_job *job, int64_t n0, int64_t 
                 const int64_t Pn = P + 1 < q1 || m0 + R >= M ? P + 1 : P1;
                 const uint8_t *pn = Pn < P1 ? w->panel + (size_t)Pn * w->panel_bytes : NULL;
                 switch (R) {
-#if LS_YP_R >= 6
-                case 6: ls_yp_tile(type, 6, true, w, P, xpb, NULL, yr, lo, hi, pn); break;
-                case 5: ls_yp_tile(type, 5, true, w, P, xpb, NULL, yr, lo, hi, pn); break;
-#endif
-#if LS_YP_R >= 4
-                case 4: ls_yp_tile(type, 4, true, w, P, xpb, NULL, yr, lo, hi, pn); break;
-#endif
-#if LS_YP_R >= 3
-                case 3: ls_yp_tile(type, 3, true, w, P, xpb, NULL, yr, lo, hi, pn); break;
-#endif
+                case 6: if (LS_YP_RMAX(type) >= 6) ls_yp_tile(type, 6, true, w, P, xpb, NULL, yr, lo, hi, pn); break;
+                case 5: if (LS_YP_RMAX(type) >= 5) ls_yp_tile(type, 5, true, w, P, xpb, NULL, yr, lo, hi, pn); break;
+                case 4: if (LS_YP_RMAX(type) >= 4) ls_yp_tile(type, 4, true, w, P, xpb, NULL, yr, lo, hi, pn); break;
+                case 3: if (LS_YP_RMAX(type) >= 3) ls_yp_tile(type, 3, true, w, P, xpb, NULL, yr, lo, hi, pn); break;
                 case 2: ls_yp_tile(type, 2, true, w, P, xpb, NULL, yr, lo, hi, pn); break;
                 default: ls_yp_tile(type, 1, true, w, P, xpb, NULL, yr, lo, hi, pn); break;
                 }
