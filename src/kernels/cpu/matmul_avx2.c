@@ -828,14 +828,38 @@ AI void ls_y_rows(const uint32_t type, const int R, const ls_mm_job *job, int64_
     }
 }
 
+/* The panel kernel of each panel type as a function of its own, not inlined into the
+ * type's entry beside the group-record paths (as matmul_avx512.c: the one large function
+ * gets a worse register allocation). */
+#define LS_YP_MM_FN(T, nm)                                                                             \
+    static __attribute__((noinline)) void ls_yp_mm_##nm(const ls_mm_job *job, int64_t n0, int64_t n1) { \
+        ls_yp_mm(T, job, n0, n1);                                                                      \
+    }
+LS_YP_MM_FN(LS_TYPE_Q4_1, q4_1)
+LS_YP_MM_FN(LS_TYPE_Q8_0, q8_0)
+LS_YP_MM_FN(LS_TYPE_Q4_K, q4_k)
+LS_YP_MM_FN(LS_TYPE_Q6_K, q6_k)
+LS_YP_MM_FN(LS_TYPE_Q5_0, q5_0)
+
+AI void ls_yp_mm_call(const uint32_t type, const ls_mm_job *job, int64_t n0, int64_t n1) {
+    switch (type) {
+    case LS_TYPE_Q4_1: ls_yp_mm_q4_1(job, n0, n1); break;
+    case LS_TYPE_Q8_0: ls_yp_mm_q8_0(job, n0, n1); break;
+    case LS_TYPE_Q4_K: ls_yp_mm_q4_k(job, n0, n1); break;
+    case LS_TYPE_Q6_K: ls_yp_mm_q6_k(job, n0, n1); break;
+    case LS_TYPE_Q5_0: ls_yp_mm_q5_0(job, n0, n1); break;
+    default: break;
+    }
+}
+
 AI void ls_y_mm_type(const uint32_t type, const ls_mm_job *job, int64_t n0, int64_t n1) {
     if (type == LS_TYPE_Q4_1 || type == LS_TYPE_Q8_0) { /* the panel copy: every M */
-        ls_yp_mm(type, job, n0, n1);
+        ls_yp_mm_call(type, job, n0, n1);
         return;
     }
     if ((type == LS_TYPE_Q4_K || type == LS_TYPE_Q6_K || type == LS_TYPE_Q5_0) && job->M >= 2 && job->xp &&
         job->w->panel) { /* panel copy: multi-row tiles (M = 1 stays on the group records) */
-        ls_yp_mm(type, job, n0, n1);
+        ls_yp_mm_call(type, job, n0, n1);
         return;
     }
     int64_t M = job->M, nblk = n1 - n0;
