@@ -513,9 +513,10 @@ static void test_parity_long_k(void **state) {
             parity_case(ktypes[ti], Kk[ki], ki == 1 ? 47 : 33, 17, 7800 + (uint64_t)(ti * 10 + ki));
 }
 
-/* The multi-row panel tiles of the types whose panels serve M >= 2 only (Q6_K, Q5_0; M = 1
- * stays on the group records): M = 2..64 covers tiles of every width at each level
- * (AVX-512: up to 12 rows, 8 for Q6_K; AVX2 / AVX-VNNI: up to 4), a tile after a full
+/* The multi-row panel tiles of the types whose panels serve M >= 2 only (Q6_K, Q5_0, Q4_0,
+ * Q5_1, Q5_K; M = 1 stays on the group records): M = 2..64 covers tiles of every width at
+ * each level (AVX-512: up to 12 rows, 6 for Q6_K; AVX2: up to 4, 6 for Q5_0; AVX-VNNI: up
+ * to 4; AVX-512 pairs units for nibble codes in tiles of up to 3 rows), a tile after a full
  * packed tile of 12 and the tails of both; K has one unit per recipe group (256, 512,
  * 576: a partial last record group), several (2048, 2304), and up to 4 (4352); N leaves
  * a partial last panel.  Each compared with memcmp against the scalar reference. */
@@ -528,7 +529,7 @@ static void test_parity_panels(void **state) {
     const size_t nms = q ? sizeof Ms_quick / sizeof Ms_quick[0] : sizeof Ms / sizeof Ms[0];
     static const int64_t Kk[] = {256, 512, 2048, 2304, 4352}, K32[] = {576, 640, 2048, 2080, 4128};
     static const int64_t Ns[] = {37, 50};
-    const uint32_t types[] = {LS_TYPE_Q6_K, LS_TYPE_Q5_0};
+    const uint32_t types[] = {LS_TYPE_Q6_K, LS_TYPE_Q5_0, LS_TYPE_Q4_0, LS_TYPE_Q5_1, LS_TYPE_Q5_K};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
         for (size_t ki = 0; ki < 5; ki++) {
             if (q && ki % 2) continue;
@@ -543,7 +544,8 @@ static void test_parity_panels(void **state) {
  * the scalar reference's bits. */
 static void test_parity_row_runs(void **state) {
     (void)state;
-    const uint32_t types[] = {LS_TYPE_Q4_1, LS_TYPE_Q8_0, LS_TYPE_Q4_0, LS_TYPE_Q4_K, LS_TYPE_Q6_K, LS_TYPE_Q5_0};
+    const uint32_t types[] = {LS_TYPE_Q4_1, LS_TYPE_Q8_0, LS_TYPE_Q4_0, LS_TYPE_Q4_K, LS_TYPE_Q6_K,
+                              LS_TYPE_Q5_0, LS_TYPE_Q5_1, LS_TYPE_Q5_K};
     const int64_t Ks[] = {576, 1536}, Ks_k[] = {768, 1536};
     const int64_t M = 31, N = 53;
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)

@@ -326,7 +326,13 @@ AI void ls_y_tile_f(const uint32_t type, const int R, const ls_wmat *w, const ui
 #define LS_YP_RMAX(type) (!LS_Y_VNNI && (type) == LS_TYPE_Q5_0 ? 6 : LS_YP_R)
 
 /* Panel types with nibble codes (the others have byte codes). */
-#define LS_YP_NIB(type) ((type) == LS_TYPE_Q4_1 || (type) == LS_TYPE_Q4_K)
+#define LS_YP_NIB(type) ((type) == LS_TYPE_Q4_0 || (type) == LS_TYPE_Q4_1 || (type) == LS_TYPE_Q4_K)
+/* Panel types whose panel serves M >= 2 only (M = 1 stays on the group records). */
+#define LS_YP_PANEL_M2(type)                                                                                 \
+    ((type) == LS_TYPE_Q4_0 || (type) == LS_TYPE_Q5_0 || (type) == LS_TYPE_Q5_1 || (type) == LS_TYPE_Q4_K || \
+     (type) == LS_TYPE_Q5_K || (type) == LS_TYPE_Q6_K)
+/* Panel types with 5-bit byte codes (u <= 31). */
+#define LS_YP_B5(type) ((type) == LS_TYPE_Q5_0 || (type) == LS_TYPE_Q5_1 || (type) == LS_TYPE_Q5_K)
 
 /* Prefetch of the next panel's unit b (codes and scale lines); pn = NULL: none. */
 AI void ls_yp_pf_unit(const uint32_t type, const ls_wmat *w, const uint8_t *pn, int64_t b) {
@@ -345,9 +351,9 @@ AI void ls_yp_pf_unit(const uint32_t type, const ls_wmat *w, const uint8_t *pn, 
     if (!(b & 1)) {
         const char *d = (const char *)(pn + (size_t)w->nb * w->pcode + 32 * (size_t)b);
         _mm_prefetch(d, _MM_HINT_T0);
-        if (type == LS_TYPE_Q4_1) _mm_prefetch(d + 32 * (size_t)w->nb, _MM_HINT_T0);
+        if (type == LS_TYPE_Q4_1 || type == LS_TYPE_Q5_1) _mm_prefetch(d + 32 * (size_t)w->nb, _MM_HINT_T0);
     }
-    if (type == LS_TYPE_Q4_K && !(b & 7)) /* the super-block's d, dmin line */
+    if ((type == LS_TYPE_Q4_K || type == LS_TYPE_Q5_K) && !(b & 7)) /* the super-block's d, dmin line */
         _mm_prefetch((const char *)(pn + (size_t)w->nb * (w->pcode + 32) + 8 * (size_t)b), _MM_HINT_T0);
     if (type == LS_TYPE_Q6_K && !(b & 15)) /* two super-blocks' d */
         _mm_prefetch((const char *)(pn + (size_t)w->nb * (w->pcode + 32) + 4 * (size_t)b), _MM_HINT_T0);
@@ -434,7 +440,7 @@ AI void ls_yp_unit_byte(const uint32_t type, const int R, const int h, const ls_
         }
         return;
     }
-    /* Q5_0 */
+    /* Q5_0, Q5_1, Q5_K */
 #if LS_Y_VNNI
 #pragma GCC unroll 8
     for (int s = 0; s < 8; s++) {
@@ -465,7 +471,33 @@ AI void ls_yp_unit_byte(const uint32_t type, const int R, const int h, const ls_
         }
     }
 #endif
+    if (type == LS_TYPE_Q5_K) { /* as Q4_K (|isum| <= 32 * 31 * 127, sc <= 63: isum * sc < 2^24) */
+        const uint8_t *kp = p + (size_t)nb * (w->pcode + 32) + 8 * (size_t)(b & ~(int64_t)7);
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kp + 16 * h)));
+        const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kp + 32 + 16 * h)));
+        const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(dp + 8 * h))));
+        const __m256 mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(dp + 16 + 8 * h))));
+        const __m256 nmt = _mm256_xor_ps(_mm256_mul_ps(dmin, mn), _mm256_set1_ps(-0.0f));
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            const uint8_t *xr = xu + r * LS_XP_ROW;
+            c[r][h] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(ls_yp_f(xr + LS_XP_DX))),
+                                      _mm256_mul_ps(_mm256_cvtepi32_ps(acc[r]), sc),
+                                      _mm256_mul_ps(nmt, _mm256_set1_ps(ls_yp_f(xr + LS_XP_SX))));
+        }
+        return;
+    }
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dp + 16 * h)));
+    if (type == LS_TYPE_Q5_1) { /* c = fma(d * dx, (float)isum, m * sx), isum = sum u q */
+        const __m256 m = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dp + 32 * (size_t)nb + 16 * h)));
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            const uint8_t *xr = xu + r * LS_XP_ROW;
+            c[r][h] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(ls_yp_f(xr + LS_XP_DX))), _mm256_cvtepi32_ps(acc[r]),
+                                      _mm256_mul_ps(m, _mm256_set1_ps(ls_yp_f(xr + LS_XP_SX))));
+        }
+        return;
+    }
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++) {
         const uint8_t *xr = xu + r * LS_XP_ROW;
@@ -484,7 +516,7 @@ AI void ls_yp_unit(const uint32_t type, const int R, const bool packed, const ls
                    const uint8_t *xpb, const ls_xq *x1, int64_t b, const uint8_t *pn, __m256 c[][2]) {
     const int64_t nb = w->nb;
     ls_yp_pf_unit(type, w, pn, b);
-    if (type == LS_TYPE_Q5_0 || type == LS_TYPE_Q6_K) { /* packed rows only (M >= 2) */
+    if (LS_YP_B5(type) || type == LS_TYPE_Q6_K) { /* packed rows only (M >= 2) */
         ls_yp_unit_byte(type, R, 0, w, p, xpb + (size_t)b * LS_XP_UNIT, b, c);
         ls_yp_unit_byte(type, R, 1, w, p, xpb + (size_t)b * LS_XP_UNIT, b, c);
         return;
@@ -509,7 +541,7 @@ AI void ls_yp_unit(const uint32_t type, const int R, const bool packed, const ls
     __m256i acc2[LS_YP_RCAP][2];
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = acc2[r][0] = acc2[r][1] = _mm256_setzero_si256();
-    if (type == LS_TYPE_Q4_1 || type == LS_TYPE_Q4_K) { /* nibble codes */
+    if (LS_YP_NIB(type)) { /* nibble codes */
 #pragma GCC unroll 4
         for (int q = 0; q < 4; q++) {
             __m256i v0 = _mm256_loadu_si256((const __m256i *)(codes + 64 * q));
@@ -558,7 +590,7 @@ AI void ls_yp_unit(const uint32_t type, const int R, const bool packed, const ls
     __m256i p16[LS_YP_RCAP][2];
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++) p16[r][0] = p16[r][1] = _mm256_setzero_si256();
-    if (type == LS_TYPE_Q4_1 || type == LS_TYPE_Q4_K) { /* nibble codes */
+    if (LS_YP_NIB(type)) { /* nibble codes */
 #pragma GCC unroll 4
         for (int q = 0; q < 4; q++) {
             __m256i v0 = _mm256_loadu_si256((const __m256i *)(codes + 64 * q));
@@ -659,7 +691,7 @@ AI void ls_yp_unit(const uint32_t type, const int R, const bool packed, const ls
                 memcpy(&sq128, xr + LS_XP_SQ, 4);
             else
                 sq128 = 128 * x1->sq[b];
-            const __m256i o = _mm256_set1_epi32(sq128);
+            const __m256i o = _mm256_set1_epi32(type == LS_TYPE_Q4_0 ? sq128 >> 4 : sq128); /* off * sq, exact */
 #pragma GCC unroll 2
             for (int h = 0; h < 2; h++)
                 c[r][h] = _mm256_mul_ps(_mm256_mul_ps(d[h], dx), _mm256_cvtepi32_ps(_mm256_sub_epi32(acc[r][h], o)));
@@ -840,6 +872,9 @@ LS_YP_MM_FN(LS_TYPE_Q8_0, q8_0)
 LS_YP_MM_FN(LS_TYPE_Q4_K, q4_k)
 LS_YP_MM_FN(LS_TYPE_Q6_K, q6_k)
 LS_YP_MM_FN(LS_TYPE_Q5_0, q5_0)
+LS_YP_MM_FN(LS_TYPE_Q4_0, q4_0)
+LS_YP_MM_FN(LS_TYPE_Q5_1, q5_1)
+LS_YP_MM_FN(LS_TYPE_Q5_K, q5_k)
 
 AI void ls_yp_mm_call(const uint32_t type, const ls_mm_job *job, int64_t n0, int64_t n1) {
     switch (type) {
@@ -848,6 +883,9 @@ AI void ls_yp_mm_call(const uint32_t type, const ls_mm_job *job, int64_t n0, int
     case LS_TYPE_Q4_K: ls_yp_mm_q4_k(job, n0, n1); break;
     case LS_TYPE_Q6_K: ls_yp_mm_q6_k(job, n0, n1); break;
     case LS_TYPE_Q5_0: ls_yp_mm_q5_0(job, n0, n1); break;
+    case LS_TYPE_Q4_0: ls_yp_mm_q4_0(job, n0, n1); break;
+    case LS_TYPE_Q5_1: ls_yp_mm_q5_1(job, n0, n1); break;
+    case LS_TYPE_Q5_K: ls_yp_mm_q5_k(job, n0, n1); break;
     default: break;
     }
 }
@@ -857,8 +895,7 @@ AI void ls_y_mm_type(const uint32_t type, const ls_mm_job *job, int64_t n0, int6
         ls_yp_mm_call(type, job, n0, n1);
         return;
     }
-    if ((type == LS_TYPE_Q4_K || type == LS_TYPE_Q6_K || type == LS_TYPE_Q5_0) && job->M >= 2 && job->xp &&
-        job->w->panel) { /* panel copy: multi-row tiles (M = 1 stays on the group records) */
+    if (LS_YP_PANEL_M2(type) && job->M >= 2 && job->xp && job->w->panel) { /* panel copy: multi-row tiles (M = 1 stays on the group records) */
         ls_yp_mm_call(type, job, n0, n1);
         return;
     }

@@ -7,7 +7,8 @@
  * recipe groups g = 0..15, S[1] g = 16..31 (unit b = 16G + l lands in g = b mod 32).
  * The last, partial group (L < 16 units) uses masked loads and a masked add.
  * Q4_1 and Q8_0 use the panel copy instead (ls_z_panel*, below; lanes = 16 weight rows),
- * and so does Q4_K for M >= 2 (its multi-row tiles; M = 1 stays on the narrow path).
+ * and so do Q4_0, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K for M >= 2 (the multi-row tiles; M = 1
+ * stays on the narrow path).
  * Paths: narrow (one row, two columns interleaved), wide (tiles of 4 rows sharing each
  * weight group), GEMM (wide tiles inside column blocks that stay in L2).  All run
  * the same per-row instruction sequence, hence the same bits as the scalar code. */
@@ -422,9 +423,13 @@ AI void ls_z_tile_f(const uint32_t type, const int R, const ls_wmat *w, const ui
  * complete (a binary counter: stk[l] holds the pending left subtree of 2^l leaves), so
  * every lane is exactly the scalar ls_tree of its row, with vertical adds only. */
 
-/* Panel types with nibble codes (Q4_1, Q4_K): the same code operands, only c_b differs;
- * the others (Q8_0, Q5_0, Q6_K) have byte codes. */
-#define LS_Z_PNIB(type) ((type) == LS_TYPE_Q4_1 || (type) == LS_TYPE_Q4_K)
+/* Panel types with nibble codes (Q4_0, Q4_1, Q4_K): the same code operands, only c_b
+ * differs; the others (Q8_0, Q5_0, Q5_1, Q5_K, Q6_K) have byte codes. */
+#define LS_Z_PNIB(type) ((type) == LS_TYPE_Q4_0 || (type) == LS_TYPE_Q4_1 || (type) == LS_TYPE_Q4_K)
+/* Panel types whose panel serves M >= 2 only (M = 1 stays on the group records). */
+#define LS_Z_PANEL_M2(type)                                                                                  \
+    ((type) == LS_TYPE_Q4_0 || (type) == LS_TYPE_Q5_0 || (type) == LS_TYPE_Q5_1 || (type) == LS_TYPE_Q4_K || \
+     (type) == LS_TYPE_Q5_K || (type) == LS_TYPE_Q6_K)
 
 /* Prefetch of the next panel's unit b (codes and scale lines), one panel ahead: the
  * weights stream from L3 or DRAM, and the hardware prefetcher alone leaves the
@@ -445,9 +450,9 @@ AI void ls_z_pf_unit(const uint32_t type, const ls_wmat *w, const uint8_t *pn, i
     if (!(b & 1)) {
         const char *d = (const char *)(pn + (size_t)w->nb * w->pcode + 32 * (size_t)b);
         _mm_prefetch(d, _MM_HINT_T0);
-        if (type == LS_TYPE_Q4_1) _mm_prefetch(d + 32 * (size_t)w->nb, _MM_HINT_T0);
+        if (type == LS_TYPE_Q4_1 || type == LS_TYPE_Q5_1) _mm_prefetch(d + 32 * (size_t)w->nb, _MM_HINT_T0);
     }
-    if (type == LS_TYPE_Q4_K && !(b & 7)) /* the super-block's d, dmin line */
+    if ((type == LS_TYPE_Q4_K || type == LS_TYPE_Q5_K) && !(b & 7)) /* the super-block's d, dmin line */
         _mm_prefetch((const char *)(pn + (size_t)w->nb * (w->pcode + 32) + 8 * (size_t)b), _MM_HINT_T0);
     if (type == LS_TYPE_Q6_K && !(b & 15)) /* two super-blocks' d */
         _mm_prefetch((const char *)(pn + (size_t)w->nb * (w->pcode + 32) + 4 * (size_t)b), _MM_HINT_T0);
@@ -584,9 +589,9 @@ AI void ls_z_tile_units(const uint32_t type, const int R, const int U, const ls_
             }
         }
     }
-    if (type == LS_TYPE_Q4_K) {
+    if (type == LS_TYPE_Q4_K || type == LS_TYPE_Q5_K) {
         /* c_b = fma(d * dx, (float)(isum * sc), (-(dmin * mn)) * sx), as c_kq: isum * sc is
-         * formed as (float)isum * (float)sc, the same value, since |isum| <= 32 * 15 * 127 and
+         * formed as (float)isum * (float)sc, the same value, since |isum| <= 32 * 31 * 127 and
          * sc <= 63 make the product an integer below 2^24 (exact in float either way). */
 #pragma GCC unroll 2
         for (int u = 0; u < U; u++) {
@@ -641,7 +646,7 @@ AI void ls_z_tile_units(const uint32_t type, const int R, const int U, const ls_
         const uint8_t *xu = xpb + (size_t)(b + u) * LS_XP_UNIT;
         __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dbase + 32 * (size_t)(b + u))));
         __m512 m = _mm512_setzero_ps();
-        if (type == LS_TYPE_Q4_1)
+        if (type == LS_TYPE_Q4_1 || type == LS_TYPE_Q5_1)
             m = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dbase + 32 * (size_t)(nb + b + u))));
 #pragma GCC unroll 16
         for (int r = 0; r < R; r++) {
@@ -649,12 +654,12 @@ AI void ls_z_tile_units(const uint32_t type, const int R, const int U, const ls_
             int32_t sq128;
             memcpy(&dx, xu + r * LS_XP_ROW + LS_XP_DX, 4);
             __m512 dd = _mm512_mul_ps(d, _mm512_set1_ps(dx));
-            if (type == LS_TYPE_Q4_1) {
+            if (type == LS_TYPE_Q4_1 || type == LS_TYPE_Q5_1) {
                 memcpy(&sx, xu + r * LS_XP_ROW + LS_XP_SX, 4);
                 c[u][r] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(acc[u][r]), _mm512_mul_ps(m, _mm512_set1_ps(sx)));
-            } else { /* Q8_0, Q5_0: isum = acc - off * sq, off * sq = 128 * sq >> (7 - log2 off) */
+            } else { /* Q8_0, Q5_0, Q4_0: isum = acc - off * sq, off * sq = 128 * sq >> (7 - log2 off) */
                 memcpy(&sq128, xu + r * LS_XP_ROW + LS_XP_SQ, 4);
-                const int32_t osq = type == LS_TYPE_Q5_0 ? sq128 >> 3 : sq128; /* exact: 128 * sq */
+                const int32_t osq = type == LS_TYPE_Q5_0 ? sq128 >> 3 : type == LS_TYPE_Q4_0 ? sq128 >> 4 : sq128; /* exact */
                 __m512i isum = _mm512_sub_epi32(acc[u][r], _mm512_set1_epi32(osq));
                 c[u][r] = _mm512_mul_ps(dd, _mm512_cvtepi32_ps(isum));
             }
@@ -839,6 +844,9 @@ LS_Z_PANEL_MM_FN(LS_TYPE_Q8_0, q8_0)
 LS_Z_PANEL_MM_FN(LS_TYPE_Q4_K, q4_k)
 LS_Z_PANEL_MM_FN(LS_TYPE_Q6_K, q6_k)
 LS_Z_PANEL_MM_FN(LS_TYPE_Q5_0, q5_0)
+LS_Z_PANEL_MM_FN(LS_TYPE_Q4_0, q4_0)
+LS_Z_PANEL_MM_FN(LS_TYPE_Q5_1, q5_1)
+LS_Z_PANEL_MM_FN(LS_TYPE_Q5_K, q5_k)
 
 AI void ls_z_panel_mm_call(const uint32_t type, const ls_mm_job *job, int64_t n0, int64_t n1) {
     switch (type) {
@@ -847,6 +855,9 @@ AI void ls_z_panel_mm_call(const uint32_t type, const ls_mm_job *job, int64_t n0
     case LS_TYPE_Q4_K: ls_z_panel_mm_q4_k(job, n0, n1); break;
     case LS_TYPE_Q6_K: ls_z_panel_mm_q6_k(job, n0, n1); break;
     case LS_TYPE_Q5_0: ls_z_panel_mm_q5_0(job, n0, n1); break;
+    case LS_TYPE_Q4_0: ls_z_panel_mm_q4_0(job, n0, n1); break;
+    case LS_TYPE_Q5_1: ls_z_panel_mm_q5_1(job, n0, n1); break;
+    case LS_TYPE_Q5_K: ls_z_panel_mm_q5_k(job, n0, n1); break;
     default: break;
     }
 }
@@ -861,8 +872,7 @@ AI void ls_z_mm_type(const uint32_t type, const ls_mm_job *job, int64_t n0, int6
             ls_z_panel_mm_call(type, job, n0, n1);
         return;
     }
-    if ((type == LS_TYPE_Q4_K || type == LS_TYPE_Q6_K || type == LS_TYPE_Q5_0) && M >= 2 && job->xp &&
-        job->w->panel) { /* panel copy: multi-row tiles (M = 1 stays on the group records) */
+    if (LS_Z_PANEL_M2(type) && M >= 2 && job->xp && job->w->panel) { /* panel copy: multi-row tiles (M = 1 stays on the group records) */
         ls_z_panel_mm_call(type, job, n0, n1);
         return;
     }

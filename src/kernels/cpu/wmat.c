@@ -123,7 +123,8 @@ ls_wmat *ls_wmat_create(uint32_t type, int64_t N, int64_t K, const void *data, l
  * one byte); the per-type part is what follows the codes: the scale fields of the 16 rows. */
 static bool ls_panel_type(uint32_t type) {
     switch (type) {
-    case LS_TYPE_Q4_1: case LS_TYPE_Q5_0: case LS_TYPE_Q8_0: case LS_TYPE_Q4_K: case LS_TYPE_Q6_K: return true;
+    case LS_TYPE_Q4_0: case LS_TYPE_Q4_1: case LS_TYPE_Q5_0: case LS_TYPE_Q5_1: case LS_TYPE_Q8_0:
+    case LS_TYPE_Q4_K: case LS_TYPE_Q5_K: case LS_TYPE_Q6_K: return true;
     default: return false;
     }
 }
