@@ -53,17 +53,17 @@ struct ls_wmat {
     void *owned;
     unsigned prepared;      /* bit isa: ls_wmat_prepare ran for that ISA */
     void *prep_owned;       /* what ls_wmat_prepare allocated itself (mem NULL), freed with the matrix */
-    /* Panel copy (Q4_1, Q8_0, Q4_K, Q6_K, Q5_0; built by the prepare of the first of
-     * AVX-512, AVX-VNNI, AVX2 to use the matrix, read by all three; else NULL):
+    /* Panel copy (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K; built by the prepare of
+     * the first of AVX-512, AVX-VNNI, AVX2 to use the matrix, read by all three; else NULL):
      * rows in panels of 16 (the last one zero-padded); panel P is panel_bytes long at
      * panel + P * panel_bytes and holds, for unit b = 0..nb-1, the codes of its 16 rows at
-     * b * pcode (planes of 16 lanes x 4 bytes, lane r = row 16P + r: NIB (Q4_1, Q4_K) 4
-     * planes, byte r of a lane holding elements 4q+j (low nibble) and 16+4q+j (high), as a
-     * group record's; BYTE (Q8_0, Q5_0, Q6_K: the unsigned code u, 0..255 / 0..31 / 0..63)
-     * 8 planes, plane s holding elements 4s..4s+3), then the scale fields:
-     *   Q4_1, Q8_0, Q5_0: the fp16 d of the 16 rows at nb * pcode + 32 b, then (Q4_1) the
-     *               fp16 m at nb * (pcode + 32) + 32 b;
-     *   Q4_K:       the u8 6-bit scale sc of the 16 rows at nb * pcode + 32 b and their
+     * b * pcode (planes of 16 lanes x 4 bytes, lane r = row 16P + r: NIB (Q4_0, Q4_1, Q4_K)
+     * 4 planes, byte j of a lane in plane q holding elements 4q+j (low nibble) and 16+4q+j
+     * (high), as a group record's; BYTE (Q5_0, Q5_1, Q5_K: u <= 31; Q6_K: u <= 63; Q8_0:
+     * u = w + 128) 8 planes, plane s holding elements 4s..4s+3), then the scale fields:
+     *   Q4_0, Q5_0, Q8_0, Q4_1, Q5_1: the fp16 d of the 16 rows at nb * pcode + 32 b, then
+     *               (Q4_1, Q5_1) the fp16 m at nb * (pcode + 32) + 32 b;
+     *   Q4_K, Q5_K: the u8 6-bit scale sc of the 16 rows at nb * pcode + 32 b and their
      *               6-bit min mn at nb * pcode + 32 b + 16, then per super-block j = b / 8
      *               the rows' fp16 d at nb * (pcode + 32) + 64 j and fp16 dmin 32 bytes on;
      *   Q6_K:       the int8 scales of the unit's two halves, row r's at
