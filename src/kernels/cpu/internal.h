@@ -204,8 +204,8 @@ typedef struct {
      * tile-packed records, written only where packs_rows (else NULL). */
     void (*quantize_row)(const float *x, int64_t K, void *row_out, uint8_t *xp);
     bool packs_rows;        /* the multi-row kernel reads the tile-packed activation copy */
-    /* The ISA's own weight layout beyond the group records (AVX-512: the panel copy of
-     * Q4_1 and Q8_0), built once per matrix by ls_wmat_prepare: its size for w (0: none
+    /* The ISA's own weight layout beyond the group records (AVX-512, AVX-VNNI, AVX2: the
+     * shared panel copy), built once per matrix by ls_wmat_prepare: its size for w (0: none
      * needed) and the builder, into mem of that size (64-byte aligned). */
     size_t (*prepare_bytes)(const ls_wmat *w);
     void (*prepare)(ls_wmat *w, void *mem);

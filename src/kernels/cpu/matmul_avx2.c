@@ -300,11 +300,12 @@ AI void ls_y_tile_f(const uint32_t type, const int R, const ls_wmat *w, const ui
     for (int i = 0; i < R; i++) yr[i][n] = ls_y_tree16(a0[i], a1[i]);
 }
 
-/* ---- the panel copy (Q4_1, Q8_0, Q4_K; internal.h, docs/numerics.md) ----------------
+/* ---- the panel copy (internal.h, docs/numerics.md) -------------------------------------
  * The same layout as the AVX-512 kernels read: a panel of 16 weight rows, per unit b its
  * codes as planes of 16 lanes x 4 bytes (lane r = row 16P + r), then the rows' fp16 d (and
- * m; Q4_K: sc, mn and the super-block d, dmin; its nibble codes are read as Q4_1's, and
- * its panel is used for M >= 2 only).  Here a panel is two halves of 8 lanes (h = 0: rows
+ * m; Q4_K: sc, mn and the super-block d, dmin; its nibble codes are read as Q4_1's; the
+ * other types' below, ls_yp_unit_byte).  Q4_1 and Q8_0 use it at every M, the others
+ * (Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) for M >= 2 only.  Here a panel is two halves of 8 lanes (h = 0: rows
  * 0..7, bytes 0..31 of each 64-byte plane; h = 1: rows 8..15).  One unit's integer dot products for the 16 rows come out
  * lane-wise: AVX-VNNI, one vpdpbusd per slot and half against the activation's 4-byte
  * chunk broadcast; AVX2, vpmaddubsw of the nibble operands (Q8_0's byte codes u = w + 128
