@@ -321,10 +321,15 @@ AI void ls_y_tile_f(const uint32_t type, const int R, const ls_wmat *w, const ui
 #ifndef LS_YP_R /* at most 6 */
 #define LS_YP_R 4
 #endif
-/* Rows per tile by type: AVX2's Q5_0 tiles take 6 rows (measured, 640 x 2048 at M = 64:
- * 0.9x the time of 4; AVX-VNNI and the other types gain nothing from 6). */
+/* Rows per tile by type: AVX2's 5-bit tiles (both halves per slot, ls_yp_b5_sums: 4
+ * accumulators per row) take 3 rows (measured, Q5_0 2048 x 640 at M = 512: 0.97x the time
+ * of the group-record path, against 1.04x with 4 rows and 1.15x with 6 rows one half at a
+ * time); AVX-VNNI and the other types take 4. */
 #define LS_YP_RCAP 6
-#define LS_YP_RMAX(type) (!LS_Y_VNNI && (type) == LS_TYPE_Q5_0 ? 6 : LS_YP_R)
+#ifndef LS_YP_R_B5
+#define LS_YP_R_B5 3
+#endif
+#define LS_YP_RMAX(type) (!LS_Y_VNNI && LS_YP_B5(type) ? LS_YP_R_B5 : LS_YP_R)
 
 /* Panel types with nibble codes (the others have byte codes). */
 #define LS_YP_NIB(type) ((type) == LS_TYPE_Q4_0 || (type) == LS_TYPE_Q4_1 || (type) == LS_TYPE_Q4_K)
@@ -371,6 +376,39 @@ AI float ls_yp_f(const uint8_t *p) {
     return v;
 }
 
+/* AVX2, 5-bit byte codes: acc[r][h] = sum u q of unit b for row r and panel half h, both
+ * halves per slot, so each activation broadcast serves its two weight operands at once
+ * (per half, the compiler kept every broadcast for the second half and spilled it); products
+ * summed in s16 over 4 slots (<= 4 * 2 * 31 * 127 = 31496), then widened. */
+AI void ls_yp_b5_sums(const int R, const ls_wmat *w, const uint8_t *p, const uint8_t *xu, int64_t b,
+                      __m256i acc[][2]) {
+    const uint8_t *codes = p + (size_t)b * w->pcode;
+    const __m256i ones = _mm256_set1_epi16(1);
+#pragma GCC unroll 2
+    for (int s0 = 0; s0 < 8; s0 += 4) {
+        __m256i p16[LS_YP_RCAP][2];
+#pragma GCC unroll 4
+        for (int s = s0; s < s0 + 4; s++) {
+            const __m256i w0 = _mm256_loadu_si256((const __m256i *)(codes + 64 * s));
+            const __m256i w1 = _mm256_loadu_si256((const __m256i *)(codes + 64 * s + 32));
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) {
+                const __m256i x = ls_yp_bc(xu + r * LS_XP_ROW + 4 * s);
+                const __m256i a = _mm256_maddubs_epi16(w0, x), c = _mm256_maddubs_epi16(w1, x);
+                p16[r][0] = s == s0 ? a : _mm256_add_epi16(p16[r][0], a);
+                p16[r][1] = s == s0 ? c : _mm256_add_epi16(p16[r][1], c);
+            }
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                const __m256i t = _mm256_madd_epi16(p16[r][h], ones);
+                acc[r][h] = s0 == 0 ? t : _mm256_add_epi32(acc[r][h], t);
+            }
+    }
+}
+
 /* c_b of unit b of a Q5_0 or Q6_K panel (byte codes u = w + 16, u = w + 32) for R rows of
  * packed activations at xu (the unit's records), half h (panel rows 8h..8h+7): c[r][h].
  *   Q5_0: isum = sum u q - 16 sq.  AVX-VNNI: one vpdpbusd per slot (R = 1: two chains);
@@ -387,7 +425,7 @@ AI float ls_yp_f(const uint8_t *p) {
  * Every partial value is an exact int32 and isum is the recipe's integer (|isum| < 2^24);
  * c = (d * dx) * (float)isum lane-wise, as the recipe. */
 AI void ls_yp_unit_byte(const uint32_t type, const int R, const int h, const ls_wmat *w, const uint8_t *p,
-                        const uint8_t *xu, int64_t b, __m256 c[][2]) {
+                        const uint8_t *xu, int64_t b, __m256 c[][2], const bool pre, __m256i accp[][2]) {
     const int64_t nb = w->nb;
     const uint8_t *codes = p + (size_t)b * w->pcode + 32 * h;
     const uint8_t *dp = p + (size_t)nb * w->pcode + 32 * (size_t)b;
@@ -442,6 +480,10 @@ AI void ls_yp_unit_byte(const uint32_t type, const int R, const int h, const ls_
         return;
     }
     /* Q5_0, Q5_1, Q5_K */
+    if (pre) { /* the sums come from ls_yp_b5_sums */
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) acc[r] = accp[r][h];
+    } else {
 #if LS_Y_VNNI
 #pragma GCC unroll 8
     for (int s = 0; s < 8; s++) {
@@ -472,6 +514,7 @@ AI void ls_yp_unit_byte(const uint32_t type, const int R, const int h, const ls_
         }
     }
 #endif
+    }
     if (type == LS_TYPE_Q5_K) { /* as Q4_K (|isum| <= 32 * 31 * 127, sc <= 63: isum * sc < 2^24) */
         const uint8_t *kp = p + (size_t)nb * (w->pcode + 32) + 8 * (size_t)(b & ~(int64_t)7);
         const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kp + 16 * h)));
@@ -518,8 +561,16 @@ AI void ls_yp_unit(const uint32_t type, const int R, const bool packed, const ls
     const int64_t nb = w->nb;
     ls_yp_pf_unit(type, w, pn, b);
     if (LS_YP_B5(type) || type == LS_TYPE_Q6_K) { /* packed rows only (M >= 2) */
-        ls_yp_unit_byte(type, R, 0, w, p, xpb + (size_t)b * LS_XP_UNIT, b, c);
-        ls_yp_unit_byte(type, R, 1, w, p, xpb + (size_t)b * LS_XP_UNIT, b, c);
+        const uint8_t *xu = xpb + (size_t)b * LS_XP_UNIT;
+        if (!LS_Y_VNNI && LS_YP_B5(type)) { /* AVX2: both halves per slot (ls_yp_b5_sums) */
+            __m256i accp[LS_YP_RCAP][2];
+            ls_yp_b5_sums(R, w, p, xu, b, accp);
+            ls_yp_unit_byte(type, R, 0, w, p, xu, b, c, true, accp);
+            ls_yp_unit_byte(type, R, 1, w, p, xu, b, c, true, accp);
+            return;
+        }
+        ls_yp_unit_byte(type, R, 0, w, p, xu, b, c, false, NULL);
+        ls_yp_unit_byte(type, R, 1, w, p, xu, b, c, false, NULL);
         return;
     }
     const uint8_t *codes = p + (size_t)b * w->pcode;
