@@ -304,7 +304,7 @@ AI void ls_y_tile_f(const uint32_t type, const int R, const ls_wmat *w, const ui
  * The same layout as the AVX-512 kernels read: a panel of 16 weight rows, per unit b its
  * codes as planes of 16 lanes x 4 bytes (lane r = row 16P + r), then the rows' fp16 d (and
  * m; Q4_K: sc, mn and the super-block d, dmin; its nibble codes are read as Q4_1's; the
- * other types' below, ls_yp_unit_byte).  Q4_1 and Q8_0 use it at every M, the others
+ * other types' below, ls_yp_byte_sums, ls_yp_byte_c).  Q4_1 and Q8_0 use it at every M, the others
  * (Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) for M >= 2 only.  Here a panel is two halves of 8 lanes (h = 0: rows
  * 0..7, bytes 0..31 of each 64-byte plane; h = 1: rows 8..15).  One unit's integer dot products for the 16 rows come out
  * lane-wise: AVX-VNNI, one vpdpbusd per slot and half against the activation's 4-byte
@@ -321,10 +321,10 @@ AI void ls_y_tile_f(const uint32_t type, const int R, const ls_wmat *w, const ui
 #ifndef LS_YP_R /* at most 6 */
 #define LS_YP_R 4
 #endif
-/* Rows per tile by type: AVX2's 5-bit tiles (both halves per slot, ls_yp_b5_sums: 4
+/* Rows per tile by type: AVX2's 5-bit tiles (both halves per slot, ls_yp_byte_sums: 4
  * accumulators per row) take 3 rows (measured, Q5_0 2048 x 640 at M = 512: 0.97x the time
- * of the group-record path, against 1.04x with 4 rows and 1.15x with 6 rows one half at a
- * time); AVX-VNNI and the other types take 4. */
+ * of the group-record path, against 1.04x with 4 rows); the others 4 (Q6_K, measured at
+ * 8192 x 2048: 3 rows the same on AVX2, 1.05x the time of 4 on AVX-VNNI at M = 64). */
 #define LS_YP_RCAP 6
 #ifndef LS_YP_R_B5
 #define LS_YP_R_B5 3
@@ -376,13 +376,81 @@ AI float ls_yp_f(const uint8_t *p) {
     return v;
 }
 
-/* AVX2, 5-bit byte codes: acc[r][h] = sum u q of unit b for row r and panel half h, both
- * halves per slot, so each activation broadcast serves its two weight operands at once
- * (per half, the compiler kept every broadcast for the second half and spilled it); products
- * summed in s16 over 4 slots (<= 4 * 2 * 31 * 127 = 31496), then widened. */
-AI void ls_yp_b5_sums(const int R, const ls_wmat *w, const uint8_t *p, const uint8_t *xu, int64_t b,
-                      __m256i acc[][2]) {
+/* Byte-code panels other than Q8_0 (Q5_0, Q5_1, Q5_K: u = w + 16 or u <= 31; Q6_K: u = w + 32).
+ * The integer sums of unit b for R rows of packed activations at xu (the unit's records),
+ * both panel halves per slot, so each activation broadcast serves its two weight operands
+ * at once (one half at a time, GCC kept every broadcast for the second half and spilled
+ * it): acc[r][h], h = 0 for panel rows 0..7, 1 for rows 8..15.
+ *   5-bit: acc = sum u q.  AVX-VNNI: one vpdpbusd per slot and half (one row: two chains,
+ *          slots 0..3 and 4..7, added); AVX2: vpmaddubsw products summed in s16 over 4
+ *          slots (<= 4 * 2 * 31 * 127 = 31496: no saturation), each 4-slot sum widened with
+ *          vpmaddwd.
+ *   Q6_K:  AVX-VNNI: acc = A (elements 0..15: slots 0..3), acc2 = B (16..31: slots 4..7);
+ *          AVX2: vpmaddubsw products summed in s16 over 2 slots (<= 2 * 2 * 63 * 127 =
+ *          32004: no saturation), each 2-slot sum widened by a vpmaddwd with (s0, s0) or
+ *          (s1, s1), which applies the half's scale in the same instruction (|s * 32004| * 2
+ *          < 2^31), so acc = s0 A + s1 B.
+ * Every partial value is an exact int32. */
+AI void ls_yp_byte_sums(const uint32_t type, const int R, const ls_wmat *w, const uint8_t *p, const uint8_t *xu,
+                        int64_t b, __m256i acc[][2], __m256i acc2[][2]) {
     const uint8_t *codes = p + (size_t)b * w->pcode;
+#define LS_YB_X(r, s) ls_yp_bc(xu + (r) * LS_XP_ROW + 4 * (s))
+#if LS_Y_VNNI
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = acc2[r][0] = acc2[r][1] = _mm256_setzero_si256();
+    const bool two = type == LS_TYPE_Q6_K || R == 1; /* slots 4..7 in acc2 */
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; s++) {
+        const __m256i w0 = _mm256_loadu_si256((const __m256i *)(codes + 64 * s));
+        const __m256i w1 = _mm256_loadu_si256((const __m256i *)(codes + 64 * s + 32));
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            const __m256i x = LS_YB_X(r, s);
+            if (two && s >= 4) {
+                acc2[r][0] = _mm256_dpbusd_avx_epi32(acc2[r][0], w0, x);
+                acc2[r][1] = _mm256_dpbusd_avx_epi32(acc2[r][1], w1, x);
+            } else {
+                acc[r][0] = _mm256_dpbusd_avx_epi32(acc[r][0], w0, x);
+                acc[r][1] = _mm256_dpbusd_avx_epi32(acc[r][1], w1, x);
+            }
+        }
+    }
+    if (type != LS_TYPE_Q6_K && R == 1) {
+        acc[0][0] = _mm256_add_epi32(acc[0][0], acc2[0][0]);
+        acc[0][1] = _mm256_add_epi32(acc[0][1], acc2[0][1]);
+    }
+#else
+    (void)acc2;
+    if (type == LS_TYPE_Q6_K) {
+        const uint8_t *dp = p + (size_t)w->nb * w->pcode + 32 * (size_t)b;
+        const __m256i ilo = _mm256_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13, 0, 1, 0, 1, 4, 5, 4, 5,
+                                             8, 9, 8, 9, 12, 13, 12, 13);
+        __m256i scv[2][2]; /* [half][slots 0..3: (s0, s0); 4..7: (s1, s1)] */
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(dp + 16 * h)));
+            scv[h][0] = _mm256_shuffle_epi8(sc16, ilo);
+            scv[h][1] = _mm256_shuffle_epi8(sc16, _mm256_add_epi8(ilo, _mm256_set1_epi8(2)));
+        }
+#pragma GCC unroll 4
+        for (int s = 0; s < 8; s += 2) {
+            const __m256i w00 = _mm256_loadu_si256((const __m256i *)(codes + 64 * s));
+            const __m256i w01 = _mm256_loadu_si256((const __m256i *)(codes + 64 * s + 32));
+            const __m256i w10 = _mm256_loadu_si256((const __m256i *)(codes + 64 * (s + 1)));
+            const __m256i w11 = _mm256_loadu_si256((const __m256i *)(codes + 64 * (s + 1) + 32));
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) {
+                const __m256i x0 = LS_YB_X(r, s), x1 = LS_YB_X(r, s + 1);
+                const __m256i t0 = _mm256_madd_epi16(
+                    _mm256_add_epi16(_mm256_maddubs_epi16(w00, x0), _mm256_maddubs_epi16(w10, x1)), scv[0][s >> 2]);
+                const __m256i t1 = _mm256_madd_epi16(
+                    _mm256_add_epi16(_mm256_maddubs_epi16(w01, x0), _mm256_maddubs_epi16(w11, x1)), scv[1][s >> 2]);
+                acc[r][0] = s == 0 ? t0 : _mm256_add_epi32(acc[r][0], t0);
+                acc[r][1] = s == 0 ? t1 : _mm256_add_epi32(acc[r][1], t1);
+            }
+        }
+        return;
+    }
     const __m256i ones = _mm256_set1_epi16(1);
 #pragma GCC unroll 2
     for (int s0 = 0; s0 < 8; s0 += 4) {
@@ -393,7 +461,7 @@ AI void ls_yp_b5_sums(const int R, const ls_wmat *w, const uint8_t *p, const uin
             const __m256i w1 = _mm256_loadu_si256((const __m256i *)(codes + 64 * s + 32));
 #pragma GCC unroll 8
             for (int r = 0; r < R; r++) {
-                const __m256i x = ls_yp_bc(xu + r * LS_XP_ROW + 4 * s);
+                const __m256i x = LS_YB_X(r, s);
                 const __m256i a = _mm256_maddubs_epi16(w0, x), c = _mm256_maddubs_epi16(w1, x);
                 p16[r][0] = s == s0 ? a : _mm256_add_epi16(p16[r][0], a);
                 p16[r][1] = s == s0 ? c : _mm256_add_epi16(p16[r][1], c);
@@ -407,115 +475,51 @@ AI void ls_yp_b5_sums(const int R, const ls_wmat *w, const uint8_t *p, const uin
                 acc[r][h] = s0 == 0 ? t : _mm256_add_epi32(acc[r][h], t);
             }
     }
+#endif
+#undef LS_YB_X
 }
 
-/* c_b of unit b of a Q5_0 or Q6_K panel (byte codes u = w + 16, u = w + 32) for R rows of
- * packed activations at xu (the unit's records), half h (panel rows 8h..8h+7): c[r][h].
- *   Q5_0: isum = sum u q - 16 sq.  AVX-VNNI: one vpdpbusd per slot (R = 1: two chains);
- *         AVX2: vpmaddubsw products summed in s16 over 4 slots (<= 4 * 2 * 31 * 127 =
- *         31496: no saturation), each 4-slot sum widened with vpmaddwd.
- *   Q6_K: isum = s0 * (A - 32 sqlo) + s1 * (B - 32 sqhi) (A, B: sum u q over elements
- *         0..15, 16..31; s0, s1 the row's int8 scales), formed as s0 A + s1 B minus one
- *         vpmaddwd of the rows' (32 s0, 32 s1) int16 pairs (|32 s| <= 4096) with the
- *         activation's (sqlo, sqhi) pair (|sq| <= 16 * 127).  AVX-VNNI: A and B from two
- *         vpdpbusd chains, then vpmulld; AVX2: vpmaddubsw products summed in s16 over 2
- *         slots (<= 2 * 2 * 63 * 127 = 32004: no saturation), each 2-slot sum widened by a
- *         vpmaddwd with (s0, s0) or (s1, s1), which applies the scale in the same
- *         instruction (|s * 32004| * 2 < 2^31), so one int32 sum per row is s0 A + s1 B.
- * Every partial value is an exact int32 and isum is the recipe's integer (|isum| < 2^24);
- * c = (d * dx) * (float)isum lane-wise, as the recipe. */
-AI void ls_yp_unit_byte(const uint32_t type, const int R, const int h, const ls_wmat *w, const uint8_t *p,
-                        const uint8_t *xu, int64_t b, __m256 c[][2], const bool pre, __m256i accp[][2]) {
+/* c_b of half h (panel rows 8h..8h+7) of unit b of a byte-code panel from its sums
+ * (ls_yp_byte_sums) for R rows: c[r][h], lane-wise the recipe's step 2.
+ *   Q5_0: isum = sum u q - 16 sq (16 sq = 128 sq >> 3, exact); c = (d * dx) * (float)isum.
+ *   Q5_1: c = fma(d * dx, (float)isum, m * sx).
+ *   Q5_K: as Q4_K, c = fma(d * dx, (float)isum * (float)sc, (-(dmin * mn)) * sx): |isum| <=
+ *         32 * 31 * 127 and sc <= 63, so the product is the recipe's integer isum * sc.
+ *   Q6_K: isum = s0 * (A - 32 sqlo) + s1 * (B - 32 sqhi) (s0, s1 the row's int8 scales of
+ *         elements 0..15, 16..31), formed as s0 A + s1 B minus one vpmaddwd of the rows'
+ *         (32 s0, 32 s1) int16 pairs (|32 s| <= 4096) with the activation's (sqlo, sqhi)
+ *         pair (|sq| <= 16 * 127): every partial value is an exact int32 (|s A| <= 128 * 16
+ *         * 63 * 127) and isum is the recipe's integer (|isum| < 2^24); c = (d * dx) *
+ *         (float)isum. */
+AI void ls_yp_byte_c(const uint32_t type, const int R, const int h, const ls_wmat *w, const uint8_t *p,
+                     const uint8_t *xu, int64_t b, __m256i acc[][2], __m256i acc2[][2], __m256 c[][2]) {
     const int64_t nb = w->nb;
-    const uint8_t *codes = p + (size_t)b * w->pcode + 32 * h;
     const uint8_t *dp = p + (size_t)nb * w->pcode + 32 * (size_t)b;
-#define LS_YB_X(r, s) ls_yp_bc(xu + (r) * LS_XP_ROW + 4 * (s))
-    __m256i acc[LS_YP_RCAP], acc2[LS_YP_RCAP];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; r++) acc[r] = acc2[r] = _mm256_setzero_si256();
     if (type == LS_TYPE_Q6_K) {
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(dp + 16 * h)));
         const __m256i sc32 = _mm256_slli_epi16(sc16, 5);
         const __m256 d = _mm256_cvtph_ps(
             _mm_loadu_si128((const __m128i *)(p + (size_t)nb * (w->pcode + 32) + 4 * (size_t)(b & ~(int64_t)7) + 16 * h)));
 #if LS_Y_VNNI
-#pragma GCC unroll 8
-        for (int s = 0; s < 8; s++) {
-            const __m256i wv = _mm256_loadu_si256((const __m256i *)(codes + 64 * s));
-#pragma GCC unroll 8
-            for (int r = 0; r < R; r++) {
-                if (s < 4)
-                    acc[r] = _mm256_dpbusd_avx_epi32(acc[r], wv, LS_YB_X(r, s));
-                else
-                    acc2[r] = _mm256_dpbusd_avx_epi32(acc2[r], wv, LS_YB_X(r, s));
-            }
-        }
         const __m256i s0 = _mm256_srai_epi32(_mm256_slli_epi32(sc16, 16), 16), s1 = _mm256_srai_epi32(sc16, 16);
-#pragma GCC unroll 8
-        for (int r = 0; r < R; r++)
-            acc[r] = _mm256_add_epi32(_mm256_mullo_epi32(acc[r], s0), _mm256_mullo_epi32(acc2[r], s1));
 #else
-        const __m256i ilo = _mm256_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13, 0, 1, 0, 1, 4, 5, 4, 5,
-                                             8, 9, 8, 9, 12, 13, 12, 13);
-        const __m256i sclo = _mm256_shuffle_epi8(sc16, ilo);                                 /* (s0, s0) */
-        const __m256i schi = _mm256_shuffle_epi8(sc16, _mm256_add_epi8(ilo, _mm256_set1_epi8(2))); /* (s1, s1) */
-#pragma GCC unroll 4
-        for (int s = 0; s < 8; s += 2) {
-            const __m256i w0 = _mm256_loadu_si256((const __m256i *)(codes + 64 * s));
-            const __m256i w1 = _mm256_loadu_si256((const __m256i *)(codes + 64 * (s + 1)));
-#pragma GCC unroll 8
-            for (int r = 0; r < R; r++) {
-                const __m256i p16 = _mm256_add_epi16(_mm256_maddubs_epi16(w0, LS_YB_X(r, s)),
-                                                     _mm256_maddubs_epi16(w1, LS_YB_X(r, s + 1)));
-                acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(p16, s < 4 ? sclo : schi));
-            }
-        }
+        (void)acc2;
 #endif
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) {
             const uint8_t *xr = xu + r * LS_XP_ROW;
-            const __m256i isum = _mm256_sub_epi32(acc[r], _mm256_madd_epi16(sc32, ls_yp_bc(xr + LS_XP_SQP)));
+#if LS_Y_VNNI
+            const __m256i sab = _mm256_add_epi32(_mm256_mullo_epi32(acc[r][h], s0), _mm256_mullo_epi32(acc2[r][h], s1));
+#else
+            const __m256i sab = acc[r][h];
+#endif
+            const __m256i isum = _mm256_sub_epi32(sab, _mm256_madd_epi16(sc32, ls_yp_bc(xr + LS_XP_SQP)));
             c[r][h] = _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(ls_yp_f(xr + LS_XP_DX))), _mm256_cvtepi32_ps(isum));
         }
         return;
     }
-    /* Q5_0, Q5_1, Q5_K */
-    if (pre) { /* the sums come from ls_yp_b5_sums */
-#pragma GCC unroll 8
-        for (int r = 0; r < R; r++) acc[r] = accp[r][h];
-    } else {
-#if LS_Y_VNNI
-#pragma GCC unroll 8
-    for (int s = 0; s < 8; s++) {
-        const __m256i wv = _mm256_loadu_si256((const __m256i *)(codes + 64 * s));
-#pragma GCC unroll 8
-        for (int r = 0; r < R; r++) {
-            if (R == 1 && s >= 4)
-                acc2[r] = _mm256_dpbusd_avx_epi32(acc2[r], wv, LS_YB_X(r, s));
-            else
-                acc[r] = _mm256_dpbusd_avx_epi32(acc[r], wv, LS_YB_X(r, s));
-        }
-    }
-    if (R == 1) acc[0] = _mm256_add_epi32(acc[0], acc2[0]);
-#else
-    const __m256i ones = _mm256_set1_epi16(1);
-#pragma GCC unroll 2
-    for (int s0 = 0; s0 < 8; s0 += 4) {
-        const __m256i w0 = _mm256_loadu_si256((const __m256i *)(codes + 64 * s0));
-        const __m256i w1 = _mm256_loadu_si256((const __m256i *)(codes + 64 * (s0 + 1)));
-        const __m256i w2 = _mm256_loadu_si256((const __m256i *)(codes + 64 * (s0 + 2)));
-        const __m256i w3 = _mm256_loadu_si256((const __m256i *)(codes + 64 * (s0 + 3)));
-#pragma GCC unroll 8
-        for (int r = 0; r < R; r++) {
-            const __m256i p16 = _mm256_add_epi16(
-                _mm256_add_epi16(_mm256_maddubs_epi16(w0, LS_YB_X(r, s0)), _mm256_maddubs_epi16(w1, LS_YB_X(r, s0 + 1))),
-                _mm256_add_epi16(_mm256_maddubs_epi16(w2, LS_YB_X(r, s0 + 2)), _mm256_maddubs_epi16(w3, LS_YB_X(r, s0 + 3))));
-            acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(p16, ones));
-        }
-    }
-#endif
-    }
-    if (type == LS_TYPE_Q5_K) { /* as Q4_K (|isum| <= 32 * 31 * 127, sc <= 63: isum * sc < 2^24) */
+    (void)acc2;
+    if (type == LS_TYPE_Q5_K) {
         const uint8_t *kp = p + (size_t)nb * (w->pcode + 32) + 8 * (size_t)(b & ~(int64_t)7);
         const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kp + 16 * h)));
         const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kp + 32 + 16 * h)));
@@ -526,31 +530,30 @@ AI void ls_yp_unit_byte(const uint32_t type, const int R, const int h, const ls_
         for (int r = 0; r < R; r++) {
             const uint8_t *xr = xu + r * LS_XP_ROW;
             c[r][h] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(ls_yp_f(xr + LS_XP_DX))),
-                                      _mm256_mul_ps(_mm256_cvtepi32_ps(acc[r]), sc),
+                                      _mm256_mul_ps(_mm256_cvtepi32_ps(acc[r][h]), sc),
                                       _mm256_mul_ps(nmt, _mm256_set1_ps(ls_yp_f(xr + LS_XP_SX))));
         }
         return;
     }
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dp + 16 * h)));
-    if (type == LS_TYPE_Q5_1) { /* c = fma(d * dx, (float)isum, m * sx), isum = sum u q */
+    if (type == LS_TYPE_Q5_1) {
         const __m256 m = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dp + 32 * (size_t)nb + 16 * h)));
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) {
             const uint8_t *xr = xu + r * LS_XP_ROW;
-            c[r][h] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(ls_yp_f(xr + LS_XP_DX))), _mm256_cvtepi32_ps(acc[r]),
+            c[r][h] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(ls_yp_f(xr + LS_XP_DX))), _mm256_cvtepi32_ps(acc[r][h]),
                                       _mm256_mul_ps(m, _mm256_set1_ps(ls_yp_f(xr + LS_XP_SX))));
         }
         return;
     }
 #pragma GCC unroll 8
-    for (int r = 0; r < R; r++) {
+    for (int r = 0; r < R; r++) { /* Q5_0 */
         const uint8_t *xr = xu + r * LS_XP_ROW;
         int32_t sq128;
         memcpy(&sq128, xr + LS_XP_SQ, 4);
-        const __m256i isum = _mm256_sub_epi32(acc[r], _mm256_set1_epi32(sq128 >> 3)); /* 16 sq, exact */
+        const __m256i isum = _mm256_sub_epi32(acc[r][h], _mm256_set1_epi32(sq128 >> 3)); /* 16 sq, exact */
         c[r][h] = _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(ls_yp_f(xr + LS_XP_DX))), _mm256_cvtepi32_ps(isum));
     }
-#undef LS_YB_X
 }
 
 /* c_b of unit b for R activation rows x the 16 rows of panel p: c[r][h] (lanes = rows
@@ -562,15 +565,10 @@ AI void ls_yp_unit(const uint32_t type, const int R, const bool packed, const ls
     ls_yp_pf_unit(type, w, pn, b);
     if (LS_YP_B5(type) || type == LS_TYPE_Q6_K) { /* packed rows only (M >= 2) */
         const uint8_t *xu = xpb + (size_t)b * LS_XP_UNIT;
-        if (!LS_Y_VNNI && LS_YP_B5(type)) { /* AVX2: both halves per slot (ls_yp_b5_sums) */
-            __m256i accp[LS_YP_RCAP][2];
-            ls_yp_b5_sums(R, w, p, xu, b, accp);
-            ls_yp_unit_byte(type, R, 0, w, p, xu, b, c, true, accp);
-            ls_yp_unit_byte(type, R, 1, w, p, xu, b, c, true, accp);
-            return;
-        }
-        ls_yp_unit_byte(type, R, 0, w, p, xu, b, c, false, NULL);
-        ls_yp_unit_byte(type, R, 1, w, p, xu, b, c, false, NULL);
+        __m256i acc[LS_YP_RCAP][2], acc2[LS_YP_RCAP][2];
+        ls_yp_byte_sums(type, R, w, p, xu, b, acc, acc2);
+        ls_yp_byte_c(type, R, 0, w, p, xu, b, acc, acc2, c);
+        ls_yp_byte_c(type, R, 1, w, p, xu, b, acc, acc2, c);
         return;
     }
     const uint8_t *codes = p + (size_t)b * w->pcode;
