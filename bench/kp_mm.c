@@ -48,6 +48,8 @@ int main(int argc, char **argv) {
     const ls_type_info *ti = ls_type_get(type);
     /* small finite fp16 scales where the block starts with them (Q4_K: d, dmin) */
     for (size_t i = 0; i < nb; i += ti->block_bytes) { w[i] = 0x1f; w[i + 1] = 0x21; w[i + 2] = 0x1f; w[i + 3] = 0x11; }
+    if (type == LS_TYPE_Q6_K) /* its fp16 d ends the block */
+        for (size_t i = 0; i < nb; i += ti->block_bytes) { w[i + 208] = 0x1f; w[i + 209] = 0x21; }
     ls_wmat *W = ls_wmat_create(type, N, K, w, &err);
     if (!W || ls_wmat_prepare(W, isa, NULL, &err)) return 4;
     float *x = malloc(sizeof(float) * (size_t)(M * K)), *y = malloc(sizeof(float) * (size_t)(M * N));

@@ -203,7 +203,7 @@ static ls_status add_matrix(ls_model *m, const gguf_tensor *t, uint64_t N, uint6
 }
 
 /* What the ISA's kernels need beyond the group records (AVX-512, AVX-VNNI, AVX2: a panel
- * copy of the Q4_1 / Q8_0 matrices, one copy shared by the three: a second of them finds it
+ * copy of the quantized matrices but MXFP4, one copy shared by the three: a second of them finds it
  * built and needs 0 bytes), built on first use of that ISA with this model, for every
  * matrix, in one arena of 2 MiB pages where the kernel grants them: the weights stream
  * from L3 or DRAM once per step, and with 4 KiB pages every 4 KiB of panel costs a TLB

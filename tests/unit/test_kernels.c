@@ -439,9 +439,22 @@ static const int64_t Ms_all[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 
 
 static long g_parity_outputs;
 
+static void parity_case_ms(uint32_t type, int64_t K, int64_t N, const int64_t *Ms, size_t nMs, int tmax,
+                           uint64_t seed);
+
 /* Checks one (type, K, N): rows 0..Mmax-1 of a random x. */
 static void parity_case(uint32_t type, int64_t K, int64_t N, int64_t Mmax, uint64_t seed) {
+    size_t n = 0;
+    while (n < N_MS && Ms_all[n] <= Mmax) n++;
+    parity_case_ms(type, K, N, Ms_all, n, 3, seed);
+}
+
+/* Checks one (type, K, N) for each M of Ms (increasing; x has Ms[nMs - 1] rows) at every
+ * ISA and 1..tmax threads against the scalar M = 1 reference. */
+static void parity_case_ms(uint32_t type, int64_t K, int64_t N, const int64_t *Ms, size_t nMs, int tmax,
+                           uint64_t seed) {
     const int quick = test_quick();
+    const int64_t Mmax = Ms[nMs - 1];
     uint8_t *wq = make_weights(type, N, K, seed, NULL);
     float *x = make_x(Mmax * K, seed + 1);
     ls_err err;
@@ -452,9 +465,9 @@ static void parity_case(uint32_t type, int64_t K, int64_t N, int64_t Mmax, uint6
     for (int64_t m = 0; m < Mmax; m++) run_matmul(LS_ISA_SCALAR, NULL, w, x + m * K, 1, ref + m * N);
     for (int isa = 0; isa < LS_ISA_COUNT; isa++) {
         if (!ls_isa_supported((ls_isa)isa)) continue;
-        for (int t = 1; t <= 3; t++) {
-            for (size_t mi = 0; mi < N_MS && Ms_all[mi] <= Mmax; mi++) {
-                int64_t M = Ms_all[mi];
+        for (int t = 1; t <= tmax; t++) {
+            for (size_t mi = 0; mi < nMs; mi++) {
+                int64_t M = Ms[mi];
                 if (isa == LS_ISA_SCALAR && !(M == 1 || M == 3 || M == 17 || M == Mmax)) continue;
                 /* smoke: M = 1 (narrow), 2, 5 and 12, 13 (tiles and their tails), 17 and Mmax (GEMM) */
                 if (quick == 2 && !(M == 1 || M == 2 || M == 5 || M == 12 || M == 13 || M == 17 || M == Mmax))
@@ -540,16 +553,42 @@ static void test_parity_long_k(void **state) {
             parity_case(ktypes[ti], Kk[ki], ki == 1 ? 47 : 33, 17, 7800 + (uint64_t)(ti * 10 + ki));
 }
 
+/* The multi-row panel tiles of the types whose panels serve M >= 2 only (Q6_K, Q5_0, Q4_0,
+ * Q5_1, Q5_K; M = 1 stays on the group records): M = 2..64 covers tiles of every width at
+ * each level (AVX-512: up to 12 rows, 6 for Q6_K; AVX2: up to 4, 6 for Q5_0; AVX-VNNI: up
+ * to 4; AVX-512 pairs units for nibble codes in tiles of up to 3 rows), a tile after a full
+ * packed tile of 12 and the tails of both; K has one unit per recipe group (256, 512,
+ * 576: a partial last record group), several (2048, 2304), and up to 4 (4352); N leaves
+ * a partial last panel.  Each compared with memcmp against the scalar reference. */
+static void test_parity_panels(void **state) {
+    (void)state;
+    static const int64_t Ms[] = {1, 2, 3, 4, 5, 11, 12, 13, 16, 33, 64};
+    static const int64_t Ms_quick[] = {1, 2, 5, 12, 13, 33};
+    const bool q = test_quick() != 0;
+    const int64_t *ms = q ? Ms_quick : Ms;
+    const size_t nms = q ? sizeof Ms_quick / sizeof Ms_quick[0] : sizeof Ms / sizeof Ms[0];
+    static const int64_t Kk[] = {256, 512, 2048, 2304, 4352}, K32[] = {576, 640, 2048, 2080, 4128};
+    static const int64_t Ns[] = {37, 50};
+    const uint32_t types[] = {LS_TYPE_Q6_K, LS_TYPE_Q5_0, LS_TYPE_Q4_0, LS_TYPE_Q5_1, LS_TYPE_Q5_K};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        for (size_t ki = 0; ki < 5; ki++) {
+            if (q && ki % 2) continue;
+            const int64_t K = type_block(types[ti]) == 256 ? Kk[ki] : K32[ki];
+            parity_case_ms(types[ti], K, Ns[ki % 2], ms, nms, 2, 6600 + (uint64_t)(ti * 10 + ki));
+        }
+}
+
 /* Rows split into runs by parity need (rows without it on the narrow family, rows with
  * it on the wide one), so the wide kernel's runs start at any row of the call and its
  * row tiles start mid-way through a packed activation tile: every row must still be
  * the scalar reference's bits. */
 static void test_parity_row_runs(void **state) {
     (void)state;
-    const uint32_t types[] = {LS_TYPE_Q4_1, LS_TYPE_Q8_0, LS_TYPE_Q4_0, LS_TYPE_Q4_K, LS_TYPE_Q6_K};
+    const uint32_t types[] = {LS_TYPE_Q4_1, LS_TYPE_Q8_0, LS_TYPE_Q4_0, LS_TYPE_Q4_K, LS_TYPE_Q6_K,
+                              LS_TYPE_Q5_0, LS_TYPE_Q5_1, LS_TYPE_Q5_K};
     const int64_t Ks[] = {576, 1536}, Ks_k[] = {768, 1536};
     const int64_t M = 31, N = 53;
-    for (size_t ti = 0; ti < 5; ti++)
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
         for (size_t ki = 0; ki < 2; ki++) {
             int64_t K = type_block(types[ti]) == 256 ? Ks_k[ki] : Ks[ki];
             uint64_t seed = 8800 + ti * 10 + ki;
@@ -685,6 +724,20 @@ static void test_parity_quantize(void **state) {
             memset(rec_ref, 0x5A, (size_t)nb * LS_XP_UNIT);
             ls_quantize_x_row(x, K, ref);
             ls_quantize_x_row_avx2(x, K, goty, NULL);
+            const ls_xq xr = ls_xq_row(ref, K, 0);
+            for (int64_t b = 0; b < nb; b++) { /* the packed record, from the scalar row */
+                uint8_t *r = rec_ref + (size_t)b * LS_XP_UNIT;
+                int32_t sq128 = 128 * xr.sq[b];
+                int16_t sqp[2] = {(int16_t)xr.sqlo[b], (int16_t)(xr.sq[b] - xr.sqlo[b])};
+                for (int t = 0; t < 8; t++) memcpy(r + 4 * t, xr.q + ls_xq_chunk(nb, b, t), 4);
+                memcpy(r + LS_XP_DX, &xr.dx[b], 4);
+                memcpy(r + LS_XP_SX, &xr.sx[b], 4);
+                memcpy(r + LS_XP_SQ, &sq128, 4);
+                memcpy(r + LS_XP_SQP, sqp, 4);
+            }
+            ls_quantize_x_row_avx2(x, K, goty, rec);
+            if (memcmp(rec_ref, rec, (size_t)nb * LS_XP_UNIT)) fail_msg("K=%lld rep %d: AVX2 packed records differ", (long long)K, rep);
+            memset(rec, 0x5A, (size_t)nb * LS_XP_UNIT);
             if (memcmp(ref, goty, rb)) {
                 for (size_t i = 0; i < rb; i++)
                     if (ref[i] != goty[i])
@@ -695,15 +748,6 @@ static void test_parity_quantize(void **state) {
             if (!z) continue;
             ls_quantize_x_row_avx512(x, K, got, NULL);
             ls_quantize_x_row_avx512(x, K, got2, rec);
-            const ls_xq xr = ls_xq_row(ref, K, 0);
-            for (int64_t b = 0; b < nb; b++) { /* the packed record, from the scalar row */
-                uint8_t *r = rec_ref + (size_t)b * LS_XP_UNIT;
-                int32_t sq128 = 128 * xr.sq[b];
-                for (int t = 0; t < 8; t++) memcpy(r + 4 * t, xr.q + ls_xq_chunk(nb, b, t), 4);
-                memcpy(r + LS_XP_DX, &xr.dx[b], 4);
-                memcpy(r + LS_XP_SX, &xr.sx[b], 4);
-                memcpy(r + LS_XP_SQ, &sq128, 4);
-            }
             if (memcmp(ref, got, rb) || memcmp(ref, got2, rb) || memcmp(rec_ref, rec, (size_t)nb * LS_XP_UNIT)) {
                 for (size_t i = 0; i < rb; i++)
                     if (ref[i] != got[i] || ref[i] != got2[i])
@@ -964,6 +1008,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_parity_f16),
         cmocka_unit_test(test_parity_bf16),
         cmocka_unit_test(test_parity_long_k),
+        cmocka_unit_test(test_parity_panels),
         cmocka_unit_test(test_parity_row_runs),
     };
     int rc = cmocka_run_group_tests(tests, setup_pools, teardown_pools);

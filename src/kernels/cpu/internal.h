@@ -53,19 +53,24 @@ struct ls_wmat {
     void *owned;
     unsigned prepared;      /* bit isa: ls_wmat_prepare ran for that ISA */
     void *prep_owned;       /* what ls_wmat_prepare allocated itself (mem NULL), freed with the matrix */
-    /* Panel copy (Q4_1, Q8_0 and Q4_K, built by the prepare of the first of AVX-512,
-     * AVX-VNNI, AVX2 to use the matrix, read by all three; else NULL):
+    /* Panel copy (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K; built by the prepare of
+     * the first of AVX-512, AVX-VNNI, AVX2 to use the matrix, read by all three; else NULL):
      * rows in panels of 16 (the last one zero-padded); panel P is panel_bytes long at
      * panel + P * panel_bytes and holds, for unit b = 0..nb-1, the codes of its 16 rows at
-     * b * pcode (planes of 16 lanes x 4 bytes, lane r = row 16P + r, same byte packing as a
-     * group record's planes: NIB 4 planes, BYTE 8 planes), then the scale fields:
-     *   Q4_1, Q8_0: the fp16 d of the 16 rows at nb * pcode + 32 b, then (Q4_1) the fp16 m
-     *               at nb * (pcode + 32) + 32 b;
-     *   Q4_K:       the u8 6-bit scale sc of the 16 rows at nb * pcode + 32 b and their
+     * b * pcode (planes of 16 lanes x 4 bytes, lane r = row 16P + r: NIB (Q4_0, Q4_1, Q4_K)
+     * 4 planes, byte j of a lane in plane q holding elements 4q+j (low nibble) and 16+4q+j
+     * (high), as a group record's; BYTE (Q5_0, Q5_1, Q5_K: u <= 31; Q6_K: u <= 63; Q8_0:
+     * u = w + 128) 8 planes, plane s holding elements 4s..4s+3), then the scale fields:
+     *   Q4_0, Q5_0, Q8_0, Q4_1, Q5_1: the fp16 d of the 16 rows at nb * pcode + 32 b, then
+     *               (Q4_1, Q5_1) the fp16 m at nb * (pcode + 32) + 32 b;
+     *   Q4_K, Q5_K: the u8 6-bit scale sc of the 16 rows at nb * pcode + 32 b and their
      *               6-bit min mn at nb * pcode + 32 b + 16, then per super-block j = b / 8
-     *               the rows' fp16 d at nb * (pcode + 32) + 64 j and fp16 dmin 32 bytes on
-     *               (the raw fields: the kernels form d * dx, sc * isum and dmin * mn per
-     *               unit exactly as the recipe's c_b does). */
+     *               the rows' fp16 d at nb * (pcode + 32) + 64 j and fp16 dmin 32 bytes on;
+     *   Q6_K:       the int8 scales of the unit's two halves, row r's at
+     *               nb * pcode + 32 b + 2 r (elements 0..15) and + 1 (16..31), then per
+     *               super-block j = b / 8 the rows' fp16 d at nb * (pcode + 32) + 32 j
+     * (the raw fields: the kernels form d * dx, sc * isum and dmin * mn per unit exactly as
+     * the recipe's c_b does). */
     uint8_t *panel;
     size_t panel_bytes, pcode;
 };
@@ -166,8 +171,8 @@ void ls_quantize_x_row(const float *x, int64_t K, void *row_out);
 void ls_quantize_x_row_avx512(const float *x, int64_t K, void *row_out, uint8_t *xp);
 /* The same with AVX2 (same bits), also writing the tile-packed records when xp is not NULL. */
 void ls_quantize_x_row_avx2(const float *x, int64_t K, void *row_out, uint8_t *xp);
-/* The prepare hook of the AVX-512, AVX-VNNI and AVX2 entries (wmat.c): the panel copy of
- * Q4_1 / Q8_0 / Q4_K, one layout shared by the three (built once per matrix). */
+/* The prepare hook of the AVX-512, AVX-VNNI and AVX2 entries (wmat.c): the panel copy
+ * (struct ls_wmat), one layout shared by the three (built once per matrix). */
 size_t ls_panel_bytes(const ls_wmat *w);
 void ls_panel_build(ls_wmat *w, void *mem);
 
@@ -175,7 +180,8 @@ void ls_panel_build(ls_wmat *w, void *mem);
  * kernels (AVX-512, AVX-VNNI, AVX2): rows in tiles of LS_XP_R (row m: tile m / LS_XP_R, lane m % LS_XP_R);
  * per tile, per unit b, an LS_XP_UNIT-byte record of LS_XP_ROW bytes per lane r: the
  * unit's 32 code bytes in slot order (slot s = elements 4s..4s+3 at 4s), then dx
- * (float), sx (float), 128 * sq (int32).  A tile's rows are then read at constant
+ * (float), sx (float), 128 * sq (int32), and the sums of the two 16-element halves' q as
+ * two int16 (|sum| <= 16 * 127).  A tile's rows are then read at constant
  * offsets from one pointer, with no per-row address arithmetic; 4 lanes fill 3 whole
  * cache lines, so threads packing rows in groups of 4 never write the same line. */
 #define LS_XP_R 12
@@ -183,6 +189,7 @@ void ls_panel_build(ls_wmat *w, void *mem);
 #define LS_XP_DX 32
 #define LS_XP_SX 36
 #define LS_XP_SQ 40
+#define LS_XP_SQP 44 /* int16 sum of q_0..q_15, int16 sum of q_16..q_31 (Q6_K's halves) */
 #define LS_XP_UNIT (LS_XP_R * LS_XP_ROW)
 static inline size_t ls_xp_tile_bytes(int64_t K) { return (size_t)(K / 32) * LS_XP_UNIT; }
 static inline size_t ls_xp_bytes(int64_t M, int64_t K) {
@@ -197,8 +204,8 @@ typedef struct {
      * tile-packed records, written only where packs_rows (else NULL). */
     void (*quantize_row)(const float *x, int64_t K, void *row_out, uint8_t *xp);
     bool packs_rows;        /* the multi-row kernel reads the tile-packed activation copy */
-    /* The ISA's own weight layout beyond the group records (AVX-512: the panel copy of
-     * Q4_1 and Q8_0), built once per matrix by ls_wmat_prepare: its size for w (0: none
+    /* The ISA's own weight layout beyond the group records (AVX-512, AVX-VNNI, AVX2: the
+     * shared panel copy), built once per matrix by ls_wmat_prepare: its size for w (0: none
      * needed) and the builder, into mem of that size (64-byte aligned). */
     size_t (*prepare_bytes)(const ls_wmat *w);
     void (*prepare)(ls_wmat *w, void *mem);

@@ -86,8 +86,9 @@ typedef struct {
  * Creation repacks quantized types into the group records every ISA reads (owned by the
  * ls_wmat); `data` must outlive it either way. */
 ls_wmat *ls_wmat_create(uint32_t type, int64_t N, int64_t K, const void *data, ls_err *err);
-/* An ISA's own layout beyond the group records (ISA table, dispatch.c: AVX-512 builds a
- * panel copy of Q4_1 and Q8_0 matrices).  It must run once for each ISA a matrix is used
+/* An ISA's own layout beyond the group records (ISA table, dispatch.c: AVX-512, AVX-VNNI
+ * and AVX2 share a panel copy of the Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K
+ * matrices).  It must run once for each ISA a matrix is used
  * with, before the first such call (ls_matmul asserts it), and not concurrently with
  * calls on the matrix.  prepare_bytes: what it needs (a multiple of 64; 0: nothing).
  * mem: that many bytes, 64-byte aligned, owned by the caller and outliving the matrix

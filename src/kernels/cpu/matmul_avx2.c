@@ -300,11 +300,12 @@ AI void ls_y_tile_f(const uint32_t type, const int R, const ls_wmat *w, const ui
     for (int i = 0; i < R; i++) yr[i][n] = ls_y_tree16(a0[i], a1[i]);
 }
 
-/* ---- the panel copy (Q4_1, Q8_0, Q4_K; internal.h, docs/numerics.md) ----------------
+/* ---- the panel copy (internal.h, docs/numerics.md) -------------------------------------
  * The same layout as the AVX-512 kernels read: a panel of 16 weight rows, per unit b its
  * codes as planes of 16 lanes x 4 bytes (lane r = row 16P + r), then the rows' fp16 d (and
- * m; Q4_K: sc, mn and the super-block d, dmin; its nibble codes are read as Q4_1's, and
- * its panel is used for M >= 2 only).  Here a panel is two halves of 8 lanes (h = 0: rows
+ * m; Q4_K: sc, mn and the super-block d, dmin; its nibble codes are read as Q4_1's; the
+ * other types' below, ls_yp_byte_sums, ls_yp_byte_c).  Q4_1 and Q8_0 use it at every M, the others
+ * (Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) for M >= 2 only.  Here a panel is two halves of 8 lanes (h = 0: rows
  * 0..7, bytes 0..31 of each 64-byte plane; h = 1: rows 8..15).  One unit's integer dot products for the 16 rows come out
  * lane-wise: AVX-VNNI, one vpdpbusd per slot and half against the activation's 4-byte
  * chunk broadcast; AVX2, vpmaddubsw of the nibble operands (Q8_0's byte codes u = w + 128
@@ -317,9 +318,27 @@ AI void ls_y_tile_f(const uint32_t type, const int R, const ls_wmat *w, const ui
  * share each loaded weight operand (rows from the tile-packed activation copy, M >= 2);
  * M >= 2 runs column blocks of ~256 KiB of panels with every row tile passing over each;
  * the next panel is prefetched while one is computed. */
-#ifndef LS_YP_R
+#ifndef LS_YP_R /* at most 6 */
 #define LS_YP_R 4
 #endif
+/* Rows per tile by type: AVX2's 5-bit tiles (both halves per slot, ls_yp_byte_sums: 4
+ * accumulators per row) take 3 rows (measured, Q5_0 2048 x 640 at M = 512: 0.97x the time
+ * of the group-record path, against 1.04x with 4 rows); the others 4 (Q6_K, measured at
+ * 8192 x 2048: 3 rows the same on AVX2, 1.05x the time of 4 on AVX-VNNI at M = 64). */
+#define LS_YP_RCAP 6
+#ifndef LS_YP_R_B5
+#define LS_YP_R_B5 3
+#endif
+#define LS_YP_RMAX(type) (!LS_Y_VNNI && LS_YP_B5(type) ? LS_YP_R_B5 : LS_YP_R)
+
+/* Panel types with nibble codes (the others have byte codes). */
+#define LS_YP_NIB(type) ((type) == LS_TYPE_Q4_0 || (type) == LS_TYPE_Q4_1 || (type) == LS_TYPE_Q4_K)
+/* Panel types whose panel serves M >= 2 only (M = 1 stays on the group records). */
+#define LS_YP_PANEL_M2(type)                                                                                 \
+    ((type) == LS_TYPE_Q4_0 || (type) == LS_TYPE_Q5_0 || (type) == LS_TYPE_Q5_1 || (type) == LS_TYPE_Q4_K || \
+     (type) == LS_TYPE_Q5_K || (type) == LS_TYPE_Q6_K)
+/* Panel types with 5-bit byte codes (u <= 31). */
+#define LS_YP_B5(type) ((type) == LS_TYPE_Q5_0 || (type) == LS_TYPE_Q5_1 || (type) == LS_TYPE_Q5_K)
 
 /* Prefetch of the next panel's unit b (codes and scale lines); pn = NULL: none. */
 AI void ls_yp_pf_unit(const uint32_t type, const ls_wmat *w, const uint8_t *pn, int64_t b) {
@@ -329,7 +348,7 @@ AI void ls_yp_pf_unit(const uint32_t type, const ls_wmat *w, const uint8_t *pn, 
     _mm_prefetch(c + 64, _MM_HINT_T0);
     _mm_prefetch(c + 128, _MM_HINT_T0);
     _mm_prefetch(c + 192, _MM_HINT_T0);
-    if (type == LS_TYPE_Q8_0) {
+    if (!LS_YP_NIB(type)) { /* byte codes: 512 bytes */
         _mm_prefetch(c + 256, _MM_HINT_T0);
         _mm_prefetch(c + 320, _MM_HINT_T0);
         _mm_prefetch(c + 384, _MM_HINT_T0);
@@ -338,10 +357,12 @@ AI void ls_yp_pf_unit(const uint32_t type, const ls_wmat *w, const uint8_t *pn, 
     if (!(b & 1)) {
         const char *d = (const char *)(pn + (size_t)w->nb * w->pcode + 32 * (size_t)b);
         _mm_prefetch(d, _MM_HINT_T0);
-        if (type == LS_TYPE_Q4_1) _mm_prefetch(d + 32 * (size_t)w->nb, _MM_HINT_T0);
+        if (type == LS_TYPE_Q4_1 || type == LS_TYPE_Q5_1) _mm_prefetch(d + 32 * (size_t)w->nb, _MM_HINT_T0);
     }
-    if (type == LS_TYPE_Q4_K && !(b & 7)) /* the super-block's d, dmin line */
+    if ((type == LS_TYPE_Q4_K || type == LS_TYPE_Q5_K) && !(b & 7)) /* the super-block's d, dmin line */
         _mm_prefetch((const char *)(pn + (size_t)w->nb * (w->pcode + 32) + 8 * (size_t)b), _MM_HINT_T0);
+    if (type == LS_TYPE_Q6_K && !(b & 15)) /* two super-blocks' d */
+        _mm_prefetch((const char *)(pn + (size_t)w->nb * (w->pcode + 32) + 4 * (size_t)b), _MM_HINT_T0);
 }
 
 AI __m256i ls_yp_bc(const uint8_t *p) {
@@ -355,6 +376,186 @@ AI float ls_yp_f(const uint8_t *p) {
     return v;
 }
 
+/* Byte-code panels other than Q8_0 (Q5_0, Q5_1, Q5_K: u = w + 16 or u <= 31; Q6_K: u = w + 32).
+ * The integer sums of unit b for R rows of packed activations at xu (the unit's records),
+ * both panel halves per slot, so each activation broadcast serves its two weight operands
+ * at once (one half at a time, GCC kept every broadcast for the second half and spilled
+ * it): acc[r][h], h = 0 for panel rows 0..7, 1 for rows 8..15.
+ *   5-bit: acc = sum u q.  AVX-VNNI: one vpdpbusd per slot and half (one row: two chains,
+ *          slots 0..3 and 4..7, added); AVX2: vpmaddubsw products summed in s16 over 4
+ *          slots (<= 4 * 2 * 31 * 127 = 31496: no saturation), each 4-slot sum widened with
+ *          vpmaddwd.
+ *   Q6_K:  AVX-VNNI: acc = A (elements 0..15: slots 0..3), acc2 = B (16..31: slots 4..7);
+ *          AVX2: vpmaddubsw products summed in s16 over 2 slots (<= 2 * 2 * 63 * 127 =
+ *          32004: no saturation), each 2-slot sum widened by a vpmaddwd with (s0, s0) or
+ *          (s1, s1), which applies the half's scale in the same instruction (|s * 32004| * 2
+ *          < 2^31), so acc = s0 A + s1 B.
+ * Every partial value is an exact int32. */
+AI void ls_yp_byte_sums(const uint32_t type, const int R, const ls_wmat *w, const uint8_t *p, const uint8_t *xu,
+                        int64_t b, __m256i acc[][2], __m256i acc2[][2]) {
+    const uint8_t *codes = p + (size_t)b * w->pcode;
+#define LS_YB_X(r, s) ls_yp_bc(xu + (r) * LS_XP_ROW + 4 * (s))
+#if LS_Y_VNNI
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = acc2[r][0] = acc2[r][1] = _mm256_setzero_si256();
+    const bool two = type == LS_TYPE_Q6_K || R == 1; /* slots 4..7 in acc2 */
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; s++) {
+        const __m256i w0 = _mm256_loadu_si256((const __m256i *)(codes + 64 * s));
+        const __m256i w1 = _mm256_loadu_si256((const __m256i *)(codes + 64 * s + 32));
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            const __m256i x = LS_YB_X(r, s);
+            if (two && s >= 4) {
+                acc2[r][0] = _mm256_dpbusd_avx_epi32(acc2[r][0], w0, x);
+                acc2[r][1] = _mm256_dpbusd_avx_epi32(acc2[r][1], w1, x);
+            } else {
+                acc[r][0] = _mm256_dpbusd_avx_epi32(acc[r][0], w0, x);
+                acc[r][1] = _mm256_dpbusd_avx_epi32(acc[r][1], w1, x);
+            }
+        }
+    }
+    if (type != LS_TYPE_Q6_K && R == 1) {
+        acc[0][0] = _mm256_add_epi32(acc[0][0], acc2[0][0]);
+        acc[0][1] = _mm256_add_epi32(acc[0][1], acc2[0][1]);
+    }
+#else
+    (void)acc2;
+    if (type == LS_TYPE_Q6_K) {
+        const uint8_t *dp = p + (size_t)w->nb * w->pcode + 32 * (size_t)b;
+        const __m256i ilo = _mm256_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13, 0, 1, 0, 1, 4, 5, 4, 5,
+                                             8, 9, 8, 9, 12, 13, 12, 13);
+        __m256i scv[2][2]; /* [half][slots 0..3: (s0, s0); 4..7: (s1, s1)] */
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(dp + 16 * h)));
+            scv[h][0] = _mm256_shuffle_epi8(sc16, ilo);
+            scv[h][1] = _mm256_shuffle_epi8(sc16, _mm256_add_epi8(ilo, _mm256_set1_epi8(2)));
+        }
+#pragma GCC unroll 4
+        for (int s = 0; s < 8; s += 2) {
+            const __m256i w00 = _mm256_loadu_si256((const __m256i *)(codes + 64 * s));
+            const __m256i w01 = _mm256_loadu_si256((const __m256i *)(codes + 64 * s + 32));
+            const __m256i w10 = _mm256_loadu_si256((const __m256i *)(codes + 64 * (s + 1)));
+            const __m256i w11 = _mm256_loadu_si256((const __m256i *)(codes + 64 * (s + 1) + 32));
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) {
+                const __m256i x0 = LS_YB_X(r, s), x1 = LS_YB_X(r, s + 1);
+                const __m256i t0 = _mm256_madd_epi16(
+                    _mm256_add_epi16(_mm256_maddubs_epi16(w00, x0), _mm256_maddubs_epi16(w10, x1)), scv[0][s >> 2]);
+                const __m256i t1 = _mm256_madd_epi16(
+                    _mm256_add_epi16(_mm256_maddubs_epi16(w01, x0), _mm256_maddubs_epi16(w11, x1)), scv[1][s >> 2]);
+                acc[r][0] = s == 0 ? t0 : _mm256_add_epi32(acc[r][0], t0);
+                acc[r][1] = s == 0 ? t1 : _mm256_add_epi32(acc[r][1], t1);
+            }
+        }
+        return;
+    }
+    const __m256i ones = _mm256_set1_epi16(1);
+#pragma GCC unroll 2
+    for (int s0 = 0; s0 < 8; s0 += 4) {
+        __m256i p16[LS_YP_RCAP][2];
+#pragma GCC unroll 4
+        for (int s = s0; s < s0 + 4; s++) {
+            const __m256i w0 = _mm256_loadu_si256((const __m256i *)(codes + 64 * s));
+            const __m256i w1 = _mm256_loadu_si256((const __m256i *)(codes + 64 * s + 32));
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) {
+                const __m256i x = LS_YB_X(r, s);
+                const __m256i a = _mm256_maddubs_epi16(w0, x), c = _mm256_maddubs_epi16(w1, x);
+                p16[r][0] = s == s0 ? a : _mm256_add_epi16(p16[r][0], a);
+                p16[r][1] = s == s0 ? c : _mm256_add_epi16(p16[r][1], c);
+            }
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                const __m256i t = _mm256_madd_epi16(p16[r][h], ones);
+                acc[r][h] = s0 == 0 ? t : _mm256_add_epi32(acc[r][h], t);
+            }
+    }
+#endif
+#undef LS_YB_X
+}
+
+/* c_b of half h (panel rows 8h..8h+7) of unit b of a byte-code panel from its sums
+ * (ls_yp_byte_sums) for R rows: c[r][h], lane-wise the recipe's step 2.
+ *   Q5_0: isum = sum u q - 16 sq (16 sq = 128 sq >> 3, exact); c = (d * dx) * (float)isum.
+ *   Q5_1: c = fma(d * dx, (float)isum, m * sx).
+ *   Q5_K: as Q4_K, c = fma(d * dx, (float)isum * (float)sc, (-(dmin * mn)) * sx): |isum| <=
+ *         32 * 31 * 127 and sc <= 63, so the product is the recipe's integer isum * sc.
+ *   Q6_K: isum = s0 * (A - 32 sqlo) + s1 * (B - 32 sqhi) (s0, s1 the row's int8 scales of
+ *         elements 0..15, 16..31), formed as s0 A + s1 B minus one vpmaddwd of the rows'
+ *         (32 s0, 32 s1) int16 pairs (|32 s| <= 4096) with the activation's (sqlo, sqhi)
+ *         pair (|sq| <= 16 * 127): every partial value is an exact int32 (|s A| <= 128 * 16
+ *         * 63 * 127) and isum is the recipe's integer (|isum| < 2^24); c = (d * dx) *
+ *         (float)isum. */
+AI void ls_yp_byte_c(const uint32_t type, const int R, const int h, const ls_wmat *w, const uint8_t *p,
+                     const uint8_t *xu, int64_t b, __m256i acc[][2], __m256i acc2[][2], __m256 c[][2]) {
+    const int64_t nb = w->nb;
+    const uint8_t *dp = p + (size_t)nb * w->pcode + 32 * (size_t)b;
+    if (type == LS_TYPE_Q6_K) {
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(dp + 16 * h)));
+        const __m256i sc32 = _mm256_slli_epi16(sc16, 5);
+        const __m256 d = _mm256_cvtph_ps(
+            _mm_loadu_si128((const __m128i *)(p + (size_t)nb * (w->pcode + 32) + 4 * (size_t)(b & ~(int64_t)7) + 16 * h)));
+#if LS_Y_VNNI
+        const __m256i s0 = _mm256_srai_epi32(_mm256_slli_epi32(sc16, 16), 16), s1 = _mm256_srai_epi32(sc16, 16);
+#else
+        (void)acc2;
+#endif
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            const uint8_t *xr = xu + r * LS_XP_ROW;
+#if LS_Y_VNNI
+            const __m256i sab = _mm256_add_epi32(_mm256_mullo_epi32(acc[r][h], s0), _mm256_mullo_epi32(acc2[r][h], s1));
+#else
+            const __m256i sab = acc[r][h];
+#endif
+            const __m256i isum = _mm256_sub_epi32(sab, _mm256_madd_epi16(sc32, ls_yp_bc(xr + LS_XP_SQP)));
+            c[r][h] = _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(ls_yp_f(xr + LS_XP_DX))), _mm256_cvtepi32_ps(isum));
+        }
+        return;
+    }
+    (void)acc2;
+    if (type == LS_TYPE_Q5_K) {
+        const uint8_t *kp = p + (size_t)nb * (w->pcode + 32) + 8 * (size_t)(b & ~(int64_t)7);
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kp + 16 * h)));
+        const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kp + 32 + 16 * h)));
+        const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(dp + 8 * h))));
+        const __m256 mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(dp + 16 + 8 * h))));
+        const __m256 nmt = _mm256_xor_ps(_mm256_mul_ps(dmin, mn), _mm256_set1_ps(-0.0f));
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            const uint8_t *xr = xu + r * LS_XP_ROW;
+            c[r][h] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(ls_yp_f(xr + LS_XP_DX))),
+                                      _mm256_mul_ps(_mm256_cvtepi32_ps(acc[r][h]), sc),
+                                      _mm256_mul_ps(nmt, _mm256_set1_ps(ls_yp_f(xr + LS_XP_SX))));
+        }
+        return;
+    }
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dp + 16 * h)));
+    if (type == LS_TYPE_Q5_1) {
+        const __m256 m = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dp + 32 * (size_t)nb + 16 * h)));
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            const uint8_t *xr = xu + r * LS_XP_ROW;
+            c[r][h] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(ls_yp_f(xr + LS_XP_DX))), _mm256_cvtepi32_ps(acc[r][h]),
+                                      _mm256_mul_ps(m, _mm256_set1_ps(ls_yp_f(xr + LS_XP_SX))));
+        }
+        return;
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) { /* Q5_0 */
+        const uint8_t *xr = xu + r * LS_XP_ROW;
+        int32_t sq128;
+        memcpy(&sq128, xr + LS_XP_SQ, 4);
+        const __m256i isum = _mm256_sub_epi32(acc[r][h], _mm256_set1_epi32(sq128 >> 3)); /* 16 sq, exact */
+        c[r][h] = _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(ls_yp_f(xr + LS_XP_DX))), _mm256_cvtepi32_ps(isum));
+    }
+}
+
 /* c_b of unit b for R activation rows x the 16 rows of panel p: c[r][h] (lanes = rows
  * 8h..8h+7).  packed: row r's activations are the packed records at xpb (row r at
  * r * LS_XP_ROW); else one row, x1 (xq layout). */
@@ -362,6 +563,14 @@ AI void ls_yp_unit(const uint32_t type, const int R, const bool packed, const ls
                    const uint8_t *xpb, const ls_xq *x1, int64_t b, const uint8_t *pn, __m256 c[][2]) {
     const int64_t nb = w->nb;
     ls_yp_pf_unit(type, w, pn, b);
+    if (LS_YP_B5(type) || type == LS_TYPE_Q6_K) { /* packed rows only (M >= 2) */
+        const uint8_t *xu = xpb + (size_t)b * LS_XP_UNIT;
+        __m256i acc[LS_YP_RCAP][2], acc2[LS_YP_RCAP][2];
+        ls_yp_byte_sums(type, R, w, p, xu, b, acc, acc2);
+        ls_yp_byte_c(type, R, 0, w, p, xu, b, acc, acc2, c);
+        ls_yp_byte_c(type, R, 1, w, p, xu, b, acc, acc2, c);
+        return;
+    }
     const uint8_t *codes = p + (size_t)b * w->pcode;
     const uint8_t *xu;
     int64_t xst; /* bytes between a unit's slots */
@@ -376,13 +585,13 @@ AI void ls_yp_unit(const uint32_t type, const int R, const bool packed, const ls
     }
 #define LS_YP_X(r, s) ls_yp_bc(xu + (r) * LS_XP_ROW + (s) * xst)
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256i acc[LS_YP_R][2];
+    __m256i acc[LS_YP_RCAP][2];
 #if LS_Y_VNNI
     /* one or (R = 1) two dpbusd chains per row and half; integer sums are exact in any order */
-    __m256i acc2[LS_YP_R][2];
+    __m256i acc2[LS_YP_RCAP][2];
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = acc2[r][0] = acc2[r][1] = _mm256_setzero_si256();
-    if (type == LS_TYPE_Q4_1 || type == LS_TYPE_Q4_K) { /* nibble codes */
+    if (LS_YP_NIB(type)) { /* nibble codes */
 #pragma GCC unroll 4
         for (int q = 0; q < 4; q++) {
             __m256i v0 = _mm256_loadu_si256((const __m256i *)(codes + 64 * q));
@@ -428,10 +637,10 @@ AI void ls_yp_unit(const uint32_t type, const int R, const bool packed, const ls
     }
 #else
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256i p16[LS_YP_R][2];
+    __m256i p16[LS_YP_RCAP][2];
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++) p16[r][0] = p16[r][1] = _mm256_setzero_si256();
-    if (type == LS_TYPE_Q4_1 || type == LS_TYPE_Q4_K) { /* nibble codes */
+    if (LS_YP_NIB(type)) { /* nibble codes */
 #pragma GCC unroll 4
         for (int q = 0; q < 4; q++) {
             __m256i v0 = _mm256_loadu_si256((const __m256i *)(codes + 64 * q));
@@ -454,7 +663,7 @@ AI void ls_yp_unit(const uint32_t type, const int R, const bool packed, const ls
             acc[r][1] = _mm256_madd_epi16(p16[r][1], ones);
         }
     } else { /* Q8_0: u = 16 hi + lo, each nibble product summed in s16 */
-        __m256i h16[LS_YP_R][2];
+        __m256i h16[LS_YP_RCAP][2];
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) h16[r][0] = h16[r][1] = _mm256_setzero_si256();
 #pragma GCC unroll 8
@@ -532,7 +741,7 @@ AI void ls_yp_unit(const uint32_t type, const int R, const bool packed, const ls
                 memcpy(&sq128, xr + LS_XP_SQ, 4);
             else
                 sq128 = 128 * x1->sq[b];
-            const __m256i o = _mm256_set1_epi32(sq128);
+            const __m256i o = _mm256_set1_epi32(type == LS_TYPE_Q4_0 ? sq128 >> 4 : sq128); /* off * sq, exact */
 #pragma GCC unroll 2
             for (int h = 0; h < 2; h++)
                 c[r][h] = _mm256_mul_ps(_mm256_mul_ps(d[h], dx), _mm256_cvtepi32_ps(_mm256_sub_epi32(acc[r][h], o)));
@@ -562,7 +771,7 @@ AI void ls_yp_push(const int R, __m256 stk[][2][6], unsigned *zst, int g, __m256
 /* The same for an empty group g (S_g = +0): a real left subtree x joined with a subtree
  * of empty groups is the single add x + (+0). */
 AI void ls_yp_push_empty(const int R, __m256 stk[][2][6], unsigned *zst, int g) {
-    __m256 T[LS_YP_R][2];
+    __m256 T[LS_YP_RCAP][2];
     bool tz = true;
     int lvl = 0;
     for (; (g >> lvl) & 1; lvl++) {
@@ -589,14 +798,14 @@ AI void ls_yp_tile(const uint32_t type, const int R, const bool packed, const ls
                    const uint8_t *xpb, const ls_xq *x1, float *const *yr, int lo, int hi, const uint8_t *pn) {
     const uint8_t *p = w->panel + (size_t)P * w->panel_bytes;
     const int64_t nb = w->nb;
-    __m256 stk[LS_YP_R][2][6];
+    __m256 stk[LS_YP_RCAP][2][6];
     unsigned zst = 0;
     for (int g = 0; g < LS_NGRP; g++) {
         if (g >= nb) {
             ls_yp_push_empty(R, stk, &zst, g);
             continue;
         }
-        __m256 S[LS_YP_R][2], c[LS_YP_R][2];
+        __m256 S[LS_YP_RCAP][2], c[LS_YP_RCAP][2];
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) S[r][0] = S[r][1] = _mm256_setzero_ps();
         for (int64_t b = g; b < nb; b += LS_NGRP) {
@@ -651,25 +860,22 @@ AI void ls_yp_mm(const uint32_t type, const ls_mm_job *job, int64_t n0, int64_t 
         for (int64_t m0 = 0; m0 < M;) { /* row tiles inside the packed tiles */
             const int64_t a = job->xp_row0 + m0;
             int R = LS_XP_R - (int)(a % LS_XP_R);
-            if (R > LS_YP_R) R = LS_YP_R;
+            if (R > LS_YP_RMAX(type)) R = LS_YP_RMAX(type);
             if (R > M - m0) R = (int)(M - m0);
             const uint8_t *xpb = job->xp + (size_t)(a / LS_XP_R) * ls_xp_tile_bytes(w->K) + (size_t)(a % LS_XP_R) * LS_XP_ROW;
-            float *yr[LS_YP_R];
+            float *yr[LS_YP_RCAP];
             for (int r = 0; r < R; r++) yr[r] = job->y + (m0 + r) * w->N;
             for (int64_t P = q0; P < q1; P++) {
                 int lo = (int)((P * 16 > n0 ? P * 16 : n0) - P * 16), hi = (int)((P * 16 + 16 < n1 ? P * 16 + 16 : n1) - P * 16);
-                const uint8_t *pn = P + 1 < q1 ? w->panel + (size_t)(P + 1) * w->panel_bytes : NULL;
+                /* the panel computed next: P + 1 in this block, or after the last row tile the
+                 * next block's first (a block of one large panel still streams ahead) */
+                const int64_t Pn = P + 1 < q1 || m0 + R >= M ? P + 1 : P1;
+                const uint8_t *pn = Pn < P1 ? w->panel + (size_t)Pn * w->panel_bytes : NULL;
                 switch (R) {
-#if LS_YP_R >= 6
-                case 6: ls_yp_tile(type, 6, true, w, P, xpb, NULL, yr, lo, hi, pn); break;
-                case 5: ls_yp_tile(type, 5, true, w, P, xpb, NULL, yr, lo, hi, pn); break;
-#endif
-#if LS_YP_R >= 4
-                case 4: ls_yp_tile(type, 4, true, w, P, xpb, NULL, yr, lo, hi, pn); break;
-#endif
-#if LS_YP_R >= 3
-                case 3: ls_yp_tile(type, 3, true, w, P, xpb, NULL, yr, lo, hi, pn); break;
-#endif
+                case 6: if (LS_YP_RMAX(type) >= 6) ls_yp_tile(type, 6, true, w, P, xpb, NULL, yr, lo, hi, pn); break;
+                case 5: if (LS_YP_RMAX(type) >= 5) ls_yp_tile(type, 5, true, w, P, xpb, NULL, yr, lo, hi, pn); break;
+                case 4: if (LS_YP_RMAX(type) >= 4) ls_yp_tile(type, 4, true, w, P, xpb, NULL, yr, lo, hi, pn); break;
+                case 3: if (LS_YP_RMAX(type) >= 3) ls_yp_tile(type, 3, true, w, P, xpb, NULL, yr, lo, hi, pn); break;
                 case 2: ls_yp_tile(type, 2, true, w, P, xpb, NULL, yr, lo, hi, pn); break;
                 default: ls_yp_tile(type, 1, true, w, P, xpb, NULL, yr, lo, hi, pn); break;
                 }
@@ -704,13 +910,43 @@ AI void ls_y_rows(const uint32_t type, const int R, const ls_mm_job *job, int64_
     }
 }
 
+/* The panel kernel of each panel type as a function of its own, not inlined into the
+ * type's entry beside the group-record paths (as matmul_avx512.c: the one large function
+ * gets a worse register allocation). */
+#define LS_YP_MM_FN(T, nm)                                                                             \
+    static __attribute__((noinline)) void ls_yp_mm_##nm(const ls_mm_job *job, int64_t n0, int64_t n1) { \
+        ls_yp_mm(T, job, n0, n1);                                                                      \
+    }
+LS_YP_MM_FN(LS_TYPE_Q4_1, q4_1)
+LS_YP_MM_FN(LS_TYPE_Q8_0, q8_0)
+LS_YP_MM_FN(LS_TYPE_Q4_K, q4_k)
+LS_YP_MM_FN(LS_TYPE_Q6_K, q6_k)
+LS_YP_MM_FN(LS_TYPE_Q5_0, q5_0)
+LS_YP_MM_FN(LS_TYPE_Q4_0, q4_0)
+LS_YP_MM_FN(LS_TYPE_Q5_1, q5_1)
+LS_YP_MM_FN(LS_TYPE_Q5_K, q5_k)
+
+AI void ls_yp_mm_call(const uint32_t type, const ls_mm_job *job, int64_t n0, int64_t n1) {
+    switch (type) {
+    case LS_TYPE_Q4_1: ls_yp_mm_q4_1(job, n0, n1); break;
+    case LS_TYPE_Q8_0: ls_yp_mm_q8_0(job, n0, n1); break;
+    case LS_TYPE_Q4_K: ls_yp_mm_q4_k(job, n0, n1); break;
+    case LS_TYPE_Q6_K: ls_yp_mm_q6_k(job, n0, n1); break;
+    case LS_TYPE_Q5_0: ls_yp_mm_q5_0(job, n0, n1); break;
+    case LS_TYPE_Q4_0: ls_yp_mm_q4_0(job, n0, n1); break;
+    case LS_TYPE_Q5_1: ls_yp_mm_q5_1(job, n0, n1); break;
+    case LS_TYPE_Q5_K: ls_yp_mm_q5_k(job, n0, n1); break;
+    default: break;
+    }
+}
+
 AI void ls_y_mm_type(const uint32_t type, const ls_mm_job *job, int64_t n0, int64_t n1) {
     if (type == LS_TYPE_Q4_1 || type == LS_TYPE_Q8_0) { /* the panel copy: every M */
-        ls_yp_mm(type, job, n0, n1);
+        ls_yp_mm_call(type, job, n0, n1);
         return;
     }
-    if (type == LS_TYPE_Q4_K && job->M >= 2 && job->xp && job->w->panel) { /* panel copy: multi-row tiles */
-        ls_yp_mm(type, job, n0, n1);
+    if (LS_YP_PANEL_M2(type) && job->M >= 2 && job->xp && job->w->panel) { /* panel copy: multi-row tiles (M = 1 stays on the group records) */
+        ls_yp_mm_call(type, job, n0, n1);
         return;
     }
     int64_t M = job->M, nblk = n1 - n0;
@@ -806,10 +1042,12 @@ void ls_quantize_x_row_avx2(const float *x, int64_t K, void *row_out, uint8_t *x
         if (xp) { /* the tile-packed record of unit b (internal.h) */
             uint8_t *rec = xp + (size_t)b * LS_XP_UNIT;
             int32_t sq128 = 128 * s;
+            int16_t sqp[2] = {(int16_t)slo, (int16_t)(s - slo)};
             memcpy(rec, qd, 32);
             memcpy(rec + LS_XP_DX, &dx[b], 4);
             memcpy(rec + LS_XP_SX, &sx[b], 4);
             memcpy(rec + LS_XP_SQ, &sq128, 4);
+            memcpy(rec + LS_XP_SQP, sqp, 4);
         }
     }
 }

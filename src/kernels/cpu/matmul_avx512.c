@@ -7,7 +7,8 @@
  * recipe groups g = 0..15, S[1] g = 16..31 (unit b = 16G + l lands in g = b mod 32).
  * The last, partial group (L < 16 units) uses masked loads and a masked add.
  * Q4_1 and Q8_0 use the panel copy instead (ls_z_panel*, below; lanes = 16 weight rows),
- * and so does Q4_K for M >= 2 (its multi-row tiles; M = 1 stays on the narrow path).
+ * and so do Q4_0, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K for M >= 2 (the multi-row tiles; M = 1
+ * stays on the narrow path).
  * Paths: narrow (one row, two columns interleaved), wide (tiles of 4 rows sharing each
  * weight group), GEMM (wide tiles inside column blocks that stay in L2).  All run
  * the same per-row instruction sequence, hence the same bits as the scalar code. */
@@ -422,6 +423,14 @@ AI void ls_z_tile_f(const uint32_t type, const int R, const ls_wmat *w, const ui
  * complete (a binary counter: stk[l] holds the pending left subtree of 2^l leaves), so
  * every lane is exactly the scalar ls_tree of its row, with vertical adds only. */
 
+/* Panel types with nibble codes (Q4_0, Q4_1, Q4_K): the same code operands, only c_b
+ * differs; the others (Q8_0, Q5_0, Q5_1, Q5_K, Q6_K) have byte codes. */
+#define LS_Z_PNIB(type) ((type) == LS_TYPE_Q4_0 || (type) == LS_TYPE_Q4_1 || (type) == LS_TYPE_Q4_K)
+/* Panel types whose panel serves M >= 2 only (M = 1 stays on the group records). */
+#define LS_Z_PANEL_M2(type)                                                                                  \
+    ((type) == LS_TYPE_Q4_0 || (type) == LS_TYPE_Q5_0 || (type) == LS_TYPE_Q5_1 || (type) == LS_TYPE_Q4_K || \
+     (type) == LS_TYPE_Q5_K || (type) == LS_TYPE_Q6_K)
+
 /* Prefetch of the next panel's unit b (codes and scale lines), one panel ahead: the
  * weights stream from L3 or DRAM, and the hardware prefetcher alone leaves the
  * kernel waiting on them.  pn = NULL: no next panel. */
@@ -432,7 +441,7 @@ AI void ls_z_pf_unit(const uint32_t type, const ls_wmat *w, const uint8_t *pn, i
     _mm_prefetch(c + 64, _MM_HINT_T0);
     _mm_prefetch(c + 128, _MM_HINT_T0);
     _mm_prefetch(c + 192, _MM_HINT_T0);
-    if (type == LS_TYPE_Q8_0) {
+    if (!LS_Z_PNIB(type)) { /* byte codes: 512 bytes */
         _mm_prefetch(c + 256, _MM_HINT_T0);
         _mm_prefetch(c + 320, _MM_HINT_T0);
         _mm_prefetch(c + 384, _MM_HINT_T0);
@@ -441,10 +450,12 @@ AI void ls_z_pf_unit(const uint32_t type, const ls_wmat *w, const uint8_t *pn, i
     if (!(b & 1)) {
         const char *d = (const char *)(pn + (size_t)w->nb * w->pcode + 32 * (size_t)b);
         _mm_prefetch(d, _MM_HINT_T0);
-        if (type == LS_TYPE_Q4_1) _mm_prefetch(d + 32 * (size_t)w->nb, _MM_HINT_T0);
+        if (type == LS_TYPE_Q4_1 || type == LS_TYPE_Q5_1) _mm_prefetch(d + 32 * (size_t)w->nb, _MM_HINT_T0);
     }
-    if (type == LS_TYPE_Q4_K && !(b & 7)) /* the super-block's d, dmin line */
+    if ((type == LS_TYPE_Q4_K || type == LS_TYPE_Q5_K) && !(b & 7)) /* the super-block's d, dmin line */
         _mm_prefetch((const char *)(pn + (size_t)w->nb * (w->pcode + 32) + 8 * (size_t)b), _MM_HINT_T0);
+    if (type == LS_TYPE_Q6_K && !(b & 15)) /* two super-blocks' d */
+        _mm_prefetch((const char *)(pn + (size_t)w->nb * (w->pcode + 32) + 4 * (size_t)b), _MM_HINT_T0);
 }
 
 /* Activation chunk s (elements 4s..4s+3) of unit b, broadcast to 16 lanes. */
@@ -526,8 +537,13 @@ AI void ls_z_panel_rows1(const uint32_t type, const ls_mm_job *job, int64_t n0, 
  * joining one to a real subtree x is the single add x + (+0); the tree is not walked
  * for them. */
 #define LS_PT_R LS_XP_R /* 12 */
-/* Panel types with nibble codes (Q4_1, Q4_K): the same code operands, only c_b differs. */
-#define LS_Z_PNIB(type) ((type) == LS_TYPE_Q4_1 || (type) == LS_TYPE_Q4_K)
+/* Rows per tile: Q6_K keeps two accumulators per row (its two half scales), so fewer rows
+ * fit the 32 registers (measured, 8192 x 2048 at M = 64 and 512: 6 rows 0.8-0.9x the time
+ * of 8, 12 rows 1.15x, 4 rows 1.05x). */
+#ifndef LS_PT_R_Q6K
+#define LS_PT_R_Q6K 6
+#endif
+#define LS_PT_RMAX(type) ((type) == LS_TYPE_Q6_K ? LS_PT_R_Q6K : LS_PT_R)
 #ifndef LS_PT_PAIR_R
 #define LS_PT_PAIR_R 3 /* Q4_1 tiles of up to 3 rows pair units (measured: slower for Q8_0; from 4 rows
                         * on two units' accumulators do not fit in 32 registers) */
@@ -538,9 +554,14 @@ AI void ls_z_tile_units(const uint32_t type, const int R, const int U, const ls_
                         const uint8_t *xpb, int64_t b, const uint8_t *pn, __m512 c[2][LS_PT_R]) {
     const int64_t nb = w->nb;
     const uint8_t *dbase = p + (size_t)nb * w->pcode;
+    /* acc[u][r]: unit b + u, row r; Q6_K (U = 1): acc[0][r] slots 0..3 (elements 0..15),
+     * acc[1][r] slots 4..7 (elements 16..31), the two halves of its two scales */
     __m512i acc[2][LS_PT_R];
-    for (int u = 0; u < U; u++) {
-        ls_z_pf_unit(type, w, pn, b + u);
+    const int UA = type == LS_TYPE_Q6_K ? 2 : U;
+    ls_z_pf_unit(type, w, pn, b);
+    if (U == 2) ls_z_pf_unit(type, w, pn, b + 1);
+#pragma GCC unroll 2
+    for (int u = 0; u < UA; u++) {
 #pragma GCC unroll 16
         for (int r = 0; r < R; r++) acc[u][r] = _mm512_setzero_si512();
     }
@@ -559,17 +580,18 @@ AI void ls_z_tile_units(const uint32_t type, const int R, const int U, const ls_
             } else {
                 wv = _mm512_loadu_si512(codes + 64 * s2);
             }
+            const int ua = type == LS_TYPE_Q6_K ? s2 >> 2 : u;
 #pragma GCC unroll 16
             for (int r = 0; r < R; r++) {
                 int32_t v0;
                 memcpy(&v0, xu + r * LS_XP_ROW + s2 * 4, 4);
-                acc[u][r] = _mm512_dpbusd_epi32(acc[u][r], wv, _mm512_set1_epi32(v0));
+                acc[ua][r] = _mm512_dpbusd_epi32(acc[ua][r], wv, _mm512_set1_epi32(v0));
             }
         }
     }
-    if (type == LS_TYPE_Q4_K) {
+    if (type == LS_TYPE_Q4_K || type == LS_TYPE_Q5_K) {
         /* c_b = fma(d * dx, (float)(isum * sc), (-(dmin * mn)) * sx), as c_kq: isum * sc is
-         * formed as (float)isum * (float)sc, the same value, since |isum| <= 32 * 15 * 127 and
+         * formed as (float)isum * (float)sc, the same value, since |isum| <= 32 * 31 * 127 and
          * sc <= 63 make the product an integer below 2^24 (exact in float either way). */
 #pragma GCC unroll 2
         for (int u = 0; u < U; u++) {
@@ -594,12 +616,37 @@ AI void ls_z_tile_units(const uint32_t type, const int R, const int U, const ls_
         }
         return;
     }
+    if (type == LS_TYPE_Q6_K) {
+        /* isum = s0 * (A - 32 sqlo) + s1 * (B - 32 sqhi), A, B the halves' sums of u * q
+         * (u = w + 32), formed as s0 * A + s1 * B - (32 s0 * sqlo + 32 s1 * sqhi): the last
+         * term one vpmaddwd of the rows' (32 s0, 32 s1) int16 pairs (|32 s| <= 4096) with the
+         * activation's (sqlo, sqhi) (|sq| <= 16 * 127).  Every partial value is an exact
+         * int32 (|s * A| <= 128 * 16 * 63 * 127), and isum is the recipe's integer. */
+        const uint8_t *xu = xpb + (size_t)b * LS_XP_UNIT;
+        const __m512i sc16 = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(dbase + 32 * (size_t)b)));
+        const __m512i s0 = _mm512_srai_epi32(_mm512_slli_epi32(sc16, 16), 16), s1 = _mm512_srai_epi32(sc16, 16);
+        const __m512i sc32 = _mm512_slli_epi16(sc16, 5);
+        const __m512 d = _mm512_cvtph_ps(
+            _mm256_loadu_si256((const __m256i *)(dbase + 32 * (size_t)nb + 4 * (size_t)(b & ~(int64_t)7))));
+#pragma GCC unroll 16
+        for (int r = 0; r < R; r++) {
+            float dx;
+            int32_t sqp;
+            memcpy(&dx, xu + r * LS_XP_ROW + LS_XP_DX, 4);
+            memcpy(&sqp, xu + r * LS_XP_ROW + LS_XP_SQP, 4);
+            const __m512i corr = _mm512_madd_epi16(sc32, _mm512_set1_epi32(sqp));
+            const __m512i isum = _mm512_sub_epi32(
+                _mm512_add_epi32(_mm512_mullo_epi32(acc[0][r], s0), _mm512_mullo_epi32(acc[1][r], s1)), corr);
+            c[0][r] = _mm512_mul_ps(_mm512_mul_ps(d, _mm512_set1_ps(dx)), _mm512_cvtepi32_ps(isum));
+        }
+        return;
+    }
 #pragma GCC unroll 2
     for (int u = 0; u < U; u++) {
         const uint8_t *xu = xpb + (size_t)(b + u) * LS_XP_UNIT;
         __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dbase + 32 * (size_t)(b + u))));
         __m512 m = _mm512_setzero_ps();
-        if (type == LS_TYPE_Q4_1)
+        if (type == LS_TYPE_Q4_1 || type == LS_TYPE_Q5_1)
             m = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dbase + 32 * (size_t)(nb + b + u))));
 #pragma GCC unroll 16
         for (int r = 0; r < R; r++) {
@@ -607,12 +654,13 @@ AI void ls_z_tile_units(const uint32_t type, const int R, const int U, const ls_
             int32_t sq128;
             memcpy(&dx, xu + r * LS_XP_ROW + LS_XP_DX, 4);
             __m512 dd = _mm512_mul_ps(d, _mm512_set1_ps(dx));
-            if (type == LS_TYPE_Q4_1) {
+            if (type == LS_TYPE_Q4_1 || type == LS_TYPE_Q5_1) {
                 memcpy(&sx, xu + r * LS_XP_ROW + LS_XP_SX, 4);
                 c[u][r] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(acc[u][r]), _mm512_mul_ps(m, _mm512_set1_ps(sx)));
-            } else {
+            } else { /* Q8_0, Q5_0, Q4_0: isum = acc - off * sq, off * sq = 128 * sq >> (7 - log2 off) */
                 memcpy(&sq128, xu + r * LS_XP_ROW + LS_XP_SQ, 4);
-                __m512i isum = _mm512_sub_epi32(acc[u][r], _mm512_set1_epi32(sq128));
+                const int32_t osq = type == LS_TYPE_Q5_0 ? sq128 >> 3 : type == LS_TYPE_Q4_0 ? sq128 >> 4 : sq128; /* exact */
+                __m512i isum = _mm512_sub_epi32(acc[u][r], _mm512_set1_epi32(osq));
                 c[u][r] = _mm512_mul_ps(dd, _mm512_cvtepi32_ps(isum));
             }
         }
@@ -725,6 +773,7 @@ AI void ls_z_panel_mm(const uint32_t type, const ls_mm_job *job, int64_t n0, int
         for (int64_t m0 = 0; m0 < M;) {
             const int64_t a = job->xp_row0 + m0;
             int R = LS_PT_R - (int)(a % LS_PT_R);
+            if (R > LS_PT_RMAX(type)) R = LS_PT_RMAX(type);
             if (R > M - m0) R = (int)(M - m0);
             const uint8_t *xpb = job->xp + (size_t)(a / LS_PT_R) * ls_xp_tile_bytes(w->K) + (size_t)(a % LS_PT_R) * LS_XP_ROW;
             float *yr[LS_PT_R];
@@ -732,12 +781,15 @@ AI void ls_z_panel_mm(const uint32_t type, const ls_mm_job *job, int64_t n0, int
             for (int64_t P = q0; P < q1; P++) {
                 int64_t lo = P * 16 > n0 ? P * 16 : n0, hi = P * 16 + 16 < n1 ? P * 16 + 16 : n1;
                 __mmask16 km = (__mmask16)((((1u << (hi - P * 16)) - 1) >> (lo - P * 16)) << (lo - P * 16));
-                const uint8_t *pn = P + 1 < q1 ? w->panel + (size_t)(P + 1) * w->panel_bytes : NULL;
+                /* the panel computed next: P + 1 in this block, or after the last row tile the
+                 * next block's first (a block of one large panel still streams ahead) */
+                const int64_t Pn = P + 1 < q1 || m0 + R >= M ? P + 1 : P1;
+                const uint8_t *pn = Pn < P1 ? w->panel + (size_t)Pn * w->panel_bytes : NULL;
                 switch (R) {
-                case 12: ls_z_panel_tile(type, 12, w, P, xpb, yr, km, pn); break;
-                case 11: ls_z_panel_tile(type, 11, w, P, xpb, yr, km, pn); break;
-                case 10: ls_z_panel_tile(type, 10, w, P, xpb, yr, km, pn); break;
-                case 9: ls_z_panel_tile(type, 9, w, P, xpb, yr, km, pn); break;
+                case 12: if (LS_PT_RMAX(type) >= 12) ls_z_panel_tile(type, 12, w, P, xpb, yr, km, pn); break;
+                case 11: if (LS_PT_RMAX(type) >= 11) ls_z_panel_tile(type, 11, w, P, xpb, yr, km, pn); break;
+                case 10: if (LS_PT_RMAX(type) >= 10) ls_z_panel_tile(type, 10, w, P, xpb, yr, km, pn); break;
+                case 9: if (LS_PT_RMAX(type) >= 9) ls_z_panel_tile(type, 9, w, P, xpb, yr, km, pn); break;
                 case 8: ls_z_panel_tile(type, 8, w, P, xpb, yr, km, pn); break;
                 case 7: ls_z_panel_tile(type, 7, w, P, xpb, yr, km, pn); break;
                 case 6: ls_z_panel_tile(type, 6, w, P, xpb, yr, km, pn); break;
@@ -779,6 +831,37 @@ AI void ls_z_rows(const uint32_t type, const int R, const ls_mm_job *job, int64_
     for (int64_t n = n0; n < n1; n++) ls_z_tile_f(type, R, w, w->data + (size_t)n * w->row_bytes, xf, yr, n);
 }
 
+/* The multi-row panel kernel of each panel type as a function of its own: inlined into
+ * the type's entry next to the group-record paths, the one function grew past what GCC's
+ * register allocator handles well, and the tile's accumulators went to the stack (Q5_0 at
+ * 640 x 2048, M = 512: 1.65x the time of the same tile code in Q8_0's smaller entry). */
+#define LS_Z_PANEL_MM_FN(T, nm)                                                                             \
+    static __attribute__((noinline)) void ls_z_panel_mm_##nm(const ls_mm_job *job, int64_t n0, int64_t n1) { \
+        ls_z_panel_mm(T, job, n0, n1);                                                                      \
+    }
+LS_Z_PANEL_MM_FN(LS_TYPE_Q4_1, q4_1)
+LS_Z_PANEL_MM_FN(LS_TYPE_Q8_0, q8_0)
+LS_Z_PANEL_MM_FN(LS_TYPE_Q4_K, q4_k)
+LS_Z_PANEL_MM_FN(LS_TYPE_Q6_K, q6_k)
+LS_Z_PANEL_MM_FN(LS_TYPE_Q5_0, q5_0)
+LS_Z_PANEL_MM_FN(LS_TYPE_Q4_0, q4_0)
+LS_Z_PANEL_MM_FN(LS_TYPE_Q5_1, q5_1)
+LS_Z_PANEL_MM_FN(LS_TYPE_Q5_K, q5_k)
+
+AI void ls_z_panel_mm_call(const uint32_t type, const ls_mm_job *job, int64_t n0, int64_t n1) {
+    switch (type) {
+    case LS_TYPE_Q4_1: ls_z_panel_mm_q4_1(job, n0, n1); break;
+    case LS_TYPE_Q8_0: ls_z_panel_mm_q8_0(job, n0, n1); break;
+    case LS_TYPE_Q4_K: ls_z_panel_mm_q4_k(job, n0, n1); break;
+    case LS_TYPE_Q6_K: ls_z_panel_mm_q6_k(job, n0, n1); break;
+    case LS_TYPE_Q5_0: ls_z_panel_mm_q5_0(job, n0, n1); break;
+    case LS_TYPE_Q4_0: ls_z_panel_mm_q4_0(job, n0, n1); break;
+    case LS_TYPE_Q5_1: ls_z_panel_mm_q5_1(job, n0, n1); break;
+    case LS_TYPE_Q5_K: ls_z_panel_mm_q5_k(job, n0, n1); break;
+    default: break;
+    }
+}
+
 AI void ls_z_mm_type(const uint32_t type, const ls_mm_job *job, int64_t n0, int64_t n1) {
     int64_t M = job->M;
     if (type == LS_TYPE_Q4_1 || type == LS_TYPE_Q8_0) { /* panel copy: every M */
@@ -786,11 +869,11 @@ AI void ls_z_mm_type(const uint32_t type, const ls_mm_job *job, int64_t n0, int6
         if (M == 1)
             ls_z_panel_rows1(type, job, n0, n1);
         else
-            ls_z_panel_mm(type, job, n0, n1);
+            ls_z_panel_mm_call(type, job, n0, n1);
         return;
     }
-    if (type == LS_TYPE_Q4_K && M >= 2 && job->xp && job->w->panel) { /* panel copy: multi-row tiles */
-        ls_z_panel_mm(type, job, n0, n1);
+    if (LS_Z_PANEL_M2(type) && M >= 2 && job->xp && job->w->panel) { /* panel copy: multi-row tiles (M = 1 stays on the group records) */
+        ls_z_panel_mm_call(type, job, n0, n1);
         return;
     }
     int64_t nblk = n1 - n0;
@@ -879,10 +962,12 @@ static void ls_quantize_block_avx512(const float *xb, int64_t nb, int64_t b, int
     sqlo[b] = slo;
     if (rec) {
         int32_t sq128 = 128 * s;
+        int16_t sqp[2] = {(int16_t)slo, (int16_t)(s - slo)};
         memcpy(rec, qd, 32);
         memcpy(rec + LS_XP_DX, &dx[b], 4);
         memcpy(rec + LS_XP_SX, &sx[b], 4);
         memcpy(rec + LS_XP_SQ, &sq128, 4);
+        memcpy(rec + LS_XP_SQP, sqp, 4);
     }
 }
 
@@ -944,13 +1029,17 @@ void ls_quantize_x_row_avx512(const float *x, int64_t K, void *row_out, uint8_t 
         _mm512_storeu_si512(sq + b0, s);
         _mm512_storeu_si512(sqlo + b0, slo);
         if (recg) {
-            int32_t s128[16];
+            int32_t s128[16], sqp[16];
             _mm512_storeu_si512(s128, _mm512_slli_epi32(s, 7));
+            /* the two halves' sums as int16 (|sum| <= 16 * 127): slo | shi << 16 */
+            _mm512_storeu_si512(sqp, _mm512_or_si512(_mm512_and_si512(slo, _mm512_set1_epi32(0xFFFF)),
+                                                     _mm512_slli_epi32(shi, 16)));
             for (int l = 0; l < 16; l++) {
                 uint8_t *rec = recg + (size_t)l * LS_XP_UNIT;
                 memcpy(rec + LS_XP_DX, &dx[b0 + l], 4);
                 memcpy(rec + LS_XP_SX, &sx[b0 + l], 4);
                 memcpy(rec + LS_XP_SQ, &s128[l], 4);
+                memcpy(rec + LS_XP_SQP, &sqp[l], 4);
             }
         }
     }

@@ -116,20 +116,35 @@ ls_wmat *ls_wmat_create(uint32_t type, int64_t N, int64_t K, const void *data, l
     return w;
 }
 
-/* ---- the panel copy of Q4_1, Q8_0 and Q4_K (internal.h), read by the AVX-512, AVX-VNNI
- * and AVX2 kernels alike (one layout: the 256-bit kernels take a 16-row panel as two halves
- * of 8 lanes), so a matrix holds at most one copy whichever of these ISAs use it.  The
- * per-type part is only what follows the codes: the scale fields of the 16 rows. */
+/* ---- the panel copy (internal.h), read by the AVX-512, AVX-VNNI and AVX2 kernels alike
+ * (one layout: the 256-bit kernels take a 16-row panel as two halves of 8 lanes), so a
+ * matrix holds at most one copy whichever of these ISAs use it.  Codes are nibble planes
+ * (Q4_0, Q4_1, Q4_K) or byte planes (Q5_0, Q5_1, Q8_0, Q5_K, Q6_K: the unsigned code u as
+ * one byte); the per-type part is what follows the codes: the scale fields of the 16 rows. */
 static bool ls_panel_type(uint32_t type) {
-    return type == LS_TYPE_Q4_1 || type == LS_TYPE_Q8_0 || type == LS_TYPE_Q4_K;
+    switch (type) {
+    case LS_TYPE_Q4_0: case LS_TYPE_Q4_1: case LS_TYPE_Q5_0: case LS_TYPE_Q5_1: case LS_TYPE_Q8_0:
+    case LS_TYPE_Q4_K: case LS_TYPE_Q5_K: case LS_TYPE_Q6_K: return true;
+    default: return false;
+    }
 }
 /* Bytes of one panel unit's codes (NIB: 4 planes of 64 bytes, BYTE: 8). */
-static size_t ls_panel_pcode(uint32_t type) { return type == LS_TYPE_Q8_0 ? 512 : 256; }
-/* Bytes of one panel unit: 16 rows' codes, then their scale fields: Q8_0 fp16 d, Q4_1 fp16 d
- * and m, Q4_K u8 sc and mn (32 bytes per unit) plus the super-block fp16 d and dmin (64
- * bytes per 8 units). */
+static size_t ls_panel_pcode(uint32_t type) {
+    return type == LS_TYPE_Q4_0 || type == LS_TYPE_Q4_1 || type == LS_TYPE_Q4_K ? 256 : 512;
+}
+/* Bytes of one panel unit: 16 rows' codes, then their scale fields: fp16 d (Q4_0, Q5_0,
+ * Q8_0), fp16 d and m (Q4_1, Q5_1), u8 sc and mn (32 bytes per unit) plus the super-block
+ * fp16 d and dmin (64 bytes per 8 units: Q4_K, Q5_K), int8 sc pairs (32 bytes per unit)
+ * plus the super-block fp16 d (32 bytes per 8 units: Q6_K). */
 static size_t ls_panel_unit_bytes(uint32_t type) {
-    return ls_panel_pcode(type) + (type == LS_TYPE_Q8_0 ? 32 : type == LS_TYPE_Q4_1 ? 64 : 32 + 8);
+    size_t f;
+    switch (type) {
+    case LS_TYPE_Q4_1: case LS_TYPE_Q5_1: f = 64; break;
+    case LS_TYPE_Q4_K: case LS_TYPE_Q5_K: f = 32 + 8; break;
+    case LS_TYPE_Q6_K: f = 32 + 4; break;
+    default: f = 32; break;
+    }
+    return ls_panel_pcode(type) + f;
 }
 
 size_t ls_panel_bytes(const ls_wmat *w) {
@@ -149,7 +164,8 @@ void ls_panel_build(ls_wmat *w, void *mem) {
     w->panel_bytes = (size_t)w->nb * ls_panel_unit_bytes(w->type);
     w->panel = mem;
     memset(w->panel, 0, (size_t)((w->N + 15) / 16) * w->panel_bytes); /* the last panel's padding rows */
-    const int upb = (int)(w->wt->block / 32); /* units per ggml block (8 for Q4_K) */
+    const int upb = (int)(w->wt->block / 32); /* units per ggml block (8 for K-quants) */
+    const bool kq = w->type == LS_TYPE_Q4_K || w->type == LS_TYPE_Q5_K;
     ls_unit un[8];
     for (int64_t n = 0; n < w->N; n++) {
         uint8_t *p = w->panel + (size_t)(n / 16) * w->panel_bytes;
@@ -160,7 +176,7 @@ void ls_panel_build(ls_wmat *w, void *mem) {
                 const ls_unit *x = &un[t];
                 const int64_t b = blk * upb + t;
                 uint8_t *codes = p + (size_t)b * w->pcode;
-                if (w->type == LS_TYPE_Q8_0) {
+                if (w->pcode == 512) {
                     for (int s = 0; s < 8; s++)
                         for (int j = 0; j < 4; j++) codes[64 * s + 4 * r + j] = x->u[4 * s + j];
                 } else {
@@ -170,18 +186,24 @@ void ls_panel_build(ls_wmat *w, void *mem) {
                                 (uint8_t)((x->u[4 * q + j] & 0xF) | ((x->u[16 + 4 * q + j] & 0xF) << 4));
                 }
                 uint8_t *dp = p + (size_t)w->nb * w->pcode + 32 * (size_t)b;
-                if (w->type == LS_TYPE_Q4_K) {
+                uint8_t *sp = p + (size_t)w->nb * (w->pcode + 32); /* the super-block fields (K-quants) */
+                if (kq) {
                     dp[r] = x->sc;
                     dp[16 + r] = x->mn;
                     if (t == 0) { /* the super-block's d and dmin */
-                        uint8_t *sp = p + (size_t)w->nb * (w->pcode + 32) + 64 * (size_t)blk;
-                        ls_w16p(sp + 2 * r, x->d);
-                        ls_w16p(sp + 32 + 2 * r, x->dmin);
+                        ls_w16p(sp + 64 * (size_t)blk + 2 * r, x->d);
+                        ls_w16p(sp + 64 * (size_t)blk + 32 + 2 * r, x->dmin);
                     }
                     continue;
                 }
+                if (w->type == LS_TYPE_Q6_K) {
+                    dp[2 * r] = (uint8_t)x->sc6[0];
+                    dp[2 * r + 1] = (uint8_t)x->sc6[1];
+                    if (t == 0) ls_w16p(sp + 32 * (size_t)blk + 2 * r, x->d); /* the super-block's d */
+                    continue;
+                }
                 ls_w16p(dp + 2 * r, x->d);
-                if (w->type == LS_TYPE_Q4_1) ls_w16p(dp + 32 * (size_t)w->nb + 2 * r, x->m);
+                if (w->type == LS_TYPE_Q4_1 || w->type == LS_TYPE_Q5_1) ls_w16p(dp + 32 * (size_t)w->nb + 2 * r, x->m);
             }
         }
     }
