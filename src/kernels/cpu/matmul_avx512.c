@@ -318,6 +318,7 @@ AI void ls_z_tail_q(const uint32_t type, const int R, const ls_wmat *w, const ui
 
 /* R activation rows x the weight rows [nb0, nb0 + cnt), cnt <= 16: S_g by the recipe's
  * order (full groups, then the tail), then the tree of all cnt outputs at once. */
+#define LS_Z_PF_ROWS 4 /* how far ahead the M = 1 group-record path prefetches (rows) */
 AI void ls_z_block_q(const uint32_t type, const int R, const ls_wmat *w, const ls_xq *xr, float *const *yr,
                      int64_t nb0, int cnt) {
     __m512 L1[4][16];
@@ -347,6 +348,11 @@ AI void ls_z_block_q(const uint32_t type, const int R, const ls_wmat *w, const l
     if (R == 1) {
         for (; j + 2 <= cnt; j += 2) {
             const uint8_t *wr = w->data + (size_t)(nb0 + j) * w->row_bytes;
+            { /* the pair LS_Z_PF_ROWS rows on: the weights stream from DRAM at M = 1, and some
+               * CPUs' prefetchers (AMD Zen 4) leave two interleaved row streams half-fed */
+                const char *pf = (const char *)wr + LS_Z_PF_ROWS * w->row_bytes;
+                for (size_t o = 0; o < 2 * w->row_bytes; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
+            }
             ls_z_full2_q(type, w, wr, wr + w->row_bytes, &xr[0], S[0], S1[0]);
             if (tail8) {
                 const __mmask16 k = 0x3;
