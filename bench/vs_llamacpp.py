@@ -489,9 +489,14 @@ def lockstep_info(exe: Path) -> dict:
 
 
 def llama_info(bindir: Path) -> dict:
+    """What bench/llamacpp/build.sh recorded for the build that holds bindir
+    (<out>/build/bin -> <out>/VERSION: build/llama.cpp or build/llama.cpp-<isa>)."""
     info = {"bindir": str(bindir)}
-    if LLAMA_VERSION_FILE.exists():
-        for line in LLAMA_VERSION_FILE.read_text().splitlines():
+    vfile = Path(bindir).resolve().parent.parent / "VERSION"
+    if not vfile.exists():
+        vfile = LLAMA_VERSION_FILE
+    if vfile.exists():
+        for line in vfile.read_text().splitlines():
             k, _, v = line.partition(":")
             info[k.strip()] = v.strip()
     return info
