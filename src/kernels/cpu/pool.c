@@ -152,8 +152,10 @@ static void ls_pool_job(ls_pool *p, void (*fn)(void *arg, int ith, int nth), voi
         fn(arg, 0, 1);
         return;
     }
-    /* No worker is inside the protocol here (the last job waited for active == 0), and
-     * one that enters now finds open == 0 until the store below publishes these fields. */
+    /* No worker is running a job here (the last job waited for active == 0).  One that
+     * enters the protocol now (a straggler that woke for an older generation) finds open
+     * == 0, or this job's generation, which is not the one it woke for: it reads none of
+     * these fields until it has seen gen == open, i.e. after the stores below. */
     p->fn = fn;
     p->arg = arg;
     p->all = all;
