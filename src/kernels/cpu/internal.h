@@ -111,6 +111,24 @@ typedef void (*ls_mm_fn)(const ls_mm_job *job, int64_t n0, int64_t n1);
     void ls_mm_##nm##_avx512(const ls_mm_job *job, int64_t n0, int64_t n1);
 LS_WTYPE_LIST(LS_DECL_MM)
 
+/* The types with a panel copy (struct ls_wmat, wmat.c), read by the AVX-512, AVX-VNNI and
+ * AVX2 kernels: Q4_1 and Q8_0 at every M, the others at M >= 2 (M = 1 stays on the group
+ * records).  Each ISA file makes one panel kernel per entry. */
+#define LS_PANEL_TYPE_LIST(X)                                                                  \
+    X(LS_TYPE_Q4_0, q4_0) X(LS_TYPE_Q4_1, q4_1) X(LS_TYPE_Q5_0, q5_0) X(LS_TYPE_Q5_1, q5_1)     \
+    X(LS_TYPE_Q8_0, q8_0) X(LS_TYPE_Q4_K, q4_k) X(LS_TYPE_Q5_K, q5_k) X(LS_TYPE_Q6_K, q6_k)
+#define LS_PANEL_CASE_TRUE(T, nm) case T: return true;
+static inline bool ls_panel_type(uint32_t type) {
+    switch (type) {
+    LS_PANEL_TYPE_LIST(LS_PANEL_CASE_TRUE)
+    default: return false;
+    }
+}
+/* A panel type whose panel serves M >= 2 only. */
+static inline bool ls_panel_m2_only(uint32_t type) {
+    return ls_panel_type(type) && type != LS_TYPE_Q4_1 && type != LS_TYPE_Q8_0;
+}
+
 /* A weight type's row (wtypes.c): everything about it that is not SIMD code. */
 typedef struct ls_wtype_s {
     uint32_t type;

@@ -432,10 +432,6 @@ AI void ls_z_tile_f(const uint32_t type, const int R, const ls_wmat *w, const ui
 /* Panel types with nibble codes (Q4_0, Q4_1, Q4_K): the same code operands, only c_b
  * differs; the others (Q8_0, Q5_0, Q5_1, Q5_K, Q6_K) have byte codes. */
 #define LS_Z_PNIB(type) ((type) == LS_TYPE_Q4_0 || (type) == LS_TYPE_Q4_1 || (type) == LS_TYPE_Q4_K)
-/* Panel types whose panel serves M >= 2 only (M = 1 stays on the group records). */
-#define LS_Z_PANEL_M2(type)                                                                                  \
-    ((type) == LS_TYPE_Q4_0 || (type) == LS_TYPE_Q5_0 || (type) == LS_TYPE_Q5_1 || (type) == LS_TYPE_Q4_K || \
-     (type) == LS_TYPE_Q5_K || (type) == LS_TYPE_Q6_K)
 
 /* Prefetch of the next panel's unit b (codes and scale lines), one panel ahead: the
  * weights stream from L3 or DRAM, and the hardware prefetcher alone leaves the
@@ -845,27 +841,15 @@ AI void ls_z_rows(const uint32_t type, const int R, const ls_mm_job *job, int64_
     static __attribute__((noinline)) void ls_z_panel_mm_##nm(const ls_mm_job *job, int64_t n0, int64_t n1) { \
         ls_z_panel_mm(T, job, n0, n1);                                                                      \
     }
-LS_Z_PANEL_MM_FN(LS_TYPE_Q4_1, q4_1)
-LS_Z_PANEL_MM_FN(LS_TYPE_Q8_0, q8_0)
-LS_Z_PANEL_MM_FN(LS_TYPE_Q4_K, q4_k)
-LS_Z_PANEL_MM_FN(LS_TYPE_Q6_K, q6_k)
-LS_Z_PANEL_MM_FN(LS_TYPE_Q5_0, q5_0)
-LS_Z_PANEL_MM_FN(LS_TYPE_Q4_0, q4_0)
-LS_Z_PANEL_MM_FN(LS_TYPE_Q5_1, q5_1)
-LS_Z_PANEL_MM_FN(LS_TYPE_Q5_K, q5_k)
+LS_PANEL_TYPE_LIST(LS_Z_PANEL_MM_FN)
 
 AI void ls_z_panel_mm_call(const uint32_t type, const ls_mm_job *job, int64_t n0, int64_t n1) {
+#define LS_Z_PANEL_MM_CASE(T, nm) case T: ls_z_panel_mm_##nm(job, n0, n1); break;
     switch (type) {
-    case LS_TYPE_Q4_1: ls_z_panel_mm_q4_1(job, n0, n1); break;
-    case LS_TYPE_Q8_0: ls_z_panel_mm_q8_0(job, n0, n1); break;
-    case LS_TYPE_Q4_K: ls_z_panel_mm_q4_k(job, n0, n1); break;
-    case LS_TYPE_Q6_K: ls_z_panel_mm_q6_k(job, n0, n1); break;
-    case LS_TYPE_Q5_0: ls_z_panel_mm_q5_0(job, n0, n1); break;
-    case LS_TYPE_Q4_0: ls_z_panel_mm_q4_0(job, n0, n1); break;
-    case LS_TYPE_Q5_1: ls_z_panel_mm_q5_1(job, n0, n1); break;
-    case LS_TYPE_Q5_K: ls_z_panel_mm_q5_k(job, n0, n1); break;
+    LS_PANEL_TYPE_LIST(LS_Z_PANEL_MM_CASE)
     default: break;
     }
+#undef LS_Z_PANEL_MM_CASE
 }
 
 AI void ls_z_mm_type(const uint32_t type, const ls_mm_job *job, int64_t n0, int64_t n1) {
@@ -878,7 +862,7 @@ AI void ls_z_mm_type(const uint32_t type, const ls_mm_job *job, int64_t n0, int6
             ls_z_panel_mm_call(type, job, n0, n1);
         return;
     }
-    if (LS_Z_PANEL_M2(type) && M >= 2 && job->xp && job->w->panel) { /* panel copy: multi-row tiles (M = 1 stays on the group records) */
+    if (ls_panel_m2_only(type) && M >= 2 && job->xp && job->w->panel) { /* panel copy: multi-row tiles (M = 1 stays on the group records) */
         ls_z_panel_mm_call(type, job, n0, n1);
         return;
     }

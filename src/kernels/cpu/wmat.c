@@ -121,13 +121,6 @@ ls_wmat *ls_wmat_create(uint32_t type, int64_t N, int64_t K, const void *data, l
  * matrix holds at most one copy whichever of these ISAs use it.  Codes are nibble planes
  * (Q4_0, Q4_1, Q4_K) or byte planes (Q5_0, Q5_1, Q8_0, Q5_K, Q6_K: the unsigned code u as
  * one byte); the per-type part is what follows the codes: the scale fields of the 16 rows. */
-static bool ls_panel_type(uint32_t type) {
-    switch (type) {
-    case LS_TYPE_Q4_0: case LS_TYPE_Q4_1: case LS_TYPE_Q5_0: case LS_TYPE_Q5_1: case LS_TYPE_Q8_0:
-    case LS_TYPE_Q4_K: case LS_TYPE_Q5_K: case LS_TYPE_Q6_K: return true;
-    default: return false;
-    }
-}
 /* Bytes of one panel unit's codes (NIB: 4 planes of 64 bytes, BYTE: 8). */
 static size_t ls_panel_pcode(uint32_t type) {
     return type == LS_TYPE_Q4_0 || type == LS_TYPE_Q4_1 || type == LS_TYPE_Q4_K ? 256 : 512;
