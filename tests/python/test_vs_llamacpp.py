@@ -78,10 +78,15 @@ def first_div(a, b):
     return next((k for k in range(N_GREEDY) if a[k] != b[k]), None)
 
 
-def llama_run(ref, toks):
+def llama_logits(ref, toks):
+    """llama.cpp's logits at the last position of toks, evaluated from scratch."""
     ref.reset()
     ref.eval(toks)
-    last = np.array(ref.scores[len(toks) - 1], dtype=np.float32)
+    return np.array(ref.scores[len(toks) - 1], dtype=np.float32)
+
+
+def llama_run(ref, toks):
+    last = llama_logits(ref, toks)
     out = []
     for _ in range(N_GREEDY):
         t = int(np.argmax(ref.scores[ref.n_tokens - 1]))
@@ -98,13 +103,6 @@ def ours_run(ours, toks):
         return rows[0], g, rows
     finally:
         eng.close()
-
-
-def llama_logits(ref, toks):
-    """llama.cpp's logits at the last position of toks, evaluated from scratch."""
-    ref.reset()
-    ref.eval(toks)
-    return np.array(ref.scores[len(toks) - 1], dtype=np.float32)
 
 
 @pytest.fixture(scope="module")
