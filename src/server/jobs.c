@@ -194,6 +194,20 @@ static void job_wait(job *j, long ms) {
     pthread_cond_timedwait(&j->cv, &j->mu, &ts);
 }
 
+/* A stream that has nothing to say for a third of --timeout says ": keep-alive" (an SSE
+ * comment, which clients skip).  MHD measures --timeout from the last bytes it sent, and
+ * a reader that blocks past it has the connection cut when it returns: without this, a
+ * stream whose first token waits longer than --timeout (a long prefill, a full queue)
+ * was closed with its headers sent and no event. */
+static bool keepalive_due(const server *s, double *out_t) {
+    double now = now_ms();
+    if (now - *out_t < 1000.0 * s->p->timeout_s / 3) return false;
+    *out_t = now;
+    return true;
+}
+
+#define KEEPALIVE ": keep-alive\n\n"
+
 /* MHD pulls the stream from here (its connection thread; may block briefly). */
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
@@ -205,6 +219,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             memcpy(buf, j->out + j->out_off, n);
             j->out_off += n;
             if (j->out_off == j->out_len) j->out_off = j->out_len = 0;
+            j->out_t = now_ms();
             pthread_mutex_unlock(&j->mu);
             return (ssize_t)n;
         }
@@ -258,6 +273,10 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             if (j->req.include_usage) out_append(j, ls_srv_chunk(j, "", 0, 0, 0, false, NULL, true));
             out_append(j, dupz("data: [DONE]\n\n"));
             j->phase = 3;
+            continue;
+        }
+        if (keepalive_due(j->srv, &j->out_t)) {
+            out_append(j, dupz(KEEPALIVE));
             continue;
         }
         job_wait(j, 200);
@@ -441,6 +460,7 @@ typedef struct {
     int phase; /* 0 role chunks, 1 content, 3 over */
     char *out;
     size_t out_len, out_off;
+    double out_t; /* when bytes last went to MHD (keepalive_due) */
 } group;
 
 static void grp_append(group *g, char *t) {
@@ -499,6 +519,7 @@ static ssize_t group_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             memcpy(buf, g->out + g->out_off, n);
             g->out_off += n;
             if (g->out_off == g->out_len) g->out_off = g->out_len = 0;
+            g->out_t = now_ms();
             return (ssize_t)n;
         }
         if (g->phase == 3) return MHD_CONTENT_READER_END_OF_STREAM;
@@ -546,6 +567,10 @@ static ssize_t group_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             if (g->js[0]->req.include_usage && !error) grp_append(g, grp_usage(g));
             grp_append(g, dupz("data: [DONE]\n\n"));
             g->phase = 3;
+            continue;
+        }
+        if (!progress && keepalive_due(g->js[0]->srv, &g->out_t)) {
+            grp_append(g, dupz(KEEPALIVE));
             continue;
         }
         if (!progress && wait_on) {
@@ -614,6 +639,7 @@ static enum MHD_Result generate_many(server *s, struct MHD_Connection *c, conn *
     if (g) {
         memcpy(g->js, js, sizeof js);
         g->n = n_all;
+        g->out_t = now_ms();
         struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, group_reader, g, group_free);
         if (!r) {
             group_free(g);
@@ -700,6 +726,7 @@ enum MHD_Result ls_srv_generate(server *s, struct MHD_Connection *c, conn *cn, b
         return ls_srv_send_error(s, c, fail, fail == 500 ? "server_error" : "invalid_request_error", err.msg, NULL);
     }
     if (j->req.stream) {
+        j->out_t = now_ms(); /* no reader runs yet: no lock needed */
         struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, j, stream_free);
         if (!r) {
             ls_engine_cancel(s->e, j->engine_id);

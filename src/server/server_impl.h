@@ -77,6 +77,7 @@ typedef struct job {
     int32_t lp_sent;    /* tokens whose logprobs were streamed */
     char *out;          /* bytes produced but not yet handed to MHD */
     size_t out_len, out_off;
+    double out_t;       /* ms, monotonic: when bytes last went to MHD (or the stream began) */
     const char *path;
     sock *sk;           /* the connection it arrived on (its access-log fields) */
     double t_submit, t_first, t_last; /* ms, monotonic: submitted, first and last token */

@@ -351,6 +351,44 @@ def test_shutdown_cut_requests_end_cancelled(model_path):
     assert "grace period over: cancelling 2 request(s)" in log and log.count("cancelled (shutdown)") == 2, log
 
 
+def test_stream_queued_past_timeout_is_kept_alive(model_path):
+    """A stream whose first token waits longer than --timeout (here: queued behind a long
+    request on the only slot) gets ": keep-alive" comments and then all its events.  MHD
+    cuts a connection whose reader blocks past --timeout; this stream once ended with its
+    headers sent and no event (found under valgrind in CI, where everything is slow)."""
+    s = Srv(model_path, "--timeout", "1", "--parallel", "1")
+    try:
+        hold = threading.Thread(target=lambda: s.post("/v1/completions", {
+            "prompt": "Count to a thousand:", "max_tokens": 480, "ignore_eos": True, "temperature": 0}))
+        hold.start()
+        deadline = time.time() + 30
+        while s.metrics()["lockstep_requests_in_flight"] < 1:
+            assert time.time() < deadline
+            time.sleep(0.02)
+        t0 = time.time()
+        res = {}
+        one = threading.Thread(target=lambda: res.update(one=s.req("POST", "/v1/completions", {
+            "prompt": "Hello", "max_tokens": 6, "ignore_eos": True, "stream": True})))
+        two = threading.Thread(target=lambda: res.update(two=s.req("POST", "/v1/completions", {
+            "prompt": "Hello", "max_tokens": 6, "ignore_eos": True, "stream": True, "n": 2})))
+        one.start()
+        two.start()
+        for t in (hold, one, two):
+            t.join(120)
+        waited = time.time() - t0
+        for name, n in (("one", 1), ("two", 2)):
+            st, _, body = res[name]
+            text = body.decode()
+            events = [json.loads(x[6:]) for x in text.split("\n\n") if x.startswith("data: {")]
+            finishes = [c["finish_reason"] for e in events for c in e["choices"] if c["finish_reason"]]
+            assert st == 200 and finishes == ["length"] * n and text.endswith("data: [DONE]\n\n"), (name, text[-500:])
+            assert ": keep-alive\n\n" in text, (name, waited, text[:300])
+        assert waited > 1.5, f"the streams waited only {waited:.2f} s: this test did not test the timeout"
+    finally:
+        assert s.stop() == 0, s.logtext()
+    assert "timed out" not in s.logtext(), s.logtext()
+
+
 # ---- N replicas behind nginx ---------------------------------------------------------
 
 NGINX_CONF = """

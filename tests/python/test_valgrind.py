@@ -27,8 +27,11 @@ MODEL = Path(os.environ.get("MODEL", REPO / "models" / "SmolLM2-135M-Instruct.Q4
 if not MODEL.is_absolute():
     MODEL = REPO / MODEL
 
+# --fair-sched=yes: valgrind runs one thread at a time, and by default a thread that
+# keeps running (the engine and its pool workers) can keep the others from running for
+# tens of seconds; a CI run once saw a stream's connection thread wait over 30 s.
 VALGRIND = ["valgrind", "--tool=memcheck", "--leak-check=full", "--show-leak-kinds=all",
-            "--errors-for-leak-kinds=all", "--error-exitcode=99", "--track-fds=no"]
+            "--errors-for-leak-kinds=all", "--error-exitcode=99", "--track-fds=no", "--fair-sched=yes"]
 
 
 @pytest.fixture(scope="module", autouse=True)
