@@ -69,6 +69,9 @@ void *ls_srv_reaper_main(void *arg) {
     server *s = arg;
     const double limit = 1000.0 * s->p->header_timeout_s;
     for (;;) {
+        /* mu before cmu, as /metrics takes them; the count is in before /metrics can be
+         * answered to a client that saw the cut */
+        pthread_mutex_lock(&s->mu);
         pthread_mutex_lock(&s->cmu);
         bool stop = s->stop_reaper;
         double now = now_ms();
@@ -79,15 +82,13 @@ void *ls_srv_reaper_main(void *arg) {
                 k->cut = true;
                 cut++;
             }
+        s->ct.head_timeouts += (uint64_t)cut;
         pthread_mutex_unlock(&s->cmu);
+        pthread_mutex_unlock(&s->mu);
         if (stop) break;
-        if (cut) {
-            pthread_mutex_lock(&s->mu);
-            s->ct.head_timeouts += (uint64_t)cut;
-            pthread_mutex_unlock(&s->mu);
+        if (cut)
             fprintf(stderr, "lockstep serve: cut %d connection(s) whose request head took over %d s\n", cut,
                     s->p->header_timeout_s);
-        }
         usleep(100 * 1000);
     }
     return NULL;
