@@ -319,9 +319,10 @@ def test_cors(srv6):
 
 
 def test_shutdown_cut_requests_end_cancelled(model_path):
-    s = Srv(model_path, "--host", "0.0.0.0", "--timeout", "1")
+    # 2,000 tokens each: far past the 1 s grace period on any host
+    s = Srv(model_path, "--host", "0.0.0.0", "--timeout", "1", "--ctx-size", "4096")
     assert "WARNING" in s.logtext() and "without --api-key" in s.logtext()
-    long_req = {"prompt": "Count to a thousand:", "max_tokens": 480, "ignore_eos": True, "temperature": 0}
+    long_req = {"prompt": "Count to a thousand:", "max_tokens": 2000, "ignore_eos": True, "temperature": 0}
     res = {}
 
     def plain():
