@@ -124,6 +124,7 @@ static inline bool ls_panel_type(uint32_t type) {
     default: return false;
     }
 }
+#undef LS_PANEL_CASE_TRUE
 /* A panel type whose panel serves M >= 2 only. */
 static inline bool ls_panel_m2_only(uint32_t type) {
     return ls_panel_type(type) && type != LS_TYPE_Q4_1 && type != LS_TYPE_Q8_0;
