@@ -6,6 +6,10 @@
 
 CC      ?= cc
 PYTHON  ?= python3
+# The tests' Python: the project's virtual environment with the pinned references
+# (scripts/install-deps.sh --test makes it; `make test` runs that first).
+TEST_VENV   ?= $(shell bash scripts/install-deps.sh --venv-path)
+TEST_PYTHON ?= $(TEST_VENV)/bin/python
 BUILD   ?= build
 OPT     ?= -O2
 SAN     ?=
@@ -43,7 +47,7 @@ ISA_AVX2   = -mavx2 -mfma -mf16c
 ISA_AVXVNNI = -mavxvnni $(ISA_AVX2)
 ISA_AVX512 = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni $(ISA_AVX2)
 
-.PHONY: all lib cli tests test test-c test-asan test-tsan fuzz run model deps clean mutants
+.PHONY: all lib cli tests test test-c test-asan test-tsan fuzz run model deps test-deps clean mutants
 all: cli lib tests bench-tools $(BUILD)/embed
 
 lib: $(BUILD)/liblockstep.a $(BUILD)/liblockstep.so $(BUILD)/liblockstep_test.so
@@ -127,6 +131,11 @@ $(BUILD)/tests/%: tests/unit/%.c $(LINK_DEPS)
 deps:
 	@bash scripts/install-deps.sh
 
+# What the tests need: the packages above plus cmocka, clang, valgrind, nginx, and the
+# Python references in the project's virtual environment (a check, when all is there).
+test-deps:
+	@bash scripts/install-deps.sh --test
+
 model: $(MODEL)
 $(MODEL):
 	@bash scripts/fetch-model.sh $@
@@ -135,36 +144,41 @@ run: deps
 	@$(MAKE) --no-print-directory cli model
 	$(BUILD)/lockstep run -m $(MODEL) --chat "What is the capital of France? Answer in one sentence." -n 64
 
-test: all model
-	@LOCKSTEP_BUILD=$(BUILD) MODEL=$(MODEL) PYTHON=$(PYTHON) bash scripts/run-tests.sh
+# test-deps first, alone: the build needs its packages (cmocka) on a fresh machine.
+test:
+	@$(MAKE) --no-print-directory test-deps
+	@$(MAKE) --no-print-directory all model
+	@LOCKSTEP_BUILD=$(BUILD) MODEL=$(MODEL) PYTHON=$(TEST_PYTHON) bash scripts/run-tests.sh
 
-test-c: all
-	@LOCKSTEP_BUILD=$(BUILD) MODEL=$(MODEL) PYTHON=$(PYTHON) bash scripts/run-tests.sh --c-only
+test-c:
+	@$(MAKE) --no-print-directory test-deps
+	@$(MAKE) --no-print-directory all
+	@LOCKSTEP_BUILD=$(BUILD) MODEL=$(MODEL) PYTHON=$(TEST_PYTHON) bash scripts/run-tests.sh --c-only
 
 # The C suite under AddressSanitizer + UndefinedBehaviorSanitizer (own build dir).
 ASAN_FLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 # LOCKSTEP_TEST_QUICK trims the parity sweeps to a subset that still reaches every
 # kernel path and tail (memory safety is what this run adds; make test does the rest).
-test-asan: model build-asan-all
+test-asan: test-deps model build-asan-all
 	@LOCKSTEP_BUILD=build-asan MODEL=$(MODEL) LOCKSTEP_TEST_QUICK=$${LOCKSTEP_TEST_QUICK:-1} LOCKSTEP_ENGINE_CASES=$${LOCKSTEP_ENGINE_CASES:-8} \
 	    LOCKSTEP_FAULT_POINTS=$${LOCKSTEP_FAULT_POINTS:-24} bash scripts/run-tests.sh --c-only
 
 # ThreadSanitizer over the multi-threaded parts: the thread pool's two kinds of job,
 # the engine (pools, parity mixes), the drafters, and the server end to end (its HTTP
 # threads and the engine thread).
-test-tsan: model build-tsan-all
+test-tsan: test-deps model build-tsan-all
 	@set -e; export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"; \
 	    build-tsan/tests/test_kernels "test_pool*"; \
 	    LOCKSTEP_ENGINE_CASES=$${LOCKSTEP_ENGINE_CASES:-8} MODEL=$(MODEL) build-tsan/tests/test_engine; \
 	    LOCKSTEP_TEST_QUICK=$${LOCKSTEP_TEST_QUICK:-1} MODEL=$(MODEL) build-tsan/tests/test_spec; \
-	    LOCKSTEP_BUILD=build-tsan LOCKSTEP_LOAD_REQUESTS=3 MODEL=$(MODEL) $(PYTHON) -m pytest -q \
+	    LOCKSTEP_BUILD=build-tsan LOCKSTEP_LOAD_REQUESTS=3 MODEL=$(MODEL) $(TEST_PYTHON) -m pytest -q \
 	        tests/python/test_server.py -k "chat or logprobs or errors or disconnect or abandoned or load or tokenize"
 
 # Deliberate bugs, one at a time in a scratch copy, each of which the tests must catch
 # (scripts/mutants.py; the list and what kills each: docs/reliability.md).  By hand:
 # about 20-30 minutes on 2 cores.
-mutants: all model
-	$(PYTHON) scripts/mutants.py
+mutants: test-deps all model
+	$(TEST_PYTHON) scripts/mutants.py
 
 # The two sanitizer builds, as targets of their own so that `make -j2 build-asan-all
 # build-tsan-all` builds both at once (the ASan+UBSan build of matmul_avx512.c alone takes

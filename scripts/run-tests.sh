@@ -63,8 +63,33 @@ else
         notes+=("the engine as on an AVX2-only CPU: not run separately (this CPU has nothing above avx2: the main run was that CPU)")
     fi
 fi
+# The Python suites, one pytest process per file: a reference that crashes the process
+# (a segfault inside llama-cpp-python, say) fails that file, the others still run, and the
+# summary names the crash.  (conftest.py's `llama_cpp` fixture checks llama-cpp-python in a
+# process of its own first, so a build that crashes fails only the tests that use it.)
+py_pass=0; py_fail=0; py_skip=0; py_err=0; crashed=()
 if [ "${1:-}" != "--c-only" ]; then
-    run "pytest tests/python" "$PYTHON" -m pytest -q -rs --durations=15 tests/python
+    if ! "$PYTHON" -c 'import pytest' 2>/dev/null; then
+        echo "pytest is not importable by $PYTHON: run \`bash scripts/install-deps.sh --test\` (make test does)"
+        fail=$((fail+1)); failed+=("pytest (not installed for $PYTHON)")
+    else
+        for f in tests/python/test_*.py; do
+            name="pytest $f"
+            run "$name" "$PYTHON" -X faulthandler -m pytest -q -rs --durations=5 -p no:cacheprovider "$f"
+            log="$LOGS/$(echo "$name" | tr -c 'A-Za-z0-9_.-' '_').log"
+            # pytest's closing line: "N failed, N passed, N skipped, N errors in T s"
+            last=$(grep -E '^(=+ )?[0-9]+ (passed|failed|skipped|errors?|deselected)' "$log" | tail -1)
+            for k in passed failed skipped error; do
+                n=$(echo "$last" | grep -oE "[0-9]+ $k" | grep -oE '^[0-9]+' || true)
+                case $k in passed) py_pass=$((py_pass+${n:-0}));; failed) py_fail=$((py_fail+${n:-0}));;
+                           skipped) py_skip=$((py_skip+${n:-0}));; error) py_err=$((py_err+${n:-0}));; esac
+            done
+            if [ -z "$last" ] && grep -qE 'Fatal Python error|Segmentation fault|core dumped' "$log"; then
+                where=$(grep -oE 'File "[^"]*tests/python/[^"]*", line [0-9]+ in [a-z_0-9]+' "$log" | tail -1)
+                crashed+=("$f: the pytest process crashed (${where:-see $log}); its other tests did not run")
+            fi
+        done
+    fi
 fi
 echo
 echo "== summary"
@@ -85,6 +110,10 @@ if [ -n "$skips" ]; then
 else
     echo "skipped: nothing"
 fi
+if [ "${1:-}" != "--c-only" ]; then
+    echo "python tests: $py_pass passed, $py_fail failed, $py_skip skipped, $py_err errors"
+fi
+for c in "${crashed[@]+"${crashed[@]}"}"; do echo "CRASHED: $c"; done
 [ ${#failed[@]} -eq 0 ] || printf 'FAILED: %s\n' "${failed[@]}"
 echo "suites: $pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -49,6 +49,55 @@ def model_path() -> Path:
     return path
 
 
+_LLAMA_CPP_CHECK = r"""
+import sys, numpy as np, llama_cpp
+m = llama_cpp.Llama(model_path=sys.argv[1], n_ctx=64, n_batch=64, n_threads=2, logits_all=True, verbose=False)
+m.eval([1, 504, 3458, 314, 4649, 282, 4649])
+assert np.isfinite(np.array(m.scores[:7])).all()
+e = llama_cpp.Llama(model_path=sys.argv[1], embedding=True, n_ctx=64, verbose=False)
+assert len(e.embed("a check")) > 0
+print("llama_cpp ok")
+"""
+_llama_cpp_state: dict = {}
+
+
+@pytest.fixture(scope="session")
+def llama_cpp():
+    """The llama-cpp-python module, after a forward pass and an embedding in a process of
+    its own have shown that it works on this host.  A build that crashes (ggml's AMX path
+    on a host that has not granted the tile state died in `ldtilecfg`) fails each test
+    that needs it, with the reason, instead of killing the whole pytest run.  Absent, the
+    test is skipped (a failure under CI=true)."""
+    if "mod" not in _llama_cpp_state:
+        try:
+            import llama_cpp as mod
+        except ImportError as e:
+            _llama_cpp_state["mod"], _llama_cpp_state["why"] = None, f"llama-cpp-python not installed ({e})"
+        else:
+            import subprocess
+            import sys
+
+            path = _resolve(os.environ.get("MODEL", DEFAULT_MODEL))
+            if not path.exists():
+                pytest.skip(f"model {path} not present (make model): llama-cpp-python is checked on it")
+            r = subprocess.run([sys.executable, "-c", _LLAMA_CPP_CHECK, str(path)], capture_output=True, text=True,
+                               timeout=600)
+            if r.returncode == 0 and "llama_cpp ok" in r.stdout:
+                _llama_cpp_state["mod"], _llama_cpp_state["why"] = mod, ""
+            else:
+                how = f"killed by signal {-r.returncode}" if r.returncode < 0 else f"exit {r.returncode}"
+                _llama_cpp_state["mod"] = False
+                _llama_cpp_state["why"] = (f"llama-cpp-python {mod.__version__} does not run on this host ({how}: "
+                                           f"{(r.stdout + r.stderr).strip()[-500:]}); "
+                                           f"`bash scripts/install-deps.sh --test` rebuilds it")
+    mod = _llama_cpp_state["mod"]
+    if mod is None:
+        pytest.skip(_llama_cpp_state["why"])
+    if mod is False:
+        pytest.fail(_llama_cpp_state["why"])
+    return mod
+
+
 def add_report(line: str) -> None:
     """For module-scoped fixtures: a line for the terminal summary."""
     _report_lines.append(line)

@@ -78,6 +78,20 @@ class RefLlama:
 
     def logits(self, toks, last_only=False):
         """Logits (float64) for every position of toks (last_only: the last position's, one row)."""
+        h = self.hidden(toks, last_only)
+        out = np.empty((h.shape[0], self.out.shape[0]))
+        for r in range(0, self.out.shape[0], 16384):  # the head in slices: a 262144-token vocabulary in float64 is 1.3 GB
+            out[:, r:r + 16384] = h @ self.out[r:r + 16384].astype(np.float64).T
+        return out
+
+    def embedding(self, toks):
+        """The mean over positions of the final hidden state after the output norm, L2-normalized
+        (mean pooling as llama.cpp's LLAMA_POOLING_TYPE_MEAN and OpenAI-style servers define it)."""
+        e = self.hidden(toks).mean(0)
+        return e / np.linalg.norm(e)
+
+    def hidden(self, toks, last_only=False):
+        """The final hidden state after the output norm (float64), (T, E) or (1, E)."""
         W, T, H, Hkv, D = self.W, len(toks), self.H, self.Hkv, self.D
         pos = np.arange(T, dtype=np.float64)
         mask = np.triu(np.full((T, T), -np.inf), 1)
@@ -120,8 +134,4 @@ class RefLlama:
             if g("post_ffw_norm.weight") is not None:
                 d = self._rms(d, g("post_ffw_norm.weight"))
             x = x + d
-        h = self._rms(x[-1:] if last_only else x, W["output_norm.weight"])
-        out = np.empty((h.shape[0], self.out.shape[0]))
-        for r in range(0, self.out.shape[0], 16384):  # the head in slices: a 262144-token vocabulary in float64 is 1.3 GB
-            out[:, r:r + 16384] = h @ self.out[r:r + 16384].astype(np.float64).T
-        return out
+        return self._rms(x[-1:] if last_only else x, W["output_norm.weight"])

@@ -42,8 +42,27 @@ def emb(srv, inp, **kw):
 
 
 # ---- /v1/embeddings ----------------------------------------------------------------
-def test_embeddings_match_llama_cpp_mean_pooling(srv, model_path, report):
-    llama_cpp = pytest.importorskip("llama_cpp")
+def test_embeddings_match_exact_float64_mean_pooling(srv, model_path, report):
+    """Against the exact float64 forward pass (ref_llama.py, no llama.cpp): the mean-pooled,
+    normalized final hidden state, on the token ids the server itself counts."""
+    from ref_llama import RefLlama
+
+    exact = RefLlama(model_path)
+    r = emb(srv, TEXTS)
+    refs = [exact.embedding(srv.post("/tokenize", {"content": t, "add_special": True})[1]["tokens"]) for t in TEXTS]
+    worst = 1.0
+    for i, d in enumerate(r["data"]):
+        got = np.array(d["embedding"], dtype=np.float64)
+        c = float(got @ refs[i] / np.linalg.norm(got))
+        worst = min(worst, c)
+        for k in range(len(TEXTS)):  # the other texts' exact vectors are much further: the check tells inputs apart
+            if k != i:
+                assert c - float(got @ refs[k] / np.linalg.norm(got)) > 0.02
+    report(f"embeddings vs exact float64 mean pooling: worst cosine {worst:.6f}")
+    assert worst > 0.999
+
+
+def test_embeddings_match_llama_cpp_mean_pooling(srv, model_path, report, llama_cpp):
     r = srv.client().embeddings.create(model="x", input=TEXTS)
     assert [d.index for d in r.data] == [0, 1, 2]
     n_tok = sum(len(srv.post("/tokenize", {"content": t, "add_special": True})[1]["tokens"]) for t in TEXTS)

@@ -38,7 +38,6 @@ import threading
 import time
 from pathlib import Path
 
-import llama_cpp
 import pytest
 import sentencepiece
 
@@ -46,6 +45,13 @@ from conftest import add_report
 from test_tokenizer import HAND_PICKED, N_GENERATED, SEED, LsErr, Ours, _load_lib, generate_corpus
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+llama_cpp = None  # the module, once conftest's `llama_cpp` fixture has checked it on this host
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _llama_cpp_checked(request):
+    global llama_cpp
+    llama_cpp = request.getfixturevalue("llama_cpp")
 GEMMA_DEFAULT = "models/gemma-3-270m-q4_k_m.gguf"
 SP = "\u2581"
 

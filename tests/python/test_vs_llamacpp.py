@@ -36,7 +36,13 @@ import pytest
 from conftest import add_report
 from ls_ffi import Model, model_path
 
-llama_cpp = pytest.importorskip("llama_cpp")
+llama_cpp = None  # the module, once conftest's `llama_cpp` fixture has checked it on this host
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _llama_cpp_checked(request):
+    global llama_cpp
+    llama_cpp = request.getfixturevalue("llama_cpp")
 
 
 def chat(user, system=None):
