@@ -12,10 +12,27 @@ static const char *tok_help =
     "usage: lockstep tokenize [-m MODEL] [--json] [--no-special] [--add-special] TEXT\n"
     "\n"
     "  -m, --model PATH   GGUF model (default " LS_DEFAULT_MODEL ")\n"
-    "      --json         one JSON object {\"tokens\": [...], \"pieces\": [...]}\n"
+    "      --json         one JSON object {\"tokens\": [...], \"pieces\": [...]}; a piece that is not\n"
+    "                     whole UTF-8 characters is the array of its byte values\n"
     "      --no-special   treat special-token text like <|im_start|> as plain text\n"
     "      --add-special  add BOS/EOS as the model's flags say\n"
     "  -h, --help         this help\n";
+
+/* A piece for --json: a string when its bytes are whole UTF-8 characters without NUL, else
+ * the array of its byte values (a token may hold part of a character; llama-server's
+ * /tokenize with_pieces writes such pieces the same way), so the output is always JSON. */
+static cJSON *piece_json(const unsigned char *b, size_t n) {
+    bool text = true;
+    for (size_t i = 0; i < n && text;) {
+        size_t k = b[i] ? ls_utf8_valid_len(b + i, n - i) : 0;
+        if (k == 0) text = false;
+        i += k;
+    }
+    if (text) return cJSON_CreateString((const char *)b);
+    cJSON *a = cJSON_CreateArray();
+    for (size_t i = 0; a && i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(b[i]));
+    return a;
+}
 
 int cli_tokenize(int argc, char **argv) {
     const char *cmd = "tokenize", *model_path = LS_DEFAULT_MODEL;
@@ -64,8 +81,9 @@ int cli_tokenize(int argc, char **argv) {
         for (size_t i = 0; i < n; i++) {
             cJSON_AddItemToArray(a, cJSON_CreateNumber(ids[i]));
             size_t b = ls_model_token_bytes(m, ids[i], true, buf, sizeof buf - 1);
-            buf[b < sizeof buf - 1 ? b : sizeof buf - 1] = '\0';
-            cJSON_AddItemToArray(p, cJSON_CreateString(buf));
+            if (b > sizeof buf - 1) b = sizeof buf - 1;
+            buf[b] = '\0';
+            cJSON_AddItemToArray(p, piece_json((const unsigned char *)buf, b));
         }
         char *s = cJSON_PrintUnformatted(o2);
         if (s) puts(s);

@@ -146,6 +146,21 @@ def test_tokenize_json(model):
     assert "".join(o["pieces"]) == "<|im_start|>user\nHello 123"
 
 
+def test_tokenize_json_partial_characters(model):
+    """Tokens that hold part of a UTF-8 character: the output still parses (Python's json
+    refuses invalid UTF-8 on stdout bytes), such pieces are byte arrays, whole ones strings,
+    and the pieces' bytes concatenated are the text's."""
+    text = "中文分词测试 🦀"
+    r = subprocess.run([str(BIN), "tokenize", "-m", model, "--json", "--no-special", text], capture_output=True,
+                       timeout=60, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    o = json.loads(r.stdout.decode("utf-8"))
+    kinds = {type(x) for x in o["pieces"]}
+    assert kinds == {str, list}, o["pieces"]  # this text has both in SmolLM2's vocabulary
+    joined = b"".join(x.encode() if isinstance(x, str) else bytes(x) for x in o["pieces"])
+    assert joined == text.encode()
+
+
 def test_info_json_matches_gguf_package(model):
     gguf = pytest.importorskip("gguf")
     r = run("info", "-m", model, "--json")
