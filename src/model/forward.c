@@ -1,5 +1,6 @@
-/* forward.c - the Llama forward pass over a ragged batch (the KV store it reads and
- * writes is kv_store.c).
+/* forward.c - the forward pass over a ragged batch (the KV store it reads and writes is
+ * kv_store.c): it executes the model's plan (plan.h), every family the same way; each
+ * optional step runs when the plan has it.
  *
  * Every buffer is carved from one arena at ls_fwd_create; nothing allocates per
  * call.  Each step is a canonical kernel whose per-row bits do not depend on how
@@ -20,8 +21,7 @@ struct ls_fwd {
     ls_kctx kc;
     uint64_t rows[2];    /* matmul rows run with the parity family / the free family (kc.rows) */
     ls_pool *pool;
-    ls_rope *rope;
-    ls_rope *rope_swa;   /* the sliding-window layers' (another base), or NULL: rope */
+    ls_rope *rope[2];    /* the plan's tables (plan.n_rope) */
     int32_t n_rows, n_ctx;
     int32_t *layers;     /* the layers to run, in order */
     int32_t n_layers;
@@ -43,13 +43,6 @@ struct ls_fwd {
     size_t att_scratch_per_thread;
     void *arena;
 };
-
-static bool ls_rope_params_eq(const ls_rope_params *a, const ls_rope_params *b) {
-    return a->head_dim == b->head_dim && a->freq_base == b->freq_base && a->freq_scale == b->freq_scale &&
-           a->neox == b->neox && a->yarn == b->yarn && a->yarn_n_ctx_orig == b->yarn_n_ctx_orig &&
-           a->yarn_beta_fast == b->yarn_beta_fast && a->yarn_beta_slow == b->yarn_beta_slow &&
-           a->yarn_attn_factor == b->yarn_attn_factor;
-}
 
 static size_t align_up(size_t n) { return (n + 63) & ~(size_t)63; }
 
@@ -118,14 +111,10 @@ ls_fwd *ls_fwd_create(const ls_model *m, ls_fwd_params p, ls_err *err) {
         if (!f->pool) goto fail;
         f->kc.pool = f->pool;
     }
-    ls_rope_params rp = m->rope_params;
-    rp.n_ctx = p.n_ctx;
-    f->rope = ls_rope_create_factors(rp, m->rope_freqs, err);
-    if (!f->rope) goto fail;
-    if (m->arch->swa_pattern && !ls_rope_params_eq(&m->rope_params_swa, &m->rope_params)) {
-        ls_rope_params rs = m->rope_params_swa;
-        rs.n_ctx = p.n_ctx;
-        if (!(f->rope_swa = ls_rope_create_factors(rs, m->rope_freqs, err))) goto fail;
+    for (int32_t i = 0; i < m->plan.n_rope; i++) {
+        ls_rope_params rp = m->plan.rope[i].params;
+        rp.n_ctx = p.n_ctx;
+        if (!(f->rope[i] = ls_rope_create_factors(rp, m->plan.rope[i].factors, err))) goto fail;
     }
 
     const size_t E = hp->n_embd, QD = (size_t)hp->n_head * hp->head_dim, F = hp->n_ff, B = (size_t)p.n_rows;
@@ -170,8 +159,8 @@ fail:
 
 void ls_fwd_free(ls_fwd *f) {
     if (!f) return;
-    ls_rope_free(f->rope);
-    ls_rope_free(f->rope_swa);
+    ls_rope_free(f->rope[0]);
+    ls_rope_free(f->rope[1]);
     ls_pool_free(f->pool);
     free(f->layers);
     free(f->arena);
@@ -204,9 +193,11 @@ static void add_bias(float *y, const float *b, int64_t M, size_t n) {
 void ls_fwd_run(ls_fwd *f, ls_kv_store *kv, const ls_batch *b, float *logits) {
     const ls_model *m = f->m;
     const ls_hparams *hp = &m->hp;
+    const ls_plan *P = &m->plan;
     const ls_kctx *kc = &f->kc;
     const size_t E = hp->n_embd, KV = f->kv_dim;
     const int D = (int)hp->head_dim;
+    const float eps = P->norm_eps;
     const int64_t M = b->n;
     LS_ASSERT(b->n >= 1 && b->n <= f->n_rows && ls_kv_store_row_floats(kv) == KV);
 
@@ -219,13 +210,13 @@ void ls_fwd_run(ls_fwd *f, ls_kv_store *kv, const ls_batch *b, float *logits) {
         if (b->logit_row[r] >= 0) LS_ASSERT(b->logit_row[r] == n_out++); /* numbered in row order */
         const uint8_t *row = (const uint8_t *)emb->data + (size_t)b->token[r] * emb_rb;
         ls_dequant_row(emb->type, row, f->x + r * E, (int64_t)E);
-        if (hp->embd_scale != 1.0f)
-            for (size_t i = 0; i < E; i++) f->x[r * E + i] *= hp->embd_scale;
+        if (P->embd_scale != 1.0f)
+            for (size_t i = 0; i < E; i++) f->x[r * E + i] *= P->embd_scale;
     }
     if (f->mtp) { /* x = eh_proj([enorm(embed(token)); hnorm(hidden)]) */
         LS_ASSERT(b->embd_in);
-        ls_rmsnorm(kc, f->x, m->mtp_enorm, hp->norm_eps, M, (int64_t)E, f->xn);
-        ls_rmsnorm(kc, b->embd_in, m->mtp_hnorm, hp->norm_eps, M, (int64_t)E, f->tmp);
+        ls_rmsnorm(kc, f->x, m->mtp_enorm, eps, M, (int64_t)E, f->xn);
+        ls_rmsnorm(kc, b->embd_in, m->mtp_hnorm, eps, M, (int64_t)E, f->tmp);
         for (int32_t r = 0; r < b->n; r++) {
             memcpy(f->cat + (size_t)r * 2 * E, f->xn + (size_t)r * E, E * sizeof(float));
             memcpy(f->cat + (size_t)r * 2 * E + E, f->tmp + (size_t)r * E, E * sizeof(float));
@@ -233,28 +224,27 @@ void ls_fwd_run(ls_fwd *f, ls_kv_store *kv, const ls_batch *b, float *logits) {
         const ls_wmat *we[1] = {m->mtp_eh_proj};
         ls_matmul_multi_rows(kc, 1, we, f->cat, M, &f->x, b->need_parity);
     }
-    const float scale = 1.0f / sqrtf((float)D);
     for (int32_t li = 0; li < f->n_layers; li++) {
         const int32_t l = f->layers[li];
-        const ls_layer *L = &m->layers[l];
+        const ls_layer_plan *L = &P->layers[l];
         const int32_t kvl = f->mtp ? 0 : l; /* the MTP block keeps its K/V in layer slot 0 of its own store */
 
-        ls_rmsnorm(kc, f->x, L->attn_norm, hp->norm_eps, M, (int64_t)E, f->xn);
+        ls_rmsnorm(kc, f->x, L->attn_norm, eps, M, (int64_t)E, f->xn);
         { /* Q, K, V: one quantization of xn, one pool dispatch; same bits as three ls_matmul calls */
             const ls_wmat *wqkv[3] = {L->wq, L->wk, L->wv};
             float *yqkv[3] = {f->q, f->k, f->v};
             ls_matmul_multi_rows(kc, 3, wqkv, f->xn, M, yqkv, b->need_parity);
         }
-        if (L->bq) { /* qwen2 */
+        if (L->bq) {
             add_bias(f->q, L->bq, M, (size_t)hp->n_head * D);
             add_bias(f->k, L->bk, M, KV);
             add_bias(f->v, L->bv, M, KV);
         }
-        if (L->q_norm) { /* qwen3, gemma3: RMSNorm of each head (rows of head_dim), in place */
-            ls_rmsnorm(kc, f->q, L->q_norm, hp->norm_eps, M * (int64_t)hp->n_head, D, f->q);
-            ls_rmsnorm(kc, f->k, L->k_norm, hp->norm_eps, M * (int64_t)hp->n_head_kv, D, f->k);
+        if (L->q_norm) { /* RMSNorm of each head (rows of head_dim), in place */
+            ls_rmsnorm(kc, f->q, L->q_norm, eps, M * (int64_t)hp->n_head, D, f->q);
+            ls_rmsnorm(kc, f->k, L->k_norm, eps, M * (int64_t)hp->n_head_kv, D, f->k);
         }
-        const ls_rope *rope = L->swa && f->rope_swa ? f->rope_swa : f->rope;
+        const ls_rope *rope = f->rope[L->rope];
         ls_rope_apply(kc, rope, f->q, M, (int)hp->n_head, D, b->pos);
         ls_rope_apply(kc, rope, f->k, M, (int)hp->n_head_kv, D, b->pos);
         /* Every row's K/V is in its block before any query reads it. */
@@ -265,27 +255,26 @@ void ls_fwd_run(ls_fwd *f, ls_kv_store *kv, const ls_batch *b, float *logits) {
             if (!fault) ls_kv_store_write(kv, kvl, blk, p & (LS_KV_BLOCK - 1), f->k + r * KV, f->v + r * KV);
             f->views[r] = ls_kv_store_view(kv, kvl, table);
         }
-        ls_attention(kc, f->q, M, b->pos, f->views, (int)hp->n_head, (int)hp->n_head_kv, D, scale,
-                     L->swa ? (int32_t)hp->n_swa : 0, f->att,
-                     f->att_scratch, f->att_scratch_per_thread);
+        ls_attention(kc, f->q, M, b->pos, f->views, (int)hp->n_head, (int)hp->n_head_kv, D, L->attn_scale,
+                     L->window, f->att, f->att_scratch, f->att_scratch_per_thread);
         {
             const ls_wmat *wo[1] = {L->wo};
             ls_matmul_multi_rows(kc, 1, wo, f->att, M, &f->tmp, b->need_parity);
         }
-        if (L->post_attn_norm) { /* gemma3 */
-            ls_rmsnorm(kc, f->tmp, L->post_attn_norm, hp->norm_eps, M, (int64_t)E, f->xn);
+        if (L->post_attn_norm) {
+            ls_rmsnorm(kc, f->tmp, L->post_attn_norm, eps, M, (int64_t)E, f->xn);
             add_rows(f->x, f->xn, (size_t)M * E);
         } else {
             add_rows(f->x, f->tmp, (size_t)M * E);
         }
 
-        ls_rmsnorm(kc, f->x, L->ffn_norm, hp->norm_eps, M, (int64_t)E, f->xn);
+        ls_rmsnorm(kc, f->x, L->ffn_norm, eps, M, (int64_t)E, f->xn);
         {
             const ls_wmat *wgu[2] = {L->w_gate, L->w_up};
             float *ygu[2] = {f->gate, f->up};
             ls_matmul_multi_rows(kc, 2, wgu, f->xn, M, ygu, b->need_parity);
         }
-        if (m->arch->act == LS_ACT_GELU_TANH)
+        if (L->act == LS_ACT_GELU_TANH)
             ls_geglu(kc, f->gate, f->up, M, (int64_t)hp->n_ff, f->gate);
         else
             ls_swiglu(kc, f->gate, f->up, M, (int64_t)hp->n_ff, f->gate);
@@ -293,8 +282,8 @@ void ls_fwd_run(ls_fwd *f, ls_kv_store *kv, const ls_batch *b, float *logits) {
             const ls_wmat *wd[1] = {L->w_down};
             ls_matmul_multi_rows(kc, 1, wd, f->gate, M, &f->tmp, b->need_parity);
         }
-        if (L->post_ffn_norm) { /* gemma3 */
-            ls_rmsnorm(kc, f->tmp, L->post_ffn_norm, hp->norm_eps, M, (int64_t)E, f->xn);
+        if (L->post_ffn_norm) {
+            ls_rmsnorm(kc, f->tmp, L->post_ffn_norm, eps, M, (int64_t)E, f->xn);
             add_rows(f->x, f->xn, (size_t)M * E);
         } else {
             add_rows(f->x, f->tmp, (size_t)M * E);
@@ -308,7 +297,7 @@ void ls_fwd_run(ls_fwd *f, ls_kv_store *kv, const ls_batch *b, float *logits) {
             f->need_out[o] = b->need_parity ? b->need_parity[r] : 1;
             memcpy(f->tmp + (size_t)o++ * E, f->x + (size_t)r * E, E * sizeof(float));
         }
-    ls_rmsnorm(kc, f->tmp, f->mtp ? m->mtp_head_norm : m->out_norm, hp->norm_eps, n_out, (int64_t)E, f->xn);
-    const ls_wmat *wout[1] = {f->mtp && m->mtp_head ? m->mtp_head : m->output};
+    ls_rmsnorm(kc, f->tmp, f->mtp ? m->mtp_head_norm : P->out_norm, eps, n_out, (int64_t)E, f->xn);
+    const ls_wmat *wout[1] = {f->mtp && m->mtp_head ? m->mtp_head : P->output};
     ls_matmul_multi_rows(kc, 1, wout, f->xn, n_out, &logits, f->need_out);
 }

@@ -367,7 +367,6 @@ static ls_status load_weights(ls_model *m, ls_err *err) {
     for (uint32_t l = 0; l < hp->n_layer + hp->n_nextn; l++) {
         if (l == hp->n_layer) trunk_bytes = m->weight_bytes;
         ls_layer *L = &m->layers[l];
-        L->swa = m->arch->swa_pattern && l < hp->n_layer && (l % m->arch->swa_pattern) != m->arch->swa_pattern - 1;
         for (size_t i = 0; i < sizeof k_block / sizeof k_block[0]; i++) {
             const ls_tspec *ts = &k_block[i];
             if (ts->feat && !(m->arch->feats & ts->feat)) continue;
@@ -403,6 +402,83 @@ static ls_status load_weights(ls_model *m, ls_err *err) {
             m->mtp_embd = t;
         }
         m->weight_bytes = trunk_bytes; /* bytes per token count the trunk only */
+    }
+    return LS_OK;
+}
+
+/* ---- the plan (plan.h): every decision the forward makes, taken once here ---- */
+static bool rope_params_eq(const ls_rope_params *a, const ls_rope_params *b) {
+    return a->head_dim == b->head_dim && a->freq_base == b->freq_base && a->freq_scale == b->freq_scale &&
+           a->neox == b->neox && a->yarn == b->yarn && a->yarn_n_ctx_orig == b->yarn_n_ctx_orig &&
+           a->yarn_beta_fast == b->yarn_beta_fast && a->yarn_beta_slow == b->yarn_beta_slow &&
+           a->yarn_attn_factor == b->yarn_attn_factor;
+}
+
+static ls_status ls_plan_build(ls_model *m, ls_err *err) {
+    const ls_hparams *hp = &m->hp;
+    const ls_arch *ad = m->arch;
+    ls_plan *P = &m->plan;
+    P->embd_scale = hp->embd_scale;
+    P->norm_eps = hp->norm_eps;
+    P->out_norm = m->out_norm;
+    P->output = m->output;
+    ls_rope_params rp = {
+        .n_ctx = (int32_t)(hp->n_ctx_train > 0 ? hp->n_ctx_train : 4096),
+        .head_dim = (int32_t)hp->rope_dim,
+        .freq_base = hp->rope_base,
+        .freq_scale = hp->rope_freq_scale,
+        /* llama: adjacent pairs (the converter permutes Q/K for this); qwen, gemma: NeoX */
+        .neox = (ad->feats & LS_AF_NEOX) != 0,
+        .yarn = hp->rope_yarn,
+        .yarn_n_ctx_orig = (int32_t)(hp->yarn_n_ctx_orig > INT32_MAX ? INT32_MAX : hp->yarn_n_ctx_orig),
+        .yarn_beta_fast = hp->yarn_beta_fast,
+        .yarn_beta_slow = hp->yarn_beta_slow,
+        .yarn_attn_factor = hp->yarn_attn_factor,
+    };
+    P->n_rope = 1;
+    P->rope[0] = (ls_rope_plan){rp, m->rope_freqs};
+    if (ad->swa_pattern) { /* the local layers: their own base, no scaling (as llama.cpp: Gemma 3 4B+ scale
+                            * only the global layers, linear factor 8) */
+        ls_rope_params rs = rp;
+        rs.freq_base = hp->rope_base_swa;
+        rs.freq_scale = 1.0f;
+        rs.yarn = false;
+        if (!rope_params_eq(&rs, &rp)) {
+            P->rope[1] = (ls_rope_plan){rs, m->rope_freqs};
+            P->n_rope = 2;
+        }
+    }
+    P->n_layers = (int32_t)(hp->n_layer + hp->n_nextn);
+    P->layers = ls_calloc((size_t)P->n_layers, sizeof *P->layers);
+    if (!P->layers) return ls_err_set(err, LS_E_NOMEM, "out of memory");
+    const float attn_scale = 1.0f / sqrtf((float)hp->head_dim); /* every family (docs/numerics.md) */
+    for (int32_t l = 0; l < P->n_layers; l++) {
+        const ls_layer *L = &m->layers[l];
+        ls_layer_plan *lp = &P->layers[l];
+        /* a sliding-window layer: every layer of a windowed family but each swa_pattern-th (not the MTP block) */
+        const bool swa = ad->swa_pattern && (uint32_t)l < hp->n_layer && (uint32_t)l % ad->swa_pattern != ad->swa_pattern - 1;
+        lp->attn_norm = L->attn_norm;
+        lp->wq = L->wq;
+        lp->wk = L->wk;
+        lp->wv = L->wv;
+        lp->bq = L->bq;
+        lp->bk = L->bk;
+        lp->bv = L->bv;
+        lp->q_norm = L->q_norm;
+        lp->k_norm = L->k_norm;
+        lp->rope = swa && P->n_rope == 2 ? 1 : 0;
+        lp->window = swa ? (int32_t)hp->n_swa : 0;
+        lp->attn_scale = attn_scale;
+        lp->wo = L->wo;
+        lp->post_attn_norm = L->post_attn_norm;
+        lp->ffn_norm = L->ffn_norm;
+        lp->w_gate = L->w_gate;
+        lp->w_up = L->w_up;
+        lp->act = ad->act;
+        lp->w_down = L->w_down;
+        lp->post_ffn_norm = L->post_ffn_norm;
+        LS_ASSERT(!lp->bq == !lp->bk && !lp->bq == !lp->bv && !lp->q_norm == !lp->k_norm &&
+                  !lp->post_attn_norm == !lp->post_ffn_norm);
     }
     return LS_OK;
 }
@@ -457,27 +533,7 @@ ls_model *ls_model_load_gguf(gguf_file *g, const ls_model_params *pp, ls_err *er
     if (load_weights(m, err)) goto fail;
     if (check_intact(m, p.path, err)) goto fail; /* shrunk while the weights were read */
 
-    ls_rope_params rp = {
-        .n_ctx = (int32_t)(m->hp.n_ctx_train > 0 ? m->hp.n_ctx_train : 4096),
-        .head_dim = (int32_t)m->hp.rope_dim,
-        .freq_base = m->hp.rope_base,
-        .freq_scale = m->hp.rope_freq_scale,
-        /* llama: adjacent pairs (the converter permutes Q/K for this); qwen, gemma: NeoX */
-        .neox = (m->arch->feats & LS_AF_NEOX) != 0,
-        .yarn = m->hp.rope_yarn,
-        .yarn_n_ctx_orig = (int32_t)(m->hp.yarn_n_ctx_orig > INT32_MAX ? INT32_MAX : m->hp.yarn_n_ctx_orig),
-        .yarn_beta_fast = m->hp.yarn_beta_fast,
-        .yarn_beta_slow = m->hp.yarn_beta_slow,
-        .yarn_attn_factor = m->hp.yarn_attn_factor,
-    };
-    m->rope_params = rp;
-    if (m->arch->swa_pattern) { /* the local layers: their own base, no scaling (as llama.cpp: Gemma 3 4B+ scale
-                                 * only the global layers, linear factor 8) */
-        rp.freq_base = m->hp.rope_base_swa;
-        rp.freq_scale = 1.0f;
-        rp.yarn = false;
-    }
-    m->rope_params_swa = rp;
+    if (ls_plan_build(m, err)) goto fail;
 
     /* Chat template: an override by name, else detection from the file.  A model
      * without a usable template still loads: plain prompts work, --chat reports why. */
@@ -517,6 +573,7 @@ void ls_model_free(ls_model *m) {
         }
         free(m->layers);
     }
+    free(m->plan.layers);
     for (int32_t i = 0; i < m->n_mats; i++) ls_wmat_free(m->mats[i]);
     free(m->mats);
     for (int i = 0; i < LS_ISA_COUNT; i++) free(m->prep_arena[i]); /* after every matrix that points into it */

@@ -4,6 +4,7 @@
 #define LS_MODEL_MODEL_IMPL_H
 
 #include "model/model.h"
+#include "model/plan.h"
 #include "quant/quant.h"
 
 #include <pthread.h>
@@ -23,7 +24,6 @@ typedef struct {
     float *q_norm, *k_norm;       /* (head_dim) per-head RMSNorm of q and k before RoPE (qwen3, gemma3) */
     float *post_attn_norm;        /* (n_embd) RMSNorm of the attention output (gemma3) */
     float *post_ffn_norm;         /* (n_embd) RMSNorm of the FFN output (gemma3) */
-    bool swa;                     /* a sliding-window layer: local RoPE base (gemma3) */
 } ls_layer;
 
 struct ls_model {
@@ -37,8 +37,7 @@ struct ls_model {
     float *out_norm;          /* (n_embd) */
     ls_wmat *output;          /* (n_vocab, n_embd); over token_embd when tied */
     const ls_arch *arch;      /* the family's descriptor (arch.h) */
-    ls_rope_params rope_params;     /* global layers */
-    ls_rope_params rope_params_swa; /* sliding-window layers (== rope_params but the base, when the family has them) */
+    ls_plan plan;             /* what the forward computes, layer by layer (plan.h); every backend reads it */
     float *rope_freqs;        /* (rope_dim/2) rope_freqs.weight (Llama 3.1+ frequency factors), or NULL */
     ls_tokenizer *tok;
     ls_chat_template tmpl;
