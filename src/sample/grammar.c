@@ -94,6 +94,8 @@ typedef struct {
 /* Rules that can begin one another before any character (r0 ::= r1, r1 ::= r2 ...): the
  * matcher expands such a chain at every step. */
 #define MAX_CHAIN 1024
+/* Elements (characters, references, ...) of the compiled grammar: 32 MB. */
+#define MAX_ELEMENTS (1u << 22)
 
 static void where(const parser *ps, const char *at, int *line, int *col) {
     *line = 1;
@@ -652,6 +654,10 @@ ls_grammar *ls_grammar_compile(const char *text, size_t len, ls_err *err) {
     }
     size_t total = 0;
     for (uint32_t i = 0; i < ps.n_rules; i++) total += ps.rules[i].body.n;
+    if (total > MAX_ELEMENTS) {
+        perr(&ps, NULL, "the grammar compiles to more than the limit of %u elements", MAX_ELEMENTS);
+        goto done;
+    }
     g->el = malloc((total + 1) * sizeof *g->el);
     g->rule_start = malloc(ps.n_rules * sizeof *g->rule_start);
     if (!g->el || !g->rule_start) {
@@ -1377,7 +1383,6 @@ int32_t ls_grammar_mask(const ls_grammar_state *s, const ls_grammar_vocab *v, ui
     free(w.slots);
     free(w.tmp.v);
     free(w.tmp.fr);
-    if (getenv("LS_MASKDBG")) fprintf(stderr, "mask work %lld\n", (long long)(MASK_WORK - w.work));
     if (w.oom) { /* out of memory or over budget: allow nothing but the end (the request stops) */
         memset(mask, 0, ls_grammar_mask_words(v->n_vocab) * sizeof *mask);
         w.count = 0;
