@@ -94,6 +94,8 @@ typedef struct {
 /* Rules that can begin one another before any character (r0 ::= r1, r1 ::= r2 ...): the
  * matcher expands such a chain at every step. */
 #define MAX_CHAIN 1024
+/* Entries of one character class (a range counts two): the matcher scans them per character. */
+#define MAX_CLASS 4096
 /* Elements (characters, references, ...) of the compiled grammar: 32 MB. */
 #define MAX_ELEMENTS (1u << 22)
 
@@ -375,6 +377,8 @@ static const char *parse_sequence(parser *ps, const char *p, const char *rule_na
                 }
             }
             if (p >= ps->end) return perr(ps, open, "expected ']' to close the character class");
+            if (out->n - last > MAX_CLASS)
+                return perr(ps, open, "the character class has more than the limit of %d entries (a range counts two)", MAX_CLASS);
             if (last == out->n) return perr(ps, open, "empty character class");
             p = parse_space(ps, p + 1, nested);
         } else if (is_word_char(*p)) {
@@ -942,11 +946,12 @@ static bool match_char(const ls_grammar *g, uint32_t pos, uint32_t c, uint32_t *
 }
 
 /* Whether some code point in [lo, hi] could match the terminal at pos. */
-static bool match_range(const ls_grammar *g, uint32_t pos, uint32_t lo, uint32_t hi) {
+static bool match_range(const ls_grammar *g, uint32_t pos, uint32_t lo, uint32_t hi, int64_t *work) {
     const gel *e = g->el + pos;
     if (e->type == G_ANY) return true;
     bool positive = e->type == G_CHAR;
     do {
+        (*work)--;
         uint32_t a = e->value, b = e[1].type == G_RNG_UPPER ? e[1].value : e->value;
         e += e[1].type == G_RNG_UPPER ? 2 : 1;
         if (positive && a <= hi && lo <= b) return true;
@@ -964,7 +969,12 @@ static bool accept_cp(const ls_grammar *g, const sset *in, uint32_t c, sset *out
         if (!len) continue;
         const uint32_t *st = in->pool + in->off[i];
         uint32_t after;
-        if (!match_char(g, st[len - 1], c, &after)) continue;
+        bool hit = match_char(g, st[len - 1], c, &after);
+        if ((tmp->work -= (int64_t)(after - st[len - 1])) < 0) { /* a class's members are scanned too */
+            tmp->over = true;
+            return false;
+        }
+        if (!hit) continue;
         if (!ubuf_reserve(tmp, len + 1)) return false;
         memcpy(tmp->v, st, (len - 1) * sizeof *st);
         size_t nl = len - 1;
@@ -980,7 +990,7 @@ static int st_remain(int st) { return st & 15; }
 
 /* Whether some code point the partial sequence (cp so far, state st) can still become
  * (well-formed: no overlong form, at most U+10FFFF) could match a stack's next terminal. */
-static bool partial_possible(const ls_grammar *g, const sset *in, uint32_t cp, int st) {
+static bool partial_possible(const ls_grammar *g, const sset *in, uint32_t cp, int st, int64_t *work) {
     int remain = st_remain(st), len = st >> 4;
     uint32_t lo = cp << (6 * remain), hi = lo | ((1u << (6 * remain)) - 1);
     uint32_t min = len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000;
@@ -989,7 +999,7 @@ static bool partial_possible(const ls_grammar *g, const sset *in, uint32_t cp, i
     if (lo > hi) return false;
     for (int32_t i = 0; i < in->n; i++) {
         size_t n = in->off[i + 1] - in->off[i];
-        if (n && match_range(g, in->pool[in->off[i] + n - 1], lo, hi)) return true;
+        if (n && match_range(g, in->pool[in->off[i] + n - 1], lo, hi, work)) return true;
     }
     return false;
 }
@@ -1106,7 +1116,10 @@ bool ls_grammar_accept_bytes(ls_grammar_state *s, const char *bytes, size_t n) {
     for (size_t i = 0; i < n && ok; i++) {
         int r = utf8_step(&cp, &rem, (uint8_t)bytes[i]);
         if (r < 0) ok = false;
-        else if (r == 0) ok = partial_possible(s->g, &a, cp, rem);
+        else if (r == 0) {
+            int64_t work = WORK_PER_CP;
+            ok = partial_possible(s->g, &a, cp, rem, &work) && work >= 0;
+        }
         else {
             ok = accept_cp(s->g, &a, cp, &b, &tmp) && b.n > 0;
             sset t = a;
@@ -1343,8 +1356,13 @@ static void walk(walker *w, int32_t node, const sset *cur, int32_t cur_id, uint3
                 if (lv->n == 0) continue;
             }
             ncp = 0;
-        } else if (!partial_possible(w->g, cur, ncp, nrem)) {
-            continue;
+        } else {
+            bool possible = partial_possible(w->g, cur, ncp, nrem, &w->work);
+            if (w->work < 0) {
+                w->oom = true;
+                return;
+            }
+            if (!possible) continue;
         }
         for (int32_t t = w->v->tok_head[c]; t >= 0; t = w->v->tok_next[t]) {
             w->mask[t >> 5] |= 1u << (t & 31);

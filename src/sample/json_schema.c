@@ -35,6 +35,7 @@ const char *ls_json_object_gbnf(void) { return "root ::= object\n" JSON_PRIMS; }
 
 typedef struct {
     char *ref;
+    uint32_t hash;
     int id;
 } refmemo;
 
@@ -68,6 +69,7 @@ static bool sbuf_append(sbuf *b, const char *s, size_t n) {
 #define MAX_COUNT 4096        /* minItems, maxItems, minLength, maxLength */
 #define MAX_ALTERNATIVES 4096 /* values of one enum, schemas of one anyOf/oneOf, types of one type list */
 #define MAX_PROPERTIES 1024   /* properties (and required names) of one object: checked pairwise */
+#define MAX_REFS 1024         /* distinct $ref targets: each is looked up in a list */
 #define MAX_SCHEMA_RULES 16384
 #define MAX_GBNF_BYTES ((size_t)4 << 20)
 
@@ -222,7 +224,7 @@ __attribute__((format(printf, 3, 4))) static int over(conv *c, const char *path,
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    ls_err_set(c->err, LS_E_INVALID, "json_schema at %s: %s", path[0] ? path : "/", msg);
+    ls_err_set(c->err, LS_E_INVALID, "json_schema: %s (at %.200s)", msg, path[0] ? path : "/");
     return -1;
 }
 
@@ -481,9 +483,18 @@ static int alternatives(conv *c, const cJSON *list, const char *kw, const char *
     return c->failed ? -1 : id;
 }
 
+static uint32_t str_hash(const char *s) {
+    uint32_t h = 2166136261u;
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 16777619u;
+    return h;
+}
+
 static int gen_ref(conv *c, const char *ref, const char *path, int depth) {
+    uint32_t h = str_hash(ref);
     for (int i = 0; i < c->n_refs; i++)
-        if (!strcmp(c->refs[i].ref, ref)) return c->refs[i].id;
+        if (c->refs[i].hash == h && !strcmp(c->refs[i].ref, ref)) return c->refs[i].id;
+    if (c->n_refs >= MAX_REFS)
+        return over(c, path, "the schema uses more than the limit of %d distinct '$ref' targets", MAX_REFS);
     const char *name = NULL, *defs = NULL;
     if (!strncmp(ref, "#/$defs/", 8)) defs = "$defs", name = ref + 8;
     else if (!strncmp(ref, "#/definitions/", 14)) defs = "definitions", name = ref + 14;
@@ -499,7 +510,7 @@ static int gen_ref(conv *c, const char *ref, const char *path, int depth) {
     }
     strcpy(dup, ref);
     int id = new_rule(c); /* named before its body: recursive schemas refer to it */
-    c->refs[c->n_refs++] = (refmemo){dup, id};
+    c->refs[c->n_refs++] = (refmemo){dup, h, id};
     char sp[512];
     snprintf(sp, sizeof sp, "/%s/%s", defs, name);
     int body = gen(c, target, sp, depth + 1);
