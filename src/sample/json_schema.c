@@ -156,14 +156,22 @@ static void emit_lit(conv *c, const char *s) {
         return;
     }
     emit(c, "\"");
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p) {
+        size_t run = 0; /* characters that need no escape: appended at once */
+        while (p[run] >= 0x20 && p[run] != '"' && p[run] != '\\') run++;
+        if (run) {
+            emit(c, "%.*s", (int)run, (const char *)p);
+            p += run;
+            continue;
+        }
         if (*p == '"') emit(c, "\\\"");
         else if (*p == '\\') emit(c, "\\\\");
         else if (*p == '\n') emit(c, "\\n");
         else if (*p == '\r') emit(c, "\\r");
         else if (*p == '\t') emit(c, "\\t");
-        else if (*p < 0x20) emit(c, "\\x%02X", *p);
-        else emit(c, "%c", *p);
+        else emit(c, "\\x%02X", *p);
+        p++;
     }
     emit(c, "\"");
 }
