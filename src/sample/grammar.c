@@ -85,8 +85,11 @@ typedef struct {
  * one the JSON Schema converter makes needs (a schema at its own limits, json_schema.c,
  * nests 64 levels and repeats 4,096 times), and together they bound any text inside the
  * server's 1 MiB body: its parse and compile use no recursion deeper than MAX_NESTING
- * groups, and take at most ~0.1 s and ~100 MB (tests/unit/test_grammar.c,
- * test_limits_named_and_fast, measures the worst inputs we know). */
+ * groups, and take well under 0.5 s and ~100 MB.  Measured on a loaded 2-core host:
+ * a 1.2 MB grammar of 30,000 rules compiles in ~0.05 s, the reported inputs are refused
+ * in < 0.02 s (tests/unit/test_grammar.c, test_limits_named_and_fast, prints each), and
+ * the slowest schema we know (720 KB: 1,024 properties each a 100-value enum) converts
+ * and compiles in ~0.15 s.  So no compile needs a cancellation hook. */
 #define MAX_NESTING 256 /* ( ) groups inside one another: the parser recurses once per group */
 #define MAX_RULES 32768 /* rules, the ones repetitions and groups generate included */
 /* Nested repetitions multiply ("a"{0,1000}){0,1000}: the compiled grammar is bounded. */
