@@ -207,13 +207,13 @@ build-fuzz/fuzz_tokenizer: $(FUZZ_TOK_SRC)
 build-fuzz/fuzz_request: tests/fuzz/fuzz_request.c src/server/request.c src/server/tools.c src/tokenizer/chat.c src/sample/grammar.c \
                          src/sample/json_schema.c src/util/err.c src/util/alloc.c
 	@mkdir -p build-fuzz
-	clang $(FUZZ_FLAGS) -o $@ $^ -lcjson
+	clang $(FUZZ_FLAGS) -pthread -o $@ $^ -lcjson
 build-fuzz/fuzz_chat: tests/fuzz/fuzz_chat.c src/tokenizer/chat.c src/util/err.c src/util/alloc.c
 	@mkdir -p build-fuzz
 	clang $(FUZZ_FLAGS) -o $@ $^
 build-fuzz/fuzz_grammar: tests/fuzz/fuzz_grammar.c src/sample/grammar.c src/sample/json_schema.c src/util/err.c src/util/alloc.c
 	@mkdir -p build-fuzz
-	clang $(FUZZ_FLAGS) -o $@ $^ -lcjson
+	clang $(FUZZ_FLAGS) -pthread -o $@ $^ -lcjson
 FUZZ_TARGETS = gguf tokenizer request chat grammar
 # One phony target per fuzzer, so `make -j2 fuzz` runs two at a time (each is one
 # process on one core).  Each one's log goes to build-fuzz/<target>.log; its last lines

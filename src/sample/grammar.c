@@ -28,6 +28,8 @@ typedef struct {
     uint32_t value;
 } gel;
 
+static bool is_eos_type(uint32_t t) { return t == G_END || t == G_ALT; }
+
 struct ls_grammar {
     gel *el;
     uint32_t n_el;
@@ -71,13 +73,34 @@ typedef struct {
     const char *src, *end;
     prule *rules;
     uint32_t n_rules, cap_rules;
+    uint32_t *names; /* hash table of the named (not generated) rules' ids + 1; 0: empty */
+    uint32_t names_cap;
     ls_err *err;
     bool failed;
+    int nesting;       /* ( ) groups open around the parser (bounded: MAX_NESTING) */
     uint64_t expanded; /* elements the repetitions have added (bounded: MAX_EXPANDED) */
 } parser;
 
+/* What one grammar may ask for.  Every limit is far above what a hand-written grammar or
+ * one the JSON Schema converter makes needs (a schema at its own limits, json_schema.c,
+ * nests 64 levels and repeats 4,096 times), and together they bound any text inside the
+ * server's 1 MiB body: its parse and compile use no recursion deeper than MAX_NESTING
+ * groups, and take well under 0.5 s and ~100 MB.  Measured on a loaded 2-core host:
+ * a 1.2 MB grammar of 30,000 rules compiles in ~0.05 s, the reported inputs are refused
+ * in < 0.02 s (tests/unit/test_grammar.c, test_limits_named_and_fast, prints each), and
+ * the slowest schema we know (720 KB: 1,024 properties each a 100-value enum) converts
+ * and compiles in ~0.15 s.  So no compile needs a cancellation hook. */
+#define MAX_NESTING 256 /* ( ) groups inside one another: the parser recurses once per group */
+#define MAX_RULES 32768 /* rules, the ones repetitions and groups generate included */
 /* Nested repetitions multiply ("a"{0,1000}){0,1000}: the compiled grammar is bounded. */
 #define MAX_EXPANDED (1u << 20)
+/* Rules that can begin one another before any character (r0 ::= r1, r1 ::= r2 ...): the
+ * matcher expands such a chain at every step. */
+#define MAX_CHAIN 1024
+/* Entries of one character class (a range counts two): the matcher scans them per character. */
+#define MAX_CLASS 4096
+/* Elements (characters, references, ...) of the compiled grammar: 32 MB. */
+#define MAX_ELEMENTS (1u << 22)
 
 static void where(const parser *ps, const char *at, int *line, int *col) {
     *line = 1;
@@ -140,13 +163,55 @@ static const char *parse_space(const parser *ps, const char *p, bool newline_ok)
     return p;
 }
 
-static int64_t find_rule(parser *ps, const char *name, size_t n) {
-    for (uint32_t i = 0; i < ps->n_rules; i++)
-        if (strlen(ps->rules[i].name) == n && !memcmp(ps->rules[i].name, name, n)) return i;
-    return -1;
+static uint32_t name_hash(const char *name, size_t n) {
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)name[i]) * 16777619u;
+    return h;
 }
 
-static int64_t add_rule_name(parser *ps, const char *name, size_t n, size_t at) {
+/* The named rule's id, or -1 (a hash lookup: a grammar may name thousands of rules). */
+static int64_t find_rule(parser *ps, const char *name, size_t n) {
+    if (!ps->names_cap) return -1;
+    for (uint32_t i = name_hash(name, n) & (ps->names_cap - 1);; i = (i + 1) & (ps->names_cap - 1)) {
+        uint32_t v = ps->names[i];
+        if (!v) return -1;
+        const char *rn = ps->rules[v - 1].name;
+        if (!strncmp(rn, name, n) && rn[n] == 0) return v - 1;
+    }
+}
+
+static bool names_insert(parser *ps, uint32_t id) {
+    if (2 * (ps->n_rules + 1) > ps->names_cap) { /* at most half full */
+        uint32_t nc = ps->names_cap ? ps->names_cap * 2 : 64;
+        uint32_t *t = calloc(nc, sizeof *t);
+        if (!t) return false;
+        for (uint32_t k = 0; k < ps->names_cap; k++) {
+            uint32_t v = ps->names[k];
+            if (!v) continue;
+            const char *rn = ps->rules[v - 1].name;
+            uint32_t i = name_hash(rn, strlen(rn)) & (nc - 1);
+            while (t[i]) i = (i + 1) & (nc - 1);
+            t[i] = v;
+        }
+        free(ps->names);
+        ps->names = t;
+        ps->names_cap = nc;
+    }
+    const char *rn = ps->rules[id].name;
+    uint32_t i = name_hash(rn, strlen(rn)) & (ps->names_cap - 1);
+    while (ps->names[i]) i = (i + 1) & (ps->names_cap - 1);
+    ps->names[i] = id + 1;
+    return true;
+}
+
+/* A new rule (named: findable by find_rule; generated rules are not).  -1: out of
+ * memory, or past MAX_RULES (then the error is set). */
+static int64_t add_rule(parser *ps, const char *name, size_t n, size_t at, bool named) {
+    if (ps->n_rules >= MAX_RULES) {
+        perr(ps, NULL, "the grammar has more than the limit of %d rules (counting those its groups and repetitions generate)",
+             MAX_RULES);
+        return -1;
+    }
     if (ps->n_rules == ps->cap_rules) {
         uint32_t nc = ps->cap_rules ? ps->cap_rules * 2 : 16;
         prule *r = realloc(ps->rules, nc * sizeof *r);
@@ -160,18 +225,22 @@ static int64_t add_rule_name(parser *ps, const char *name, size_t n, size_t at) 
     memcpy(r->name, name, n);
     r->name[n] = 0;
     r->ref_at = at;
+    if (named && !names_insert(ps, ps->n_rules)) {
+        free(r->name);
+        return -1;
+    }
     return ps->n_rules++;
 }
 
 static int64_t symbol_id(parser *ps, const char *name, size_t n, size_t at) {
     int64_t id = find_rule(ps, name, n);
-    return id >= 0 ? id : add_rule_name(ps, name, n, at);
+    return id >= 0 ? id : add_rule(ps, name, n, at, true);
 }
 
 static int64_t generate_id(parser *ps, const char *base) {
     char nm[160];
     snprintf(nm, sizeof nm, "%.120s_%u", base, ps->n_rules);
-    return add_rule_name(ps, nm, strlen(nm), SIZE_MAX);
+    return add_rule(ps, nm, strlen(nm), SIZE_MAX, false);
 }
 
 static const char *parse_name(parser *ps, const char *p) {
@@ -311,6 +380,8 @@ static const char *parse_sequence(parser *ps, const char *p, const char *rule_na
                 }
             }
             if (p >= ps->end) return perr(ps, open, "expected ']' to close the character class");
+            if (out->n - last > MAX_CLASS)
+                return perr(ps, open, "the character class has more than the limit of %d entries (a range counts two)", MAX_CLASS);
             if (last == out->n) return perr(ps, open, "empty character class");
             p = parse_space(ps, p + 1, nested);
         } else if (is_word_char(*p)) {
@@ -323,10 +394,15 @@ static const char *parse_sequence(parser *ps, const char *p, const char *rule_na
             if (!gvec_push(out, G_REF, (uint32_t)id)) return oom(ps);
         } else if (*p == '(') {
             const char *open = p;
+            if (ps->nesting >= MAX_NESTING)
+                return perr(ps, open, "groups ( ) nest deeper than the limit of %d levels", MAX_NESTING);
             p = parse_space(ps, p + 1, true);
             int64_t id = generate_id(ps, rule_name);
             if (id < 0) return oom(ps);
-            if (!(p = parse_alternates(ps, p, rule_name, (uint32_t)id, true))) return NULL;
+            ps->nesting++;
+            p = parse_alternates(ps, p, rule_name, (uint32_t)id, true);
+            ps->nesting--;
+            if (!p) return NULL;
             last = out->n;
             if (!gvec_push(out, G_REF, (uint32_t)id)) return oom(ps);
             if (p >= ps->end || *p != ')') {
@@ -407,7 +483,7 @@ static const char *parse_rule(parser *ps, const char *p) {
     int64_t id = find_rule(ps, p, (size_t)(ne - p));
     if (id >= 0 && ps->rules[id].defined)
         return perr(ps, p, "rule '%.*s' is defined twice", (int)(ne - p) > 80 ? 80 : (int)(ne - p), p);
-    if (id < 0 && (id = add_rule_name(ps, p, (size_t)(ne - p), (size_t)(p - ps->src))) < 0) return oom(ps);
+    if (id < 0 && (id = add_rule(ps, p, (size_t)(ne - p), (size_t)(p - ps->src), true)) < 0) return oom(ps);
     const char *q = parse_space(ps, ne, false);
     if (q + 3 > ps->end || memcmp(q, "::=", 3)) return perr(ps, q, "expected '::='");
     q = parse_space(ps, q + 3, true);
@@ -420,56 +496,121 @@ static const char *parse_rule(parser *ps, const char *p) {
     return parse_space(ps, q, true);
 }
 
-/* ---- checks: every rule defined, a root, no left recursion --------------------------- */
-static bool alt_nullable_prefix(const ls_grammar *g, const bool *nullable, uint32_t pos, uint32_t *stop) {
-    /* walks the alternative at pos while its elements are nullable references;
-     * *stop: the first element that is not */
-    while (g->el[pos].type == G_REF && nullable[g->el[pos].value]) pos++;
-    *stop = pos;
-    return g->el[pos].type == G_END || g->el[pos].type == G_ALT;
-}
-
-static void compute_nullable(const ls_grammar *g, bool *nullable) {
-    for (bool changed = true; changed;) {
-        changed = false;
-        for (uint32_t r = 0; r < g->n_rules; r++) {
-            if (nullable[r]) continue;
-            uint32_t pos = g->rule_start[r];
-            for (;;) {
-                uint32_t stop;
-                if (alt_nullable_prefix(g, nullable, pos, &stop)) {
-                    nullable[r] = changed = true;
-                    break;
+/* ---- checks: every rule defined, a root, no left recursion, chains bounded ---------- */
+/* Which rules can match the empty text: a worklist over "alternative a still needs rule r
+ * to be nullable" counts, so linear in the grammar's size (a fixed point by repeated
+ * passes takes a pass per link of a chain: quadratic).  false: out of memory. */
+static bool compute_nullable(const ls_grammar *g, bool *nullable) {
+    uint32_t n_alt = 0;
+    for (uint32_t i = 0; i < g->n_el; i++) n_alt += is_eos_type(g->el[i].type);
+    uint32_t *need = malloc(((size_t)n_alt + 1) * sizeof *need), *owner = malloc(((size_t)n_alt + 1) * sizeof *owner);
+    uint32_t *occ_n = calloc((size_t)g->n_rules + 1, sizeof *occ_n), *occ = malloc(((size_t)g->n_el + 1) * sizeof *occ);
+    uint32_t *queue = malloc(((size_t)g->n_rules + 1) * sizeof *queue);
+    bool ok = need && owner && occ_n && occ && queue;
+    if (ok) {
+        /* need[a]: the alternative's references, or UINT32_MAX when it has a terminal */
+        uint32_t a = 0;
+        for (uint32_t r = 0; r < g->n_rules; r++)
+            for (uint32_t pos = g->rule_start[r];; pos++) {
+                if (pos == g->rule_start[r] || g->el[pos - 1].type == G_ALT) need[a] = 0, owner[a] = r;
+                uint32_t t = g->el[pos].type;
+                if (is_eos_type(t)) {
+                    a++;
+                    if (t == G_END) break;
+                } else if (t == G_REF) {
+                    if (need[a] != UINT32_MAX) need[a]++, occ_n[g->el[pos].value + 1]++;
+                } else if (t != G_RNG_UPPER && t != G_CHAR_ALT) {
+                    if (need[a] != UINT32_MAX) { /* undo the references counted so far */
+                        for (uint32_t q = pos; q > g->rule_start[r] && !is_eos_type(g->el[q - 1].type); q--)
+                            if (g->el[q - 1].type == G_REF) occ_n[g->el[q - 1].value + 1]--;
+                    }
+                    need[a] = UINT32_MAX;
                 }
-                while (g->el[pos].type != G_END && g->el[pos].type != G_ALT) pos++;
-                if (g->el[pos].type == G_END) break;
-                pos++;
+            }
+        for (uint32_t r = 0; r < g->n_rules; r++) occ_n[r + 1] += occ_n[r]; /* CSR offsets */
+        uint32_t *fill = queue; /* reused: the write position of each rule's occurrences */
+        memcpy(fill, occ_n, (size_t)g->n_rules * sizeof *fill);
+        a = 0;
+        for (uint32_t r = 0; r < g->n_rules; r++)
+            for (uint32_t pos = g->rule_start[r];; pos++) {
+                uint32_t t = g->el[pos].type;
+                if (is_eos_type(t)) {
+                    a++;
+                    if (t == G_END) break;
+                } else if (t == G_REF && need[a] != UINT32_MAX) {
+                    occ[fill[g->el[pos].value]++] = a;
+                }
+            }
+        uint32_t qn = 0, qi = 0;
+        for (a = 0; a < n_alt; a++)
+            if (need[a] == 0 && !nullable[owner[a]]) nullable[owner[a]] = true, queue[qn++] = owner[a];
+        while (qi < qn) {
+            uint32_t r = queue[qi++];
+            for (uint32_t k = occ_n[r]; k < occ_n[r + 1]; k++) {
+                uint32_t x = occ[k];
+                if (--need[x] == 0 && !nullable[owner[x]]) nullable[owner[x]] = true, queue[qn++] = owner[x];
             }
         }
     }
+    free(need);
+    free(owner);
+    free(occ_n);
+    free(occ);
+    free(queue);
+    return ok;
 }
 
-/* DFS over "r may begin with s" edges; state 1 = on the path, 2 = done. */
-static int64_t left_rec(const ls_grammar *g, const bool *nullable, uint8_t *mark, uint32_t r, int depth) {
-    if (mark[r] == 1) return r;
-    if (mark[r] == 2 || depth > 100000) return -1;
-    mark[r] = 1;
-    uint32_t pos = g->rule_start[r];
-    for (;;) {
-        for (;;) {
-            const gel *e = &g->el[pos];
-            if (e->type != G_REF) break;
-            int64_t hit = left_rec(g, nullable, mark, e->value, depth + 1);
-            if (hit >= 0) return hit;
-            if (!nullable[e->value]) break;
-            pos++;
+/* Depth-first over "r may begin with s" edges (s after only nullable references), with
+ * an explicit stack (a chain of thousands of rules must not recurse): finds left
+ * recursion (*hit: the rule reached again while on the path) and the longest chain
+ * (*chain_rule: the first rule whose chain is longer than MAX_CHAIN).  false: out of
+ * memory. */
+static bool left_corner(const ls_grammar *g, const bool *nullable, int64_t *hit, int64_t *chain_rule) {
+    typedef struct {
+        uint32_t rule, pos, depth;
+    } frame;
+    *hit = *chain_rule = -1;
+    uint8_t *mark = calloc((size_t)g->n_rules + 1, 1); /* 1: on the path, 2: done */
+    uint32_t *depth = calloc((size_t)g->n_rules + 1, sizeof *depth);
+    frame *st = malloc(((size_t)g->n_rules + 1) * sizeof *st); /* each rule is on the path at most once */
+    bool ok = mark && depth && st;
+    for (uint32_t r0 = 0; ok && r0 < g->n_rules && *hit < 0 && *chain_rule < 0; r0++) {
+        if (mark[r0]) continue;
+        size_t n = 0;
+        st[n++] = (frame){r0, g->rule_start[r0], 1};
+        mark[r0] = 1;
+        while (n > 0 && *hit < 0 && *chain_rule < 0) {
+            frame *f = &st[n - 1];
+            const gel *e = &g->el[f->pos];
+            if (e->type == G_REF) {
+                uint32_t s = e->value;
+                if (nullable[s]) f->pos++;
+                else
+                    while (!is_eos_type(g->el[f->pos].type)) f->pos++;
+                if (mark[s] == 1) *hit = s;
+                else if (mark[s] == 0) {
+                    mark[s] = 1;
+                    st[n++] = (frame){s, g->rule_start[s], 1};
+                } else if (depth[s] + 1 > f->depth) {
+                    f->depth = depth[s] + 1;
+                }
+            } else if (e->type == G_ALT) {
+                f->pos++;
+            } else if (e->type == G_END) {
+                mark[f->rule] = 2;
+                depth[f->rule] = f->depth;
+                if (f->depth > MAX_CHAIN) *chain_rule = f->rule;
+                n--;
+                if (n > 0 && f->depth + 1 > st[n - 1].depth) st[n - 1].depth = f->depth + 1;
+            } else {
+                while (!is_eos_type(g->el[f->pos].type)) f->pos++;
+            }
         }
-        while (g->el[pos].type != G_END && g->el[pos].type != G_ALT) pos++;
-        if (g->el[pos].type == G_END) break;
-        pos++;
     }
-    mark[r] = 2;
-    return -1;
+    free(mark);
+    free(depth);
+    free(st);
+    return ok;
 }
 
 void ls_grammar_free(ls_grammar *g) {
@@ -492,6 +633,9 @@ ls_status ls_grammar_check(const char *gbnf, size_t len, ls_err *err) {
 }
 
 #define WORK_PER_CP ((int64_t)1 << 20) /* see ubuf */
+/* The most stacks one state may hold (one per distinct parse in progress); past it the
+ * code point is refused like one past the work budget. */
+#define MAX_STACKS 8192
 static ls_grammar_state *state_start(const ls_grammar *g, bool *over);
 
 ls_grammar *ls_grammar_compile(const char *text, size_t len, ls_err *err) {
@@ -517,6 +661,10 @@ ls_grammar *ls_grammar_compile(const char *text, size_t len, ls_err *err) {
     }
     size_t total = 0;
     for (uint32_t i = 0; i < ps.n_rules; i++) total += ps.rules[i].body.n;
+    if (total > MAX_ELEMENTS) {
+        perr(&ps, NULL, "the grammar compiles to more than the limit of %u elements", MAX_ELEMENTS);
+        goto done;
+    }
     g->el = malloc((total + 1) * sizeof *g->el);
     g->rule_start = malloc(ps.n_rules * sizeof *g->rule_start);
     if (!g->el || !g->rule_start) {
@@ -531,32 +679,31 @@ ls_grammar *ls_grammar_compile(const char *text, size_t len, ls_err *err) {
     g->n_rules = ps.n_rules;
     g->root = (uint32_t)root;
     bool *nullable = calloc(ps.n_rules, sizeof *nullable);
-    uint8_t *mark = calloc(ps.n_rules, 1);
-    if (!nullable || !mark) {
+    int64_t hit, chain;
+    if (!nullable || !compute_nullable(g, nullable) || !left_corner(g, nullable, &hit, &chain)) {
         free(nullable);
-        free(mark);
         oom(&ps);
         goto done;
     }
-    compute_nullable(g, nullable);
-    for (uint32_t r = 0; r < g->n_rules && !ps.failed; r++) {
-        int64_t hit = left_rec(g, nullable, mark, r, 0);
-        if (hit >= 0) {
-            /* name the user's rule: generated names are "<rule>_<n>" */
-            const prule *pr = &ps.rules[hit];
-            perr(&ps, pr->ref_at != SIZE_MAX ? ps.src + pr->ref_at : NULL,
-                 "rule '%.80s' is left-recursive (it can reach itself before any character)", pr->name);
-        }
-    }
     free(nullable);
-    free(mark);
+    if (hit >= 0) {
+        /* name the user's rule: generated names are "<rule>_<n>" */
+        const prule *pr = &ps.rules[hit];
+        perr(&ps, pr->ref_at != SIZE_MAX ? ps.src + pr->ref_at : NULL,
+             "rule '%.80s' is left-recursive (it can reach itself before any character)", pr->name);
+    } else if (chain >= 0) {
+        const prule *pr = &ps.rules[chain];
+        perr(&ps, pr->ref_at != SIZE_MAX ? ps.src + pr->ref_at : NULL,
+             "rule '%.80s' begins a chain of more than the limit of %d rules that each begin with the next",
+             pr->name, MAX_CHAIN);
+    }
     if (!ps.failed) { /* the start must be within one code point's work budget */
         bool over;
         ls_grammar_state *st = state_start(g, &over);
         if (st) ls_grammar_state_free(st);
         else if (over)
-            perr(&ps, NULL, "the grammar is too ambiguous: its start expands to more than %lld stack steps",
-                 (long long)WORK_PER_CP);
+            perr(&ps, NULL, "the grammar is too ambiguous: its start expands to more than %lld stack steps or %d stacks",
+                 (long long)WORK_PER_CP, MAX_STACKS);
         else oom(&ps);
     }
 done:
@@ -565,6 +712,7 @@ done:
         free(ps.rules[i].body.v);
     }
     free(ps.rules);
+    free(ps.names);
     if (ps.failed) {
         ls_grammar_free(g);
         return NULL;
@@ -578,6 +726,9 @@ typedef struct {
     size_t n_pool, cap_pool;
     uint32_t *off; /* n + 1 entries */
     int32_t n, cap;
+    uint32_t *hidx; /* hash index of the first n_hashed stacks (their index + 1; 0: empty) */
+    uint32_t hcap;
+    int32_t n_hashed;
 } sset;
 
 /* The scratch stack of an expansion, and its work budget: one code point's expansion
@@ -587,13 +738,20 @@ typedef struct {
  * (over = true) and the code point is refused, where it would otherwise run for hours
  * (a fuzzer-found input did). */
 typedef struct {
+    size_t base, len; /* the stack tmp->v[base..base+len), its top a rule reference */
+    uint32_t sub;     /* the next alternative of that rule to expand, or NO_ALT */
+} aframe;
+
+typedef struct {
     uint32_t *v;
     size_t cap;
+    aframe *fr; /* advance's depth-first walk, on the heap: a chain of rules never recurses */
+    size_t fcap;
     int64_t work;
     bool over;
 } ubuf;
 
-#define MAX_STACKS 8192
+#define NO_ALT UINT32_MAX
 
 static void ubuf_budget(ubuf *b) {
     b->work = WORK_PER_CP;
@@ -604,19 +762,64 @@ static void sset_clear(sset *s) {
     s->n = 0;
     s->n_pool = 0;
     if (s->off) s->off[0] = 0;
+    if (s->hidx && s->hcap > 4 * (uint32_t)(s->n_hashed > 64 ? s->n_hashed : 64)) { /* mostly empty: let it regrow */
+        free(s->hidx);
+        s->hidx = NULL;
+        s->hcap = 0;
+    } else if (s->hidx) {
+        memset(s->hidx, 0, s->hcap * sizeof *s->hidx);
+    }
+    s->n_hashed = 0;
 }
 
 static void sset_free(sset *s) {
     free(s->pool);
     free(s->off);
+    free(s->hidx);
     memset(s, 0, sizeof *s);
 }
 
-static bool sset_add(sset *s, const uint32_t *st, size_t len) {
-    for (int32_t i = 0; i < s->n; i++)
-        if (s->off[i + 1] - s->off[i] == len && (!len || !memcmp(s->pool + s->off[i], st, len * sizeof *st)))
-            return true;
-    if (s->n >= MAX_STACKS) return false;
+static uint32_t stack_hash(const uint32_t *st, size_t len) {
+    uint32_t h = 2166136261u ^ (uint32_t)len;
+    for (size_t i = 0; i < len; i++) h = (h ^ st[i]) * 16777619u;
+    return h ^ h >> 15;
+}
+
+/* Makes s->hidx index every stack of s, with room for one more at most half full. */
+static bool sset_index(sset *s) {
+    if (2 * ((uint32_t)s->n + 1) > s->hcap) {
+        uint32_t nc = 64;
+        while (nc < 4 * ((uint32_t)s->n + 1)) nc *= 2;
+        uint32_t *t = calloc(nc, sizeof *t);
+        if (!t) return false;
+        free(s->hidx);
+        s->hidx = t;
+        s->hcap = nc;
+        s->n_hashed = 0;
+    }
+    for (; s->n_hashed < s->n; s->n_hashed++) {
+        int32_t k = s->n_hashed;
+        uint32_t i = stack_hash(s->pool + s->off[k], s->off[k + 1] - s->off[k]) & (s->hcap - 1);
+        while (s->hidx[i]) i = (i + 1) & (s->hcap - 1);
+        s->hidx[i] = (uint32_t)k + 1;
+    }
+    return true;
+}
+
+/* Adds the stack st unless s has it (a hash lookup), charging b's work budget for the
+ * hashing and comparing.  false: out of memory, or b->over (past the budget or
+ * MAX_STACKS). */
+static bool sset_add(sset *s, const uint32_t *st, size_t len, ubuf *b) {
+    if ((b->work -= (int64_t)len + 1) < 0) return !(b->over = true);
+    if (!sset_index(s)) return false;
+    uint32_t i = stack_hash(st, len) & (s->hcap - 1);
+    for (; s->hidx[i]; i = (i + 1) & (s->hcap - 1)) {
+        uint32_t k = s->hidx[i] - 1;
+        if (s->off[k + 1] - s->off[k] != len) continue;
+        if ((b->work -= (int64_t)len) < 0) return !(b->over = true);
+        if (!len || !memcmp(s->pool + s->off[k], st, len * sizeof *st)) return true;
+    }
+    if (s->n >= MAX_STACKS) return !(b->over = true);
     if (s->n + 2 > s->cap) {
         int32_t nc = s->cap ? s->cap * 2 : 8;
         uint32_t *o = realloc(s->off, (size_t)nc * sizeof *o);
@@ -636,6 +839,8 @@ static bool sset_add(sset *s, const uint32_t *st, size_t len) {
     if (len) memcpy(s->pool + s->n_pool, st, len * sizeof *st);
     s->n_pool += len;
     s->off[++s->n] = (uint32_t)s->n_pool;
+    s->hidx[i] = (uint32_t)s->n;
+    s->n_hashed = s->n;
     return true;
 }
 
@@ -674,29 +879,50 @@ static bool ubuf_reserve(ubuf *b, size_t n) {
 
 static bool is_eos(const ls_grammar *g, uint32_t pos) { return g->el[pos].type == G_END || g->el[pos].type == G_ALT; }
 
-/* Adds to out every stack tmp[base..base+len) expands to (its top a terminal). */
-static bool advance(const ls_grammar *g, sset *out, ubuf *tmp, size_t base, size_t len, int depth) {
-    if (depth > 4096) return false;
-    tmp->work -= (int64_t)len + 1 + out->n; /* this copy, and sset_add's comparisons */
+/* Starts the stack tmp[base..base+len): adds it to out when its top is a terminal (or it
+ * is empty: the text may end), else pushes a frame to expand its top. */
+static bool advance_enter(const ls_grammar *g, sset *out, ubuf *tmp, size_t base, size_t len, size_t *nf) {
+    tmp->work -= (int64_t)len + 1; /* the copy that made this stack */
     if (tmp->work < 0) {
         tmp->over = true;
         return false;
     }
-    if (len == 0) return sset_add(out, NULL, 0);
+    if (len == 0) return sset_add(out, NULL, 0, tmp);
     uint32_t top = tmp->v[base + len - 1];
-    if (g->el[top].type != G_REF) return sset_add(out, tmp->v + base, len);
-    uint32_t sub = g->rule_start[g->el[top].value];
-    for (;;) {
-        size_t nb = base + len;
-        if (!ubuf_reserve(tmp, nb + len + 2)) return false;
-        memcpy(tmp->v + nb, tmp->v + base, (len - 1) * sizeof *tmp->v);
-        size_t nl = len - 1;
+    if (g->el[top].type != G_REF) return sset_add(out, tmp->v + base, len, tmp);
+    if (*nf == tmp->fcap) {
+        size_t nc = tmp->fcap ? tmp->fcap * 2 : 64;
+        aframe *f = realloc(tmp->fr, nc * sizeof *f);
+        if (!f) return false;
+        tmp->fr = f;
+        tmp->fcap = nc;
+    }
+    tmp->fr[(*nf)++] = (aframe){base, len, g->rule_start[g->el[top].value]};
+    return true;
+}
+
+/* Adds to out every stack tmp[base..base+len) expands to (its top a terminal), depth
+ * first in the order of the alternatives.  Each child stack is built just past its
+ * parent in tmp, so siblings reuse one region. */
+static bool advance(const ls_grammar *g, sset *out, ubuf *tmp, size_t base, size_t len) {
+    size_t nf = 0;
+    if (!advance_enter(g, out, tmp, base, len, &nf)) return false;
+    while (nf > 0) {
+        aframe *f = &tmp->fr[nf - 1];
+        if (f->sub == NO_ALT) {
+            nf--;
+            continue;
+        }
+        size_t pb = f->base, pl = f->len, nb = pb + pl;
+        uint32_t top = tmp->v[pb + pl - 1], sub = f->sub, nx = sub;
+        while (!is_eos(g, nx)) nx++;
+        f->sub = g->el[nx].type == G_ALT ? nx + 1 : NO_ALT;
+        if (!ubuf_reserve(tmp, nb + pl + 2)) return false;
+        memcpy(tmp->v + nb, tmp->v + pb, (pl - 1) * sizeof *tmp->v);
+        size_t nl = pl - 1;
         if (!is_eos(g, top + 1)) tmp->v[nb + nl++] = top + 1;
         if (!is_eos(g, sub)) tmp->v[nb + nl++] = sub;
-        if (!advance(g, out, tmp, nb, nl, depth + 1)) return false;
-        while (!is_eos(g, sub)) sub++;
-        if (g->el[sub].type != G_ALT) break;
-        sub++;
+        if (!advance_enter(g, out, tmp, nb, nl, &nf)) return false;
     }
     return true;
 }
@@ -723,11 +949,12 @@ static bool match_char(const ls_grammar *g, uint32_t pos, uint32_t c, uint32_t *
 }
 
 /* Whether some code point in [lo, hi] could match the terminal at pos. */
-static bool match_range(const ls_grammar *g, uint32_t pos, uint32_t lo, uint32_t hi) {
+static bool match_range(const ls_grammar *g, uint32_t pos, uint32_t lo, uint32_t hi, int64_t *work) {
     const gel *e = g->el + pos;
     if (e->type == G_ANY) return true;
     bool positive = e->type == G_CHAR;
     do {
+        (*work)--;
         uint32_t a = e->value, b = e[1].type == G_RNG_UPPER ? e[1].value : e->value;
         e += e[1].type == G_RNG_UPPER ? 2 : 1;
         if (positive && a <= hi && lo <= b) return true;
@@ -745,12 +972,17 @@ static bool accept_cp(const ls_grammar *g, const sset *in, uint32_t c, sset *out
         if (!len) continue;
         const uint32_t *st = in->pool + in->off[i];
         uint32_t after;
-        if (!match_char(g, st[len - 1], c, &after)) continue;
+        bool hit = match_char(g, st[len - 1], c, &after);
+        if ((tmp->work -= (int64_t)(after - st[len - 1])) < 0) { /* a class's members are scanned too */
+            tmp->over = true;
+            return false;
+        }
+        if (!hit) continue;
         if (!ubuf_reserve(tmp, len + 1)) return false;
         memcpy(tmp->v, st, (len - 1) * sizeof *st);
         size_t nl = len - 1;
         if (!is_eos(g, after)) tmp->v[nl++] = after;
-        if (!advance(g, out, tmp, 0, nl, 0)) return false;
+        if (!advance(g, out, tmp, 0, nl)) return false;
     }
     return true;
 }
@@ -761,7 +993,7 @@ static int st_remain(int st) { return st & 15; }
 
 /* Whether some code point the partial sequence (cp so far, state st) can still become
  * (well-formed: no overlong form, at most U+10FFFF) could match a stack's next terminal. */
-static bool partial_possible(const ls_grammar *g, const sset *in, uint32_t cp, int st) {
+static bool partial_possible(const ls_grammar *g, const sset *in, uint32_t cp, int st, int64_t *work) {
     int remain = st_remain(st), len = st >> 4;
     uint32_t lo = cp << (6 * remain), hi = lo | ((1u << (6 * remain)) - 1);
     uint32_t min = len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000;
@@ -770,7 +1002,7 @@ static bool partial_possible(const ls_grammar *g, const sset *in, uint32_t cp, i
     if (lo > hi) return false;
     for (int32_t i = 0; i < in->n; i++) {
         size_t n = in->off[i + 1] - in->off[i];
-        if (n && match_range(g, in->pool[in->off[i] + n - 1], lo, hi)) return true;
+        if (n && match_range(g, in->pool[in->off[i] + n - 1], lo, hi, work)) return true;
     }
     return false;
 }
@@ -827,12 +1059,13 @@ static ls_grammar_state *state_start(const ls_grammar *g, bool *over) {
         if (!(ok = ubuf_reserve(&tmp, 4))) break;
         size_t n = 0;
         if (!is_eos(g, sub)) tmp.v[n++] = sub;
-        if (!(ok = advance(g, &s->st, &tmp, 0, n, 0))) break;
+        if (!(ok = advance(g, &s->st, &tmp, 0, n))) break;
         while (!is_eos(g, sub)) sub++;
         if (g->el[sub].type != G_ALT) break;
         sub++;
     }
     free(tmp.v);
+    free(tmp.fr);
     *over = tmp.over;
     if (!ok) {
         ls_grammar_state_free(s);
@@ -886,7 +1119,10 @@ bool ls_grammar_accept_bytes(ls_grammar_state *s, const char *bytes, size_t n) {
     for (size_t i = 0; i < n && ok; i++) {
         int r = utf8_step(&cp, &rem, (uint8_t)bytes[i]);
         if (r < 0) ok = false;
-        else if (r == 0) ok = partial_possible(s->g, &a, cp, rem);
+        else if (r == 0) {
+            int64_t work = WORK_PER_CP;
+            ok = partial_possible(s->g, &a, cp, rem, &work) && work >= 0;
+        }
         else {
             ok = accept_cp(s->g, &a, cp, &b, &tmp) && b.n > 0;
             sset t = a;
@@ -904,6 +1140,7 @@ bool ls_grammar_accept_bytes(ls_grammar_state *s, const char *bytes, size_t n) {
     sset_free(&a);
     sset_free(&b);
     free(tmp.v);
+    free(tmp.fr);
     return ok;
 }
 
@@ -1022,6 +1259,8 @@ nomem:
  * nodes cost a lookup.  Bounded: past MEMO_SETS sets or a full table it computes
  * directly (the same sets: a cache, not a different computation). */
 #define MEMO_SETS 1024
+/* The work budget of one mask (the sum of its code points' stack steps, see ubuf). */
+#define MASK_WORK ((int64_t)1 << 26)
 #define MEMO_SLOTS (1u << 15)
 
 typedef struct {
@@ -1036,7 +1275,8 @@ typedef struct {
     int32_t count;
     sset *levels;
     ubuf tmp;
-    bool oom;
+    int64_t work; /* left of MASK_WORK */
+    bool oom;     /* out of memory or past a budget: the mask fails */
     sset scratch;
     sset *sets; /* interned */
     uint64_t *hashes;
@@ -1098,7 +1338,9 @@ static void walk(walker *w, int32_t node, const sset *cur, int32_t cur_id, uint3
                 next = &w->sets[next_id];
             } else {
                 sset *lv = &w->levels[depth];
-                if (!accept_cp(w->g, cur, ncp, lv, &w->tmp)) {
+                bool ok = accept_cp(w->g, cur, ncp, lv, &w->tmp);
+                w->work -= WORK_PER_CP - w->tmp.work;
+                if (!ok || w->work < 0) {
                     w->oom = true;
                     return;
                 }
@@ -1117,8 +1359,13 @@ static void walk(walker *w, int32_t node, const sset *cur, int32_t cur_id, uint3
                 if (lv->n == 0) continue;
             }
             ncp = 0;
-        } else if (!partial_possible(w->g, cur, ncp, nrem)) {
-            continue;
+        } else {
+            bool possible = partial_possible(w->g, cur, ncp, nrem, &w->work);
+            if (w->work < 0) {
+                w->oom = true;
+                return;
+            }
+            if (!possible) continue;
         }
         for (int32_t t = w->v->tok_head[c]; t >= 0; t = w->v->tok_next[t]) {
             w->mask[t >> 5] |= 1u << (t & 31);
@@ -1131,7 +1378,7 @@ static void walk(walker *w, int32_t node, const sset *cur, int32_t cur_id, uint3
 int32_t ls_grammar_mask(const ls_grammar_state *s, const ls_grammar_vocab *v, uint32_t *mask) {
     memset(mask, 0, ls_grammar_mask_words(v->n_vocab) * sizeof *mask);
     if (s->ended) return 0;
-    walker w = {.g = s->g, .v = v, .mask = mask};
+    walker w = {.g = s->g, .v = v, .mask = mask, .work = MASK_WORK};
     w.levels = calloc((size_t)v->max_len + 1, sizeof *w.levels);
     w.sets = malloc(MEMO_SETS * sizeof *w.sets);
     w.hashes = malloc(MEMO_SETS * sizeof *w.hashes);
@@ -1156,7 +1403,8 @@ int32_t ls_grammar_mask(const ls_grammar_state *s, const ls_grammar_vocab *v, ui
     free(w.hashes);
     free(w.slots);
     free(w.tmp.v);
-    if (w.oom) { /* out of memory: allow nothing but the end (the request stops) */
+    free(w.tmp.fr);
+    if (w.oom) { /* out of memory or over budget: allow nothing but the end (the request stops) */
         memset(mask, 0, ls_grammar_mask_words(v->n_vocab) * sizeof *mask);
         w.count = 0;
     }

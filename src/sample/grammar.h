@@ -8,8 +8,10 @@
  * `.` any code point; quantifiers `*` `+` `?` `{m}` `{m,}` `{m,n}`; `#` comments to the
  * end of the line.  The start rule is `root`.  Refused with an error naming the line
  * and column: syntax errors, an undefined or redefined rule, no `root`, and left
- * recursion (the matcher would not terminate), and a grammar whose start is too
- * ambiguous (more than 2^20 stack steps before the first character).
+ * recursion (the matcher would not terminate), a grammar whose start is too
+ * ambiguous (more than 2^20 stack steps or 8,192 stacks before the first character),
+ * and one past a size limit (grammar.c: groups nested 256 deep, 32,768 rules, chains of
+ * 1,024 rules, 2^22 elements, ...), each LS_E_INVALID with a message naming the limit.
  *
  * The matcher keeps a set of pushdown stacks, as llama.cpp's llama-grammar does.  A
  * state is a pure function of the bytes accepted so far (so of the token sequence),

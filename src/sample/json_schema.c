@@ -35,6 +35,7 @@ const char *ls_json_object_gbnf(void) { return "root ::= object\n" JSON_PRIMS; }
 
 typedef struct {
     char *ref;
+    uint32_t hash;
     int id;
 } refmemo;
 
@@ -57,6 +58,20 @@ static bool sbuf_append(sbuf *b, const char *s, size_t n) {
     b->p[b->len] = 0;
     return true;
 }
+
+/* What one schema may ask for.  Each is far above what a real response format or tool
+ * needs, and they keep the GBNF made from any schema inside a 1 MiB request body within
+ * grammar.c's limits and quick to compile (test_grammar: test_limits_named_and_fast):
+ * counts expand into one rule per item or character, so they are bounded; so are the
+ * nesting (each level is a recursion here), the rules, the GBNF's size, and the values of
+ * one enum / alternatives of one anyOf, which the matcher keeps as parallel stacks. */
+#define MAX_DEPTH 64          /* schemas inside one another */
+#define MAX_COUNT 4096        /* minItems, maxItems, minLength, maxLength */
+#define MAX_ALTERNATIVES 4096 /* values of one enum, schemas of one anyOf/oneOf, types of one type list */
+#define MAX_PROPERTIES 1024   /* properties (and required names) of one object: checked pairwise */
+#define MAX_REFS 1024         /* distinct $ref targets: each is looked up in a list */
+#define MAX_SCHEMA_RULES 16384
+#define MAX_GBNF_BYTES ((size_t)4 << 20)
 
 typedef struct {
     sbuf out;
@@ -82,6 +97,13 @@ __attribute__((format(printf, 2, 3))) static void emit(conv *c, const char *fmt,
         va_start(ap, fmt);
         vsnprintf(p, (size_t)n + 1, fmt, ap);
         va_end(ap);
+    }
+    if (c->out.len + (size_t)n > MAX_GBNF_BYTES) {
+        if (p != small) free(p);
+        c->failed = true;
+        ls_err_set(c->err, LS_E_INVALID, "json_schema: the grammar it converts to is over the limit of %zu bytes",
+                   MAX_GBNF_BYTES);
+        return;
     }
     if (!sbuf_append(&c->out, p, (size_t)n)) {
         if (p != small) free(p);
@@ -134,14 +156,22 @@ static void emit_lit(conv *c, const char *s) {
         return;
     }
     emit(c, "\"");
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p) {
+        size_t run = 0; /* characters that need no escape: appended at once */
+        while (p[run] >= 0x20 && p[run] != '"' && p[run] != '\\') run++;
+        if (run) {
+            emit(c, "%.*s", (int)run, (const char *)p);
+            p += run;
+            continue;
+        }
         if (*p == '"') emit(c, "\\\"");
         else if (*p == '\\') emit(c, "\\\\");
         else if (*p == '\n') emit(c, "\\n");
         else if (*p == '\r') emit(c, "\\r");
         else if (*p == '\t') emit(c, "\\t");
-        else if (*p < 0x20) emit(c, "\\x%02X", *p);
-        else emit(c, "%c", *p);
+        else emit(c, "\\x%02X", *p);
+        p++;
     }
     emit(c, "\"");
 }
@@ -193,6 +223,28 @@ static bool in_list(const char *k, const char *const *l) {
 
 static int gen(conv *c, const cJSON *s, const char *path, int depth);
 
+/* A limit passed: LS_E_INVALID (a schema past a limit is refused, not unsupported). */
+__attribute__((format(printf, 3, 4))) static int over(conv *c, const char *path, const char *fmt, ...) {
+    if (c->failed) return -1;
+    c->failed = true;
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    ls_err_set(c->err, LS_E_INVALID, "json_schema: %s (at %.200s)", msg, path[0] ? path : "/");
+    return -1;
+}
+
+/* Reserves k rule numbers; -1 past MAX_SCHEMA_RULES (the error set). */
+static int new_rules(conv *c, int k, const char *path) {
+    if (c->n_rules > MAX_SCHEMA_RULES - k)
+        return over(c, path, "the schema needs more than the limit of %d grammar rules", MAX_SCHEMA_RULES);
+    int id = c->n_rules;
+    c->n_rules += k;
+    return id;
+}
+
 static int new_rule(conv *c) { return c->n_rules++; }
 
 static void sub_path(char *out, size_t cap, const char *path, const char *a, const char *b) {
@@ -203,8 +255,12 @@ static void sub_path(char *out, size_t cap, const char *path, const char *a, con
 static long long count_kw(conv *c, const cJSON *s, const char *k, const char *path) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(s, k);
     if (!v) return -1;
-    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble != floor(v->valuedouble) || v->valuedouble > 100000) {
-        fail(c, path, "'%s' must be a non-negative integer (at most 100000)", k);
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble != floor(v->valuedouble)) {
+        fail(c, path, "'%s' must be a non-negative integer", k);
+        return -2;
+    }
+    if (v->valuedouble > MAX_COUNT) {
+        over(c, path, "'%s' %.0f is over the limit of %d", k, v->valuedouble > 1e15 ? 1e15 : v->valuedouble, MAX_COUNT);
         return -2;
     }
     return (long long)v->valuedouble;
@@ -246,6 +302,9 @@ static int gen_object(conv *c, const cJSON *s, const char *path, int depth) {
             return fail(c, path, "required property '%.60s' is not in 'properties'", r->valuestring);
     }
     int n = props ? cJSON_GetArraySize(props) : 0;
+    if (n > MAX_PROPERTIES) return over(c, path, "'properties' has %d entries, over the limit of %d", n, MAX_PROPERTIES);
+    if (cJSON_GetArraySize(req) > MAX_PROPERTIES)
+        return over(c, path, "'required' has %d entries, over the limit of %d", cJSON_GetArraySize(req), MAX_PROPERTIES);
     int *kv = calloc((size_t)n + 1, sizeof *kv);
     bool *must = calloc((size_t)n + 1, sizeof *must);
     if (!kv || !must) {
@@ -295,9 +354,8 @@ static int gen_object(conv *c, const cJSON *s, const char *path, int depth) {
     int id = -1;
     if (!c->failed) {
         /* F_k: properties k.. with none emitted yet; R_k: after at least one */
-        int base = c->n_rules;
-        c->n_rules += 2 * (n + 1);
-        for (int k = 0; k < n; k++) {
+        int base = new_rules(c, 2 * (n + 1), path);
+        for (int k = 0; k < n && base >= 0; k++) {
             int F = base + 2 * k, R = F + 1, F1 = F + 2, R1 = F + 3;
             if (must[k]) {
                 emit(c, "r%d ::= r%d r%d\n", F, kv[k], R1);
@@ -308,7 +366,8 @@ static int gen_object(conv *c, const cJSON *s, const char *path, int depth) {
             }
         }
         int F = base + 2 * n, R = F + 1;
-        if (addv[0]) {
+        if (base < 0) {
+        } else if (addv[0]) {
             emit(c, "r%d ::= (string \":\" ws %s (\",\" ws string \":\" ws %s)*)?\n", F, addv, addv);
             emit(c, "r%d ::= (\",\" ws string \":\" ws %s)*\n", R, addv);
         } else {
@@ -360,9 +419,8 @@ static int gen_array(conv *c, const cJSON *s, const char *path, int depth) {
     int id = -1;
     if (!c->failed) {
         char a[24], b[24];
-        int base = c->n_rules;
-        c->n_rules += 2 * (K + 1);
-        for (int i = 0; i < K; i++) {
+        int base = new_rules(c, 2 * (K + 1), path);
+        for (int i = 0; i < K && base >= 0; i++) {
             int F = base + 2 * i, R = F + 1, R1 = F + 3;
             rname(el[i], a, sizeof a);
             if (i < mn) {
@@ -376,7 +434,8 @@ static int gen_array(conv *c, const cJSON *s, const char *path, int depth) {
         int F = base + 2 * K, R = F + 1;
         long long more = mx < 0 ? -1 : mx - K; /* items past K: unbounded, or up to `more` */
         rname(item, b, sizeof b);
-        if (more == 0) {
+        if (base < 0) {
+        } else if (more == 0) {
             emit(c, "r%d ::= \"\"\nr%d ::= \"\"\n", F, R);
         } else if (more < 0) {
             emit(c, "r%d ::= (%s (\",\" ws %s)*)?\n", F, b, b);
@@ -405,6 +464,8 @@ static int gen_type(conv *c, const cJSON *s, const char *t, const char *path, in
 
 static int alternatives(conv *c, const cJSON *list, const char *kw, const char *path, int depth) {
     if (!cJSON_IsArray(list) || cJSON_GetArraySize(list) == 0) return fail(c, path, "'%s' must be a non-empty list", kw);
+    if (cJSON_GetArraySize(list) > MAX_ALTERNATIVES)
+        return over(c, path, "'%s' has %d schemas, over the limit of %d", kw, cJSON_GetArraySize(list), MAX_ALTERNATIVES);
     int n = cJSON_GetArraySize(list), *alt = calloc((size_t)n, sizeof *alt);
     if (!alt) {
         c->failed = true;
@@ -430,9 +491,18 @@ static int alternatives(conv *c, const cJSON *list, const char *kw, const char *
     return c->failed ? -1 : id;
 }
 
+static uint32_t str_hash(const char *s) {
+    uint32_t h = 2166136261u;
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 16777619u;
+    return h;
+}
+
 static int gen_ref(conv *c, const char *ref, const char *path, int depth) {
+    uint32_t h = str_hash(ref);
     for (int i = 0; i < c->n_refs; i++)
-        if (!strcmp(c->refs[i].ref, ref)) return c->refs[i].id;
+        if (c->refs[i].hash == h && !strcmp(c->refs[i].ref, ref)) return c->refs[i].id;
+    if (c->n_refs >= MAX_REFS)
+        return over(c, path, "the schema uses more than the limit of %d distinct '$ref' targets", MAX_REFS);
     const char *name = NULL, *defs = NULL;
     if (!strncmp(ref, "#/$defs/", 8)) defs = "$defs", name = ref + 8;
     else if (!strncmp(ref, "#/definitions/", 14)) defs = "definitions", name = ref + 14;
@@ -448,7 +518,7 @@ static int gen_ref(conv *c, const char *ref, const char *path, int depth) {
     }
     strcpy(dup, ref);
     int id = new_rule(c); /* named before its body: recursive schemas refer to it */
-    c->refs[c->n_refs++] = (refmemo){dup, id};
+    c->refs[c->n_refs++] = (refmemo){dup, h, id};
     char sp[512];
     snprintf(sp, sizeof sp, "/%s/%s", defs, name);
     int body = gen(c, target, sp, depth + 1);
@@ -462,7 +532,9 @@ static int gen_ref(conv *c, const char *ref, const char *path, int depth) {
  * -1 on error (c->err set). */
 static int gen(conv *c, const cJSON *s, const char *path, int depth) {
     if (c->failed) return -1;
-    if (depth > 64) return fail(c, path, "the schema nests deeper than 64 levels");
+    if (depth > MAX_DEPTH) return over(c, path, "the schema nests deeper than the limit of %d levels", MAX_DEPTH);
+    if (c->n_rules > MAX_SCHEMA_RULES)
+        return over(c, path, "the schema needs more than the limit of %d grammar rules", MAX_SCHEMA_RULES);
     if (cJSON_IsTrue(s)) return -9;
     if (cJSON_IsFalse(s)) return fail(c, path, "the schema 'false' allows nothing");
     if (!cJSON_IsObject(s)) return fail(c, path, "a schema must be an object or a boolean");
@@ -489,6 +561,8 @@ static int gen(conv *c, const cJSON *s, const char *path, int depth) {
     }
     if (en) {
         if (!cJSON_IsArray(en) || cJSON_GetArraySize(en) == 0) return fail(c, path, "'enum' must be a non-empty list");
+        if (cJSON_GetArraySize(en) > MAX_ALTERNATIVES)
+            return over(c, path, "'enum' has %d values, over the limit of %d", cJSON_GetArraySize(en), MAX_ALTERNATIVES);
         int id = new_rule(c);
         emit(c, "r%d ::= ", id);
         const cJSON *v;
@@ -521,6 +595,8 @@ static int gen(conv *c, const cJSON *s, const char *path, int depth) {
     }
     if (cJSON_IsString(t)) return gen_type(c, s, t->valuestring, path, depth);
     if (!cJSON_IsArray(t) || cJSON_GetArraySize(t) == 0) return fail(c, path, "'type' must be a string or a non-empty list");
+    if (cJSON_GetArraySize(t) > MAX_ALTERNATIVES)
+        return over(c, path, "'type' lists %d types, over the limit of %d", cJSON_GetArraySize(t), MAX_ALTERNATIVES);
     int n = cJSON_GetArraySize(t), *alt = calloc((size_t)n, sizeof *alt), i = 0;
     if (!alt) {
         c->failed = true;

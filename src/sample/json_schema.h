@@ -7,7 +7,9 @@
  * false), items, prefixItems, minItems, maxItems, enum, const, anyOf, oneOf (as anyOf),
  * $ref to #/$defs/... and #/definitions/..., minLength, maxLength, and the annotations
  * title, description, $schema, $id, $comment, default, examples, strict.  Any other
- * keyword is an error naming it (LS_E_UNSUPPORTED), never silently ignored. */
+ * keyword is an error naming it (LS_E_UNSUPPORTED), never silently ignored.  A schema
+ * past a size limit (json_schema.c: 64 levels, counts of 4,096, ...) is LS_E_INVALID
+ * with a message naming the limit. */
 #ifndef LS_SAMPLE_JSON_SCHEMA_H
 #define LS_SAMPLE_JSON_SCHEMA_H
 

@@ -494,6 +494,22 @@ static cJSON *make_call(const cJSON *o, const char *id_prefix, int k) {
     return c;
 }
 
+/* What is a call, and what stays content:
+ *  - A call is a JSON object with a string "name" and an "arguments" member (an object
+ *    or any JSON value is re-serialised compactly; a string is passed on as it is, even
+ *    when it is not JSON).  The name is not checked against the request's tools: with a
+ *    tool grammar (tool_choice) the model could only write a declared one, and without
+ *    one the client sees what the model wrote.
+ *  - Hermes: the content is the text before the first <tool_call> (trailing whitespace
+ *    trimmed).  Every <tool_call>...</tool_call> block must hold a call; the last may be
+ *    cut by the length limit (it ends at the end of the text).  If any block is not a
+ *    call (not JSON, not an object, no name, no arguments) there are no calls at all and
+ *    the whole text is content.  Text after the last block is dropped.
+ *  - Generic JSON: an object {"tool_call": call} or {"tool_calls": [call, ...]} (every
+ *    entry a call, else none and the whole text is content) or {"response": "text"}
+ *    (the content).  Text after the object is dropped; anything else is all content.
+ * cJSON bounds the nesting it parses (CJSON_NESTING_LIMIT, 1000 levels), so no input
+ * recurses deeper than that. */
 ls_status ls_srv_tools_parse(const char *text, size_t len, ls_srv_tool_format fmt, const char *id_prefix,
                              char **content, cJSON **calls) {
     *content = NULL;
@@ -507,12 +523,12 @@ ls_status ls_srv_tools_parse(const char *text, size_t len, ls_srv_tool_format fm
         const char *p = text;
         bool first = true, ok = true;
         for (;;) {
-            const char *q = p < e ? strstr(p, OPEN) : NULL;
-            if (!q || q >= e) break;
+            const char *q = p < e ? memmem(p, (size_t)(e - p), OPEN, sizeof OPEN - 1) : NULL;
+            if (!q) break;
             if (first) keep = (size_t)(q - text);
             first = false;
-            const char *js = q + sizeof OPEN - 1, *end = strstr(js, CLOSE);
-            const char *je = end && end < e ? end : e; /* a call cut by the length limit ends the text */
+            const char *js = q + sizeof OPEN - 1, *end = memmem(js, (size_t)(e - js), CLOSE, sizeof CLOSE - 1);
+            const char *je = end ? end : e; /* a call cut by the length limit ends the text */
             cJSON *o = cJSON_ParseWithLength(js, (size_t)(je - js));
             cJSON *c = o ? make_call(o, id_prefix, cJSON_GetArraySize(arr)) : NULL;
             cJSON_Delete(o);

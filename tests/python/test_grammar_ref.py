@@ -143,3 +143,41 @@ def test_json_schema_grammar_is_sound_under_jsonschema(G, case):
     finally:
         G.ls_grammar_free(g)
     assert n_ok > 0
+
+
+def test_json_schema_grammar_refuses_each_missing_required_key(G):
+    """A schema with several required keys (and optional ones between them): the full
+    instance and every instance with only optional keys dropped are accepted; every
+    instance that misses any one required key -- alone, or with any optional keys also
+    dropped -- is refused by the grammar, as jsonschema refuses it."""
+    import itertools
+    props = {"a": {"type": "integer"}, "b": {"type": "string"}, "c": {"type": "boolean"},
+             "d": {"type": "null"}, "e": {"type": "array", "items": {"type": "integer"}}}
+    required = ["a", "c", "d", "e"]
+    schema = {"type": "object", "properties": props, "required": required}
+    full = {"a": 1, "b": "x", "c": True, "d": None, "e": [1, 2]}
+    e = Err()
+    text = json.dumps(schema).encode()
+    p = G.ls_json_schema_to_gbnf(text, len(text), C.byref(e))
+    assert p, e.msg
+    gbnf = C.string_at(p)
+    G.free(p)
+    g = compile_(G, gbnf)
+    val = jsonschema.Draft202012Validator(schema)
+    optional = [k for k in props if k not in required]
+    try:
+        for sep in ((",", ":"), (", ", ": ")):
+            for drop_opt in range(len(optional) + 1):
+                for opt in itertools.combinations(optional, drop_opt):
+                    base = {k: v for k, v in full.items() if k not in opt}
+                    assert val.is_valid(base) and matches(G, g, json.dumps(base, separators=sep)), base
+                    for miss in required:  # each omission of a required key
+                        inst = {k: v for k, v in base.items() if k != miss}
+                        assert not val.is_valid(inst)
+                        assert not matches(G, g, json.dumps(inst, separators=sep)), (miss, inst, gbnf.decode())
+            for n_miss in range(2, len(required) + 1):  # and several at once
+                for miss in itertools.combinations(required, n_miss):
+                    inst = {k: v for k, v in full.items() if k not in miss}
+                    assert not matches(G, g, json.dumps(inst, separators=sep)), (miss, inst)
+    finally:
+        G.ls_grammar_free(g)

@@ -11,9 +11,11 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fixture.h"
 #include "sample/grammar.h"
@@ -84,7 +86,7 @@ static void test_parser_rejects_naming_the_problem(void **st) {
     ls_grammar_free(g);
     /* ...but where every level may be empty, the start has ~10^9 stacks (one per count of
      * repetitions left at each level): refused by the work budget, by name. */
-    expect_error("root ::= ((\"a\"{0,1000}){0,1000}){0,1000}\n", "too ambiguous");
+    expect_error("root ::= ((\"a\"{0,1000}){0,1000}){0,1000}\n", "chain of more than the limit of 1024 rules");
 }
 
 /* A chain of rules each with two equal alternatives: 2^30 paths to one stack.  The
@@ -250,6 +252,253 @@ static void test_mask_matches_per_token_check(void **st) {
     ls_grammar_state_free(s);
     ls_grammar_free(g);
     ls_grammar_vocab_free(v);
+}
+
+
+/* ---- limits: every compile is bounded, and a refusal names the limit ------------------ */
+/* Each input is compiled (a schema: converted, then compiled) on a thread with the
+ * server's 2 MiB connection-thread stack, so a recursion too deep crashes the test, and
+ * timed: 2 s catches a wedge on a loaded machine (each takes well under 0.1 s here). */
+typedef struct {
+    char *text;         /* owned */
+    bool schema;        /* JSON Schema, else GBNF */
+    const char *want;   /* error substring, or NULL: must compile */
+    const char *yes[2]; /* must match (when it compiles) */
+    const char *no[2];  /* must not match */
+    const char *what;
+    /* results */
+    ls_status code;
+    char msg[512];
+    double secs;
+    int bad; /* 1: a yes did not match, 2: a no matched */
+} limit_case;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void *limit_run(void *p) {
+    limit_case *c = p;
+    double t0 = now_s();
+    ls_err err = {0};
+    char *gbnf = c->schema ? ls_json_schema_to_gbnf(c->text, strlen(c->text), &err) : c->text;
+    ls_grammar *g = gbnf ? ls_grammar_compile(gbnf, strlen(gbnf), &err) : NULL;
+    if (g) {
+        for (int i = 0; i < 2; i++) {
+            if (c->yes[i] && !ls_grammar_matches(g, c->yes[i], strlen(c->yes[i]))) c->bad = 1;
+            if (c->no[i] && ls_grammar_matches(g, c->no[i], strlen(c->no[i]))) c->bad = 2;
+        }
+    }
+    c->secs = now_s() - t0;
+    c->code = g ? LS_OK : err.code;
+    snprintf(c->msg, sizeof c->msg, "%s", g ? "" : err.msg);
+    ls_grammar_free(g);
+    if (c->schema) free(gbnf);
+    return NULL;
+}
+
+#define SERVER_STACK ((size_t)2 << 20) /* src/server/server.c: MHD_OPTION_THREAD_STACK_SIZE */
+
+static void limit_check(limit_case *c) {
+    pthread_attr_t a;
+    pthread_t t;
+    assert_int_equal(pthread_attr_init(&a), 0);
+    assert_int_equal(pthread_attr_setstacksize(&a, SERVER_STACK), 0);
+    assert_int_equal(pthread_create(&t, &a, limit_run, c), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    pthread_attr_destroy(&a);
+    printf("  %-44s %7.3f s  %s\n", c->what, c->secs, c->code ? c->msg : "compiled");
+    if (c->secs > 2.0) fail_msg("%s: took %.2f s", c->what, c->secs);
+    if (c->want) {
+        if (c->code != LS_E_INVALID) fail_msg("%s: code %d (%s), want LS_E_INVALID", c->what, c->code, c->msg);
+        if (!strstr(c->msg, c->want)) fail_msg("%s: error '%s' lacks '%s'", c->what, c->msg, c->want);
+    } else {
+        if (c->code) fail_msg("%s: should compile: %s", c->what, c->msg);
+        if (c->bad) fail_msg("%s: a string %s", c->what, c->bad == 1 ? "in the language did not match" : "outside matched");
+    }
+    free(c->text);
+}
+
+/* A growable string for the generated inputs. */
+typedef struct {
+    char *p;
+    size_t n, cap;
+} gstr;
+
+__attribute__((format(printf, 2, 3))) static void gs_add(gstr *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (b->n + (size_t)k + 1 > b->cap) {
+        b->cap = (b->n + (size_t)k + 1) * 2;
+        b->p = realloc(b->p, b->cap);
+        assert_non_null(b->p);
+    }
+    va_start(ap, fmt);
+    vsnprintf(b->p + b->n, (size_t)k + 1, fmt, ap);
+    va_end(ap);
+    b->n += (size_t)k;
+}
+
+static char *rep_str(const char *s, int n) {
+    gstr b = {0};
+    gs_add(&b, "%s", "");
+    for (int i = 0; i < n; i++) gs_add(&b, "%s", s);
+    return b.p;
+}
+
+/* root ::= ((( ... "a" ... ))) with depth groups */
+static char *nested_groups(int depth) {
+    gstr b = {0};
+    gs_add(&b, "root ::= ");
+    for (int i = 0; i < depth; i++) gs_add(&b, "(");
+    gs_add(&b, "\"a\"");
+    for (int i = 0; i < depth; i++) gs_add(&b, ")");
+    gs_add(&b, "\n");
+    return b.p;
+}
+
+/* root ::= r0, r0 ::= r1, ... r<n-1> ::= "x": a chain of n + 1 rules */
+static char *rule_chain(int n) {
+    gstr b = {0};
+    gs_add(&b, "root ::= r0\n");
+    for (int i = 0; i < n - 1; i++) gs_add(&b, "r%d ::= r%d\n", i, i + 1);
+    gs_add(&b, "r%d ::= \"x\"\n", n - 1);
+    return b.p;
+}
+
+/* n rules that do not refer to one another */
+static char *many_rules(int n) {
+    gstr b = {0};
+    gs_add(&b, "root ::= \"x\" r1\n");
+    for (int i = 1; i < n; i++) gs_add(&b, "r%d ::= \"y\"\n", i);
+    return b.p;
+}
+
+/* root ::= "w0" | "w1" | ... n alternatives */
+static char *wide_alternation(int n) {
+    gstr b = {0};
+    gs_add(&b, "root ::= \"w0\"");
+    for (int i = 1; i < n; i++) gs_add(&b, " | \"w%d\"", i);
+    gs_add(&b, "\n");
+    return b.p;
+}
+
+static char *schema_enum(int n) {
+    gstr b = {0};
+    gs_add(&b, "{\"enum\":[\"v0\"");
+    for (int i = 1; i < n; i++) gs_add(&b, ",\"v%d\"", i);
+    gs_add(&b, "]}");
+    return b.p;
+}
+
+/* depth levels of {"type":"array","items":...} (or objects with one property "a") around an integer */
+static char *schema_deep(int depth, bool objects) {
+    gstr b = {0};
+    for (int i = 0; i < depth; i++)
+        gs_add(&b, "%s", objects ? "{\"type\":\"object\",\"required\":[\"a\"],\"properties\":{\"a\":" : "{\"type\":\"array\",\"items\":");
+    gs_add(&b, "{\"type\":\"integer\"}");
+    for (int i = 0; i < depth; i++) gs_add(&b, "%s", objects ? "}}" : "}");
+    return b.p;
+}
+
+static char *instance_deep(int depth, bool objects) {
+    gstr b = {0};
+    for (int i = 0; i < depth; i++) gs_add(&b, "%s", objects ? "{\"a\":" : "[");
+    gs_add(&b, "7");
+    for (int i = 0; i < depth; i++) gs_add(&b, "%s", objects ? "}" : "]");
+    return b.p;
+}
+
+static char *int_array(int n) {
+    gstr b = {0};
+    gs_add(&b, "[");
+    for (int i = 0; i < n; i++) gs_add(&b, "%s%d", i ? "," : "", i % 10);
+    gs_add(&b, "]");
+    return b.p;
+}
+
+/* root ::= "aaa...a"{times} (a literal of len characters) */
+static char *long_literal_repeated(int len, int times) {
+    gstr b = {0};
+    gs_add(&b, "root ::= \"");
+    for (int i = 0; i < len; i++) gs_add(&b, "a");
+    gs_add(&b, "\"{%d}\n", times);
+    return b.p;
+}
+
+static char *dup_str(const char *s) {
+    char *p = malloc(strlen(s) + 1);
+    assert_non_null(p);
+    return strcpy(p, s);
+}
+
+static void test_limits_named_and_fast(void **st) {
+    (void)st;
+    char *a4096 = int_array(4096), *a4095 = int_array(4095), *d60a = instance_deep(60, false),
+         *d60o = instance_deep(60, true), *x30000 = rep_str("a", 30000), *x30001 = rep_str("a", 30001);
+#define REFUSED(text_, schema_, want_, what_) {.text = (text_), .schema = (schema_), .want = (want_), .what = (what_)}
+#define COMPILES(text_, schema_, y0, y1, n0, n1, what_) \
+    {.text = (text_), .schema = (schema_), .yes = {(y0), (y1)}, .no = {(n0), (n1)}, .what = (what_)}
+    limit_case cases[] = {
+        /* the reported inputs */
+        REFUSED(nested_groups(6000), false, "nest deeper than the limit of 256 levels", "GBNF: 6,000 nested groups"),
+        REFUSED(dup_str("{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"minItems\":100000}"), true, "'minItems' 100000 is over the limit of 4096", "schema: minItems 100000"),
+        REFUSED(rule_chain(20000), false, "chain of more than the limit of 1024 rules", "GBNF: 20,000-rule chain"),
+        REFUSED(many_rules(40000), false, "more than the limit of 32768 rules", "GBNF: 40,000 rules"),
+        REFUSED(schema_deep(100, false), true, "nests deeper than the limit of 64 levels", "schema: items 100 deep"),
+        REFUSED(schema_deep(100, true), true, "nests deeper than the limit of 64 levels", "schema: properties 100 deep"),
+        REFUSED(schema_enum(5000), true, "'enum' has 5000 values, over the limit of 4096", "schema: enum of 5,000"),
+        REFUSED(wide_alternation(10000), false, "8192 stacks", "GBNF: 10,000 alternatives"),
+        REFUSED(dup_str("root ::= \"a\"{0,200000}\n"), false, "the limit is 100000", "GBNF: {0,200000}"),
+        REFUSED(dup_str("root ::= \"a\"{0,50000}\n"), false, "more than the limit of 32768 rules", "GBNF: {0,50000}"),
+        REFUSED(long_literal_repeated(100, 20000), false, "expand to more than 1048576 elements",
+                "GBNF: 100-character literal {20000}"),
+        REFUSED(dup_str("{\"type\":\"string\",\"maxLength\":1000000}"), true,
+                "'maxLength' 1000000 is over the limit of 4096", "schema: maxLength 1000000"),
+        /* just under each limit: compiles and matches */
+        COMPILES(nested_groups(256), false, "a", NULL, "aa", "", "GBNF: 256 nested groups"),
+        COMPILES(dup_str("{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"minItems\":4096}"), true, a4096, NULL, a4095, "[]", "schema: minItems 4096"),
+        COMPILES(rule_chain(1000), false, "x", NULL, "xx", "y", "GBNF: 1,000-rule chain"),
+        COMPILES(many_rules(32000), false, "xy", NULL, "x", "y", "GBNF: 32,000 rules"),
+        COMPILES(schema_deep(60, false), true, d60a, NULL, "7", "[7]", "schema: items 60 deep"),
+        COMPILES(schema_deep(60, true), true, d60o, NULL, "7", "{\"a\":7}", "schema: properties 60 deep"),
+        COMPILES(schema_enum(4096), true, "\"v4095\"", "\"v0\"", "\"v4096\"", "\"v\"", "schema: enum of 4,096"),
+        COMPILES(wide_alternation(8000), false, "w7999", "w0", "w8000", "w", "GBNF: 8,000 alternatives"),
+        COMPILES(dup_str("root ::= \"a\"{0,30000}\n"), false, x30000, "", x30001, "b", "GBNF: {0,30000}"),
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) limit_check(&cases[i]);
+    free(a4096);
+    free(a4095);
+    free(d60a);
+    free(d60o);
+    free(x30000);
+    free(x30001);
+#undef REFUSED
+#undef COMPILES
+}
+
+/* At decode time a grammar whose every step is ambiguous cannot wedge the engine: the
+ * mask stops at its work budget and allows nothing (the request ends), quickly. */
+static void test_mask_is_bounded(void **st) {
+    (void)st;
+    char buf[4096];
+    ambiguous_chain(buf, sizeof buf, "\"q\"", 30);
+    ls_grammar *g = compile(buf);
+    ls_err err = {0};
+    ls_grammar_vocab *v = ls_grammar_vocab_new(N_TOY, toy_bytes, toy_eog, NULL, &err);
+    assert_non_null(v);
+    ls_grammar_state *s = ls_grammar_state_new(g);
+    uint32_t mask[4];
+    double t0 = now_s();
+    assert_int_equal(ls_grammar_mask(s, v, mask), 0);
+    assert_true(now_s() - t0 < 2.0);
+    ls_grammar_state_free(s);
+    ls_grammar_vocab_free(v);
+    ls_grammar_free(g);
 }
 
 static void test_masked_sampling_excludes_and_keeps_unmasked_bits(void **st) {
@@ -595,6 +844,8 @@ int main(void) {
         cmocka_unit_test(test_mask_matches_per_token_check),
         cmocka_unit_test(test_masked_sampling_excludes_and_keeps_unmasked_bits),
         cmocka_unit_test(test_json_schema_conversion),
+        cmocka_unit_test(test_limits_named_and_fast),
+        cmocka_unit_test(test_mask_is_bounded),
         cmocka_unit_test(test_mask_real_vocab_matches_per_token),
         cmocka_unit_test(test_engine_parity_alone_batched_speculative),
     };

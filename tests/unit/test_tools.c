@@ -131,6 +131,68 @@ static bool gmatch(ls_srv_tool_format f, bool required, const char *name, const 
 }
 
 /* The constraint of tool_choice required / named / auto, as the grammar the engine gets. */
+/* The rule in tools.c above ls_srv_tools_parse: a malformed entry makes the whole text
+ * content (no half-parsed calls), an unknown name is still a call, text after the calls
+ * is dropped. */
+static void all_content(const char *text, ls_srv_tool_format f) {
+    parsed p = parse(text, f);
+    assert_null(p.calls);
+    assert_non_null(p.content);
+    assert_string_equal(p.content, text);
+    done(&p);
+}
+
+static void test_malformed_and_trailing(void **state) {
+    (void)state;
+    const char *H[] = {
+        "<tool_call>\n{\"name\": \"a\", \"arguments\": {\"x\": }}\n</tool_call>", /* bad JSON arguments */
+        "<tool_call>\n{\"arguments\": {}}\n</tool_call>",                              /* no name */
+        "<tool_call>\n{\"name\": 7, \"arguments\": {}}\n</tool_call>",                /* name not a string */
+        "<tool_call>\n[\"a\", {}]\n</tool_call>",                                       /* not an object */
+        "<tool_call>\n{\"name\": \"a\"}\n</tool_call>",                                 /* no arguments */
+        /* one good call, then a bad one: none */
+        "<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call><tool_call>{\"name\": }</tool_call>",
+    };
+    for (size_t i = 0; i < sizeof H / sizeof *H; i++) all_content(H[i], LS_TOOLS_HERMES);
+    const char *G[] = {
+        "{\"tool_call\": {\"name\": \"a\", \"arguments\": {\"x\": }}}",
+        "{\"tool_call\": {\"arguments\": {}}}",
+        "{\"tool_call\": [1]}",
+        "{\"tool_calls\": [{\"name\": \"a\", \"arguments\": {}}, {\"name\": \"b\"}]}",
+        "{\"tool_calls\": [{\"name\": \"a\", \"arguments\": {}}, 3]}",
+        "[{\"name\": \"a\", \"arguments\": {}}]",
+    };
+    for (size_t i = 0; i < sizeof G / sizeof *G; i++) all_content(G[i], LS_TOOLS_GENERIC);
+    /* a name no tool has is still a call (the parser does not know the tools) */
+    parsed p = parse("<tool_call>{\"name\": \"no_such_tool\", \"arguments\": {\"k\": 1}}</tool_call>", LS_TOOLS_HERMES);
+    assert_int_equal(cJSON_GetArraySize(p.calls), 1);
+    call_is(p.calls, 0, "no_such_tool", "{\"k\":1}");
+    done(&p);
+    /* arguments as a string are passed on as written, JSON or not */
+    p = parse("<tool_call>{\"name\": \"a\", \"arguments\": \"not json\"}</tool_call>", LS_TOOLS_HERMES);
+    call_is(p.calls, 0, "a", "not json");
+    done(&p);
+    /* trailing text after the calls is dropped; the content is what came before */
+    p = parse("Hi.\n<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>\nand some words after",
+              LS_TOOLS_HERMES);
+    assert_string_equal(p.content, "Hi.");
+    assert_int_equal(cJSON_GetArraySize(p.calls), 1);
+    call_is(p.calls, 0, "a", "{}");
+    done(&p);
+    p = parse("{\"tool_call\": {\"name\": \"a\", \"arguments\": {}}} trailing words", LS_TOOLS_GENERIC);
+    assert_null(p.content);
+    assert_int_equal(cJSON_GetArraySize(p.calls), 1);
+    done(&p);
+    /* a call nested past cJSON's limit is not a call, and does not recurse without bound */
+    char *deep = malloc(40000);
+    assert_non_null(deep);
+    size_t n = (size_t)sprintf(deep, "<tool_call>{\"name\": \"a\", \"arguments\": ");
+    for (int i = 0; i < 5000; i++) deep[n++] = '[';
+    strcpy(deep + n, "</tool_call>");
+    all_content(deep, LS_TOOLS_HERMES);
+    free(deep);
+}
+
 static void test_grammar(void **state) {
     (void)state;
     const char *hc = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
@@ -156,6 +218,7 @@ int main(void) {
         cmocka_unit_test(test_hermes),
         cmocka_unit_test(test_generic),
         cmocka_unit_test(test_pyjson),
+        cmocka_unit_test(test_malformed_and_trailing),
         cmocka_unit_test(test_grammar),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
