@@ -253,7 +253,8 @@ typedef struct {
 #define LS_ENGINE_PARAMS_INIT {.size = sizeof(ls_engine_params), .isa = LS_ISA_AUTO}
 
 /* LS_FINISH_ERROR: the engine could not go on with this request (out of memory while it
- * ran); the text so far is intact, the other requests are unaffected. */
+ * ran, or its grammar's token mask went over its work budget); the text so far is intact,
+ * the other requests are unaffected. */
 typedef enum { LS_FINISH_STOP = 0, LS_FINISH_LENGTH = 1, LS_FINISH_CANCELLED = 2, LS_FINISH_ERROR = 3 } ls_finish;
 LS_API const char *ls_finish_name(ls_finish f);
 

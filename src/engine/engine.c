@@ -877,8 +877,9 @@ ls_status ls_engine_step(ls_engine *e, int32_t *n_rows_out, ls_err *err) {
                  * the tokens so far (the accepted prefix of a verify block included). */
                 const uint32_t *mask = NULL;
                 if (s->gst) {
-                    if (!ls_grammar_mask(s->gst, e->gvocab, e->gmask)) { /* nothing can follow: done */
-                        seq_finish(e, s, LS_FINISH_STOP, -1, s->n_toks, NULL);
+                    int32_t n_ok = ls_grammar_mask(s->gst, e->gvocab, e->gmask);
+                    if (n_ok <= 0) { /* 0: nothing can follow (done); -1: over the mask's work budget */
+                        seq_finish(e, s, n_ok == 0 ? LS_FINISH_STOP : LS_FINISH_ERROR, -1, s->n_toks, NULL);
                         alive = false;
                         break;
                     }

@@ -1387,7 +1387,7 @@ int32_t ls_grammar_mask(const ls_grammar_state *s, const ls_grammar_vocab *v, ui
         free(w.sets);
         free(w.hashes);
         free(w.slots);
-        return 0;
+        return -1;
     }
     int32_t root_id = -1;
     if (w.sets && w.hashes && w.slots) root_id = intern(&w, &s->st);
@@ -1404,9 +1404,9 @@ int32_t ls_grammar_mask(const ls_grammar_state *s, const ls_grammar_vocab *v, ui
     free(w.slots);
     free(w.tmp.v);
     free(w.tmp.fr);
-    if (w.oom) { /* out of memory or over budget: allow nothing but the end (the request stops) */
+    if (w.oom) { /* out of memory or over budget: the mask is incomplete, so nothing may be sampled from it */
         memset(mask, 0, ls_grammar_mask_words(v->n_vocab) * sizeof *mask);
-        w.count = 0;
+        return -1;
     }
     if (ls_grammar_complete(s))
         for (int32_t i = 0; i < v->n_vocab; i++)
