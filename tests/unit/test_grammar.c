@@ -484,18 +484,41 @@ static void test_limits_named_and_fast(void **st) {
 /* At decode time a grammar whose every step is ambiguous cannot wedge the engine: the
  * mask stops at its work budget, allows nothing and says so (-1: the request ends with an
  * error, not as a finished grammar), quickly. */
+static const char *const QVOC[] = {"q", "qy", "y", "x", "yx", ""};
+static size_t qvoc_bytes(void *ud, int32_t id, char *buf, size_t cap) {
+    (void)ud;
+    size_t n = strlen(QVOC[id]);
+    if (buf) memcpy(buf, QVOC[id], n < cap ? n : cap);
+    return n;
+}
+static bool qvoc_eog(void *ud, int32_t id) {
+    (void)ud;
+    return id == 5;
+}
+
 static void test_mask_is_bounded(void **st) {
     (void)st;
     char buf[4096];
-    ambiguous_chain(buf, sizeof buf, "\"q\"", 30);
-    ls_grammar *g = compile(buf);
     ls_err err = {0};
-    ls_grammar_vocab *v = ls_grammar_vocab_new(N_TOY, toy_bytes, toy_eog, NULL, &err);
+    /* a vocabulary with tokens that start with "q", so the walk must expand "q" */
+    ls_grammar_vocab *v = ls_grammar_vocab_new(6, qvoc_bytes, qvoc_eog, NULL, &err);
     assert_non_null(v);
+    uint32_t mask[1];
+    /* within the budget (2^12 paths): "q" and "qy" are allowed, nothing else */
+    ambiguous_chain(buf, sizeof buf, "\"q\"", 12);
+    ls_grammar *g = compile(buf);
     ls_grammar_state *s = ls_grammar_state_new(g);
-    uint32_t mask[4];
+    assert_int_equal(ls_grammar_mask(s, v, mask), 2);
+    assert_int_equal(mask[0], 3u);
+    ls_grammar_state_free(s);
+    ls_grammar_free(g);
+    /* over it (2^30 paths behind "q"): the mask says it could not be computed */
+    ambiguous_chain(buf, sizeof buf, "\"q\"", 30);
+    g = compile(buf);
+    s = ls_grammar_state_new(g);
     double t0 = now_s();
     assert_int_equal(ls_grammar_mask(s, v, mask), -1);
+    assert_int_equal(mask[0], 0u);
     assert_true(now_s() - t0 < 2.0);
     ls_grammar_state_free(s);
     ls_grammar_vocab_free(v);
