@@ -73,21 +73,37 @@ if [ "${1:-}" != "--c-only" ]; then
         echo "pytest is not importable by $PYTHON: run \`bash scripts/install-deps.sh --test\` (make test does)"
         fail=$((fail+1)); failed+=("pytest (not installed for $PYTHON)")
     else
-        for f in tests/python/test_*.py; do
-            name="pytest $f"
-            run "$name" "$PYTHON" -X faulthandler -m pytest -q -rs --durations=5 -p no:cacheprovider "$f"
-            log="$LOGS/$(echo "$name" | tr -c 'A-Za-z0-9_.-' '_').log"
-            # pytest's closing line: "N failed, N passed, N skipped, N errors in T s"
-            last=$(grep -E '^(=+ )?[0-9]+ (passed|failed|skipped|errors?|deselected)' "$log" | tail -1)
+        # py_count LOG: adds pytest's closing line ("N failed, N passed, N skipped, N errors
+        # in T s") to the totals; fails when the log has none (the process died).
+        py_count() {
+            local last k n
+            last=$(grep -E '^(=+ )?[0-9]+ (passed|failed|skipped|errors?|deselected)' "$1" | tail -1)
+            [ -n "$last" ] || return 1
             for k in passed failed skipped error; do
                 n=$(echo "$last" | grep -oE "[0-9]+ $k" | grep -oE '^[0-9]+' || true)
                 case $k in passed) py_pass=$((py_pass+${n:-0}));; failed) py_fail=$((py_fail+${n:-0}));;
                            skipped) py_skip=$((py_skip+${n:-0}));; error) py_err=$((py_err+${n:-0}));; esac
             done
-            if [ -z "$last" ] && grep -qE 'Fatal Python error|Segmentation fault|core dumped' "$log"; then
-                where=$(grep -oE 'File "[^"]*tests/python/[^"]*", line [0-9]+ in [a-z_0-9]+' "$log" | tail -1)
-                crashed+=("$f: the pytest process crashed (${where:-see $log}); its other tests did not run")
+        }
+        logof() { echo "$LOGS/$(echo "$1" | tr -c 'A-Za-z0-9_.-' '_').log"; }
+        for f in tests/python/test_*.py; do
+            name="pytest $f"
+            run "$name" "$PYTHON" -X faulthandler -m pytest -q -rs --durations=5 -p no:cacheprovider "$f"
+            py_count "$(logof "$name")" && continue
+            # The process died.  faulthandler names the test function it was in: that test
+            # fails, and the file runs once more without it.
+            fn=$(grep -oE 'File "[^"]*tests/python/[^"]*", line [0-9]+ in test_[A-Za-z_0-9]+' "$(logof "$name")" \
+                 | tail -1 | grep -oE 'test_[A-Za-z_0-9]+$' || true)
+            if [ -z "$fn" ]; then
+                crashed+=("$f: the pytest process died outside a test (see $(logof "$name")); none of its tests counted")
+                continue
             fi
+            py_fail=$((py_fail+1))
+            crashed+=("$f::$fn: killed the pytest process (faulthandler's traceback: $(logof "$name")); the file's other tests ran again without it")
+            run "$name (again, without $fn)" "$PYTHON" -X faulthandler -m pytest -q -rs -p no:cacheprovider \
+                -k "not $fn" "$f"
+            py_count "$(logof "$name (again, without $fn)")" \
+                || crashed+=("$f: crashed again without $fn (see $(logof "$name (again, without $fn)"))")
         done
     fi
 fi
