@@ -436,9 +436,9 @@ int main(int argc, char **argv) {
 
     /* name, vocab, embd, layers, heads, kv heads, ff, ctx; q k v o gate up down; embd; out; rope base */
     const synth_cfg c1 = {"1B-shaped Q4_K_M-style (Llama-3.2-1B shapes, tied Q6_K)", 128256, 2048, 16, 32, 8, 8192, 8192,
-                          12, 12, 14, 12, 12, 12, 14, 14, -1, 500000.0f};
+                          12, 12, 14, 12, 12, 12, 14, 14, -1, 500000.0f, NULL, 0, 0, 0, 0.0f, 0, 0.0f};
     const synth_cfg c8 = {"8B-shaped Q4_0 (Llama-3-8B shapes, Q6_K head)", 128256, 4096, 32, 32, 8, 14336, 8192,
-                          2, 2, 2, 2, 2, 2, 2, 2, 14, 500000.0f};
+                          2, 2, 2, 2, 2, 2, 2, 2, 14, 500000.0f, NULL, 0, 0, 0, 0.0f, 0, 0.0f};
     for (int k = 0; k < 2; k++) {
         if ((k == 0 && no1) || (k == 1 && no8)) continue;
         const synth_cfg *c = k == 0 ? &c1 : &c8;

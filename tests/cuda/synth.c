@@ -80,15 +80,18 @@ static ls_status add_mat(gguf_writer *w, const char *name, uint32_t type, int64_
     return st;
 }
 
-static ls_status add_norm(gguf_writer *w, const char *name, int64_t n, uint64_t seed) {
+static ls_status add_vec(gguf_writer *w, const char *name, int64_t n, uint64_t seed, float lo, float hi) {
     float *v = malloc((size_t)n * sizeof *v);
     if (!v) return LS_E_NOMEM;
     uint64_t s = seed;
-    for (int64_t i = 0; i < n; i++) v[i] = 0.8f + 0.4f * synth_unif(&s);
+    for (int64_t i = 0; i < n; i++) v[i] = lo + (hi - lo) * synth_unif(&s);
     const uint64_t ne[1] = {(uint64_t)n};
     ls_status st = gguf_writer_add_tensor(w, name, LS_TYPE_F32, 1, ne, v, (uint64_t)n * sizeof(float));
     free(v);
     return st;
+}
+static ls_status add_norm(gguf_writer *w, const char *name, int64_t n, uint64_t seed) {
+    return add_vec(w, name, n, seed, 0.8f, 1.2f);
 }
 
 /* Every tokenizer.* key of `from`, copied with its type (a real vocabulary, so other
@@ -156,19 +159,34 @@ static gguf_writer *synth_writer(const synth_cfg *c0, uint64_t seed, const gguf_
         ls_err_set(err, LS_E_NOMEM, "out of memory");
         return NULL;
     }
-    const int64_t E = c->n_embd, D = E / c->n_head, KV = (int64_t)c->n_head_kv * D, F = c->n_ff;
-    gguf_writer_add_str(w, "general.architecture", "llama");
+    const int64_t E = c->n_embd, D = c->head_dim ? c->head_dim : E / c->n_head, KV = (int64_t)c->n_head_kv * D,
+                  QD = (int64_t)c->n_head * D, F = c->n_ff;
+    const char *a = c->arch ? c->arch : "llama";
+    char key[128];
+#define KEY(suf) (snprintf(key, sizeof key, "%s." suf, a), key)
+    gguf_writer_add_str(w, "general.architecture", a);
     gguf_writer_add_str(w, "general.name", c->name);
-    gguf_writer_add_u32(w, "llama.context_length", (uint32_t)c->n_ctx_train);
-    gguf_writer_add_u32(w, "llama.embedding_length", (uint32_t)E);
-    gguf_writer_add_u32(w, "llama.block_count", (uint32_t)c->n_layer);
-    gguf_writer_add_u32(w, "llama.feed_forward_length", (uint32_t)F);
-    gguf_writer_add_u32(w, "llama.attention.head_count", (uint32_t)c->n_head);
-    gguf_writer_add_u32(w, "llama.attention.head_count_kv", (uint32_t)c->n_head_kv);
-    gguf_writer_add_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-    gguf_writer_add_f32(w, "llama.rope.freq_base", c->rope_base);
+    gguf_writer_add_u32(w, KEY("context_length"), (uint32_t)c->n_ctx_train);
+    gguf_writer_add_u32(w, KEY("embedding_length"), (uint32_t)E);
+    gguf_writer_add_u32(w, KEY("block_count"), (uint32_t)c->n_layer);
+    gguf_writer_add_u32(w, KEY("feed_forward_length"), (uint32_t)F);
+    gguf_writer_add_u32(w, KEY("attention.head_count"), (uint32_t)c->n_head);
+    gguf_writer_add_u32(w, KEY("attention.head_count_kv"), (uint32_t)c->n_head_kv);
+    if (c->head_dim) {
+        gguf_writer_add_u32(w, KEY("attention.key_length"), (uint32_t)D);
+        gguf_writer_add_u32(w, KEY("attention.value_length"), (uint32_t)D);
+    }
+    if (c->swa) gguf_writer_add_u32(w, KEY("attention.sliding_window"), (uint32_t)c->swa);
+    gguf_writer_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f);
+    gguf_writer_add_f32(w, KEY("rope.freq_base"), c->rope_base);
+    if (c->yarn_factor > 0.0f) {
+        gguf_writer_add_str(w, KEY("rope.scaling.type"), "yarn");
+        gguf_writer_add_f32(w, KEY("rope.scaling.factor"), c->yarn_factor);
+        gguf_writer_add_u32(w, KEY("rope.scaling.original_context_length"), (uint32_t)c->yarn_orig);
+        gguf_writer_add_f32(w, KEY("rope.scaling.attn_factor"), c->yarn_attn);
+    }
     if (vocab) {
-        gguf_writer_add_u32(w, "llama.vocab_size", (uint32_t)c->n_vocab);
+        gguf_writer_add_u32(w, KEY("vocab_size"), (uint32_t)c->n_vocab);
         if (copy_vocab(w, vocab, err)) {
             gguf_writer_free(w);
             return NULL;
@@ -196,6 +214,15 @@ static gguf_writer *synth_writer(const synth_cfg *c0, uint64_t seed, const gguf_
     ls_status st = add_mat(w, "token_embd.weight", c->t_embd, c->n_vocab, E, 1.0f, seed + 1, err);
     if (!st) st = add_norm(w, "output_norm.weight", E, seed + 2);
     if (!st && c->t_out >= 0) st = add_mat(w, "output.weight", (uint32_t)c->t_out, c->n_vocab, E, ws, seed + 3, err);
+    if (!st && (c->feats & SYNTH_ROPE_FREQS)) { /* llama3-style factors: 1 (high frequencies) .. 8 (low) */
+        const int64_t h = D / 2;
+        float *v = malloc((size_t)h * sizeof *v);
+        if (!v) st = LS_E_NOMEM;
+        for (int64_t i = 0; v && i < h; i++) v[i] = 1.0f + 7.0f * (float)i / (float)(h > 1 ? h - 1 : 1);
+        const uint64_t ne[1] = {(uint64_t)h};
+        if (v) st = gguf_writer_add_tensor(w, "rope_freqs.weight", LS_TYPE_F32, 1, ne, v, (uint64_t)h * sizeof(float));
+        free(v);
+    }
     char name[96];
     for (int32_t l = 0; l < c->n_layer && !st; l++) {
         const uint64_t ls = seed + 1000 * (uint64_t)(l + 1);
@@ -206,10 +233,29 @@ static gguf_writer *synth_writer(const synth_cfg *c0, uint64_t seed, const gguf_
     }
         snprintf(name, sizeof name, "blk.%d.attn_norm.weight", l);
         st = add_norm(w, name, E, ls + 1);
-        M_("attn_q", c->t_q, E, E, ws, 2)
+        M_("attn_q", c->t_q, QD, E, ws, 2)
         M_("attn_k", c->t_k, KV, E, ws, 3)
         M_("attn_v", c->t_v, KV, E, ws, 4)
-        M_("attn_output", c->t_o, E, E, ws, 5)
+#define V_(suf, n, o, lo, hi)                                             \
+    if (!st) {                                                            \
+        snprintf(name, sizeof name, "blk.%d." suf, l);                    \
+        st = add_vec(w, name, (n), ls + (o), (lo), (hi));                 \
+    }
+        if (c->feats & SYNTH_BIAS) {
+            V_("attn_q.bias", QD, 20, -0.5f, 0.5f)
+            V_("attn_k.bias", KV, 21, -0.5f, 0.5f)
+            V_("attn_v.bias", KV, 22, -0.5f, 0.5f)
+        }
+        if (c->feats & SYNTH_QK_NORM) {
+            V_("attn_q_norm.weight", D, 23, 0.8f, 1.2f)
+            V_("attn_k_norm.weight", D, 24, 0.8f, 1.2f)
+        }
+        M_("attn_output", c->t_o, E, QD, ws, 5)
+        if (c->feats & SYNTH_POST) {
+            V_("post_attention_norm.weight", E, 25, 0.8f, 1.2f)
+            V_("post_ffw_norm.weight", E, 26, 0.8f, 1.2f)
+        }
+#undef V_
         if (!st) {
             snprintf(name, sizeof name, "blk.%d.ffn_norm.weight", l);
             st = add_norm(w, name, E, ls + 6);
@@ -219,12 +265,36 @@ static gguf_writer *synth_writer(const synth_cfg *c0, uint64_t seed, const gguf_
         M_("ffn_down", c->t_down, E, F, wf, 9)
 #undef M_
     }
+#undef KEY
     if (st) {
         if (err && !err->code) ls_err_set(err, st, "synthetic model: writer failed");
         gguf_writer_free(w);
         return NULL;
     }
     return w;
+}
+
+const synth_cfg *synth_families(int *n) {
+    /* name, vocab, embd, layers, heads, kv heads, ff, ctx; q k v o gate up down; embd; out (-1 tied); rope base;
+     * arch, head_dim, swa, feats, yarn factor, yarn orig, yarn attn */
+    static const synth_cfg k[] = {
+        {"llama3 (rope_freqs.weight, Q8_0/Q5_0/F16/Q4_0, F16 head)", 2048, 256, 2, 4, 2, 512, 8192, 8, 8, 6, 1, 6, 8, 2,
+         8, 1, 500000.0f, "llama", 0, 0, SYNTH_ROPE_FREQS, 0, 0, 0},
+        {"mistral (Q4_0, Q6_K head)", 2048, 256, 2, 8, 2, 512, 4096, 2, 2, 2, 2, 2, 2, 2, 2, 14, 10000.0f, "mistral", 0, 0,
+         0, 0, 0, 0},
+        {"qwen2 (q/k/v biases, tied Q8_0)", 2048, 256, 2, 4, 2, 512, 4096, 8, 8, 6, 8, 6, 6, 2, 8, -1, 1000000.0f, "qwen2",
+         0, 0, SYNTH_BIAS, 0, 0, 0},
+        {"qwen2 YaRN (factor 4, 256 original positions, attn_factor 0.9; Q4_1)", 2048, 256, 2, 4, 2, 512, 4096, 3, 3, 3, 3,
+         3, 3, 3, 8, -1, 1000000.0f, "qwen2", 0, 0, SYNTH_BIAS, 4.0f, 256, 0.9f},
+        {"qwen3 (q/k norms, head_dim 64 != 128 / 4)", 2048, 128, 2, 4, 2, 384, 4096, 8, 8, 6, 1, 8, 8, 2, 8, 1, 1000000.0f,
+         "qwen3", 64, 0, SYNTH_QK_NORM, 0, 0, 0},
+        {"gemma3 (GeGLU fused, post-norms, window 11, head_dim 256, tied Q8_0)", 2048, 128, 6, 2, 1, 512, 4096, 8, 8, 6, 1,
+         8, 8, 2, 8, -1, 1000000.0f, "gemma3", 256, 11, SYNTH_QK_NORM | SYNTH_POST, 0, 0, 0},
+        {"gemma3 (GeGLU separate gate/up, 8 query heads of 256 per kv head)", 2048, 256, 6, 8, 1, 512, 4096, 8, 8, 6, 8, 6,
+         8, 2, 8, -1, 1000000.0f, "gemma3", 256, 11, SYNTH_QK_NORM | SYNTH_POST, 0, 0, 0},
+    };
+    *n = (int)(sizeof k / sizeof k[0]);
+    return k;
 }
 
 ls_status synth_write_file(const synth_cfg *c, uint64_t seed, const char *vocab_path, const char *path, ls_err *err) {

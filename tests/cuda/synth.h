@@ -29,7 +29,28 @@ typedef struct {
     uint32_t t_embd;
     int32_t t_out; /* -1: tied to token_embd */
     float rope_base;
+    /* Family features (zero: a plain llama file), as tests/python/synth_family.py writes them */
+    const char *arch;      /* general.architecture; NULL: "llama" */
+    int32_t head_dim;      /* {arch}.attention.key_length / value_length; 0: n_embd / n_head */
+    int32_t swa;           /* {arch}.attention.sliding_window (gemma3), or 0 */
+    unsigned feats;        /* SYNTH_* */
+    float yarn_factor;     /* > 0: rope.scaling.type yarn with this factor ... */
+    int32_t yarn_orig;     /* ... over this many original positions ... */
+    float yarn_attn;       /* ... and this attn_factor */
 } synth_cfg;
+enum {
+    SYNTH_BIAS = 1u << 0,       /* blk.N.attn_{q,k,v}.bias (qwen2) */
+    SYNTH_QK_NORM = 1u << 1,    /* blk.N.attn_{q,k}_norm.weight (qwen3, gemma3) */
+    SYNTH_POST = 1u << 2,       /* blk.N.post_attention_norm / post_ffw_norm (gemma3) */
+    SYNTH_ROPE_FREQS = 1u << 3, /* rope_freqs.weight: factors 1..8 (llama 3.1+) */
+};
+
+/* Synthetic files of every family of the architecture table (arch.c), one or more each:
+ * llama with rope_freqs.weight, mistral, qwen2 (q/k/v biases; and with YaRN), qwen3 (q/k
+ * norms, key_length != n_embd / n_head), gemma3 (GeGLU, post-norms, embedding scale, q/k
+ * norms, 5 sliding-window layers of 11 positions : 1 global; fused and separate gate/up,
+ * both attention kernels).  *n: how many. */
+const synth_cfg *synth_families(int *n);
 
 /* A model from cfg and seed, loaded from an in-memory GGUF file; *buf holds the file
  * (free it after ls_model_free). */

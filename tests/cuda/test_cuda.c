@@ -14,7 +14,12 @@
  *     kernel policies (default, tensor-core GEMM for every run, warp kernel for every
  *     run, no graphs); with random rows on the fast family (their rows not compared, the
  *     others must stay exact); and a forked sequence whose partial block was copied with
- *     ls_cuda_kv_block_copy.
+ *     ls_cuda_kv_block_copy;
+ *  4. the same for one synthetic file of every family (synth_families: llama with
+ *     rope_freqs.weight, mistral, qwen2 with biases and with YaRN, qwen3 with q/k norms,
+ *     gemma3 with GeGLU, post-norms, embedding scale and a window of 11 positions over
+ *     sequences of up to 216): the GPU executes the model's plan, so every family must
+ *     give the CPU's bytes.
  *
  * --quick: a subset (the mutant build of `make test-cuda` runs it and must fail). */
 #include <math.h>
@@ -238,6 +243,8 @@ static void test_fork(parity_refs *fx, ls_cuda_fwd *g, ls_cuda_kv *kv, const cha
     free(got);
 }
 
+static int g_models = 1; /* 0 (--families): only the family files */
+
 static void test_model(const synth_cfg *c, uint64_t seed) {
     parity_refs fx;
     void *buf = NULL;
@@ -333,7 +340,10 @@ static void cpu_info(void) {
 }
 
 int main(int argc, char **argv) {
-    for (int i = 1; i < argc; i++) g_quick |= !strcmp(argv[i], "--quick");
+    for (int i = 1; i < argc; i++) {
+        g_quick |= !strcmp(argv[i], "--quick");
+        if (!strcmp(argv[i], "--families")) g_models = 0; /* only the family files */
+    }
     char name[256];
     ls_err err;
     if (!ls_cuda_available(name, sizeof name, &err)) {
@@ -343,21 +353,28 @@ int main(int argc, char **argv) {
     printf("gpu: %s\n", name);
     cpu_info();
     const double t0 = now_s();
-    test_quant();
-    test_matmul();
+    if (g_models) {
+        test_quant();
+        test_matmul();
+    }
     /* name, vocab, embd, layers, heads, kv heads, ff, ctx; q k v o gate up down; embd; out; rope base */
     static const synth_cfg cfgs[] = {
-        {"smol-q4_1 (Q4_1, tied Q8_0 head, embd 576)", 8192, 576, 3, 9, 3, 1536, 8192, 3, 3, 3, 3, 3, 3, 3, 8, -1, 100000.0f},
-        {"q4_0 (Q6_K head, head dim 128)", 8192, 1024, 2, 8, 2, 2816, 4096, 2, 2, 2, 2, 2, 2, 2, 2, 14, 500000.0f},
-        {"q4_k_m (Q4_K, Q6_K v/down/head)", 8192, 1024, 2, 16, 4, 2816, 4096, 12, 12, 14, 12, 12, 12, 14, 12, 14, 10000.0f},
-        {"q8_0 (MHA, F16 head)", 4096, 768, 2, 12, 12, 2048, 4096, 8, 8, 8, 8, 8, 8, 8, 8, 1, 10000.0f},
+        {"smol-q4_1 (Q4_1, tied Q8_0 head, embd 576)", 8192, 576, 3, 9, 3, 1536, 8192, 3, 3, 3, 3, 3, 3, 3, 8, -1, 100000.0f, NULL, 0, 0, 0, 0.0f, 0, 0.0f},
+        {"q4_0 (Q6_K head, head dim 128)", 8192, 1024, 2, 8, 2, 2816, 4096, 2, 2, 2, 2, 2, 2, 2, 2, 14, 500000.0f, NULL, 0, 0, 0, 0.0f, 0, 0.0f},
+        {"q4_k_m (Q4_K, Q6_K v/down/head)", 8192, 1024, 2, 16, 4, 2816, 4096, 12, 12, 14, 12, 12, 12, 14, 12, 14, 10000.0f, NULL, 0, 0, 0, 0.0f, 0, 0.0f},
+        {"q8_0 (MHA, F16 head)", 4096, 768, 2, 12, 12, 2048, 4096, 8, 8, 8, 8, 8, 8, 8, 8, 1, 10000.0f, NULL, 0, 0, 0, 0.0f, 0, 0.0f},
         {"mxfp4/q5 (Q5_0 q/k, Q5_1 v/o, MXFP4 ffn, Q5_K head)", 4096, 768, 2, 12, 4, 2048, 4096, 6, 6, 7, 7, 39, 39, 39, 1, 13,
-         10000.0f},
-        {"f32", 2048, 256, 2, 4, 2, 512, 4096, 0, 0, 0, 0, 0, 0, 0, 0, 0, 10000.0f},
-        {"f16/bf16 (BF16 ffn)", 2048, 256, 2, 4, 1, 512, 4096, 1, 1, 1, 1, 30, 30, 30, 1, 1, 10000.0f},
+         10000.0f, NULL, 0, 0, 0, 0.0f, 0, 0.0f},
+        {"f32", 2048, 256, 2, 4, 2, 512, 4096, 0, 0, 0, 0, 0, 0, 0, 0, 0, 10000.0f, NULL, 0, 0, 0, 0.0f, 0, 0.0f},
+        {"f16/bf16 (BF16 ffn)", 2048, 256, 2, 4, 1, 512, 4096, 1, 1, 1, 1, 30, 30, 30, 1, 1, 10000.0f, NULL, 0, 0, 0, 0.0f, 0, 0.0f},
     };
-    const int nc = g_quick ? 2 : (int)(sizeof cfgs / sizeof cfgs[0]);
+    const int nc = !g_models ? 0 : g_quick ? 2 : (int)(sizeof cfgs / sizeof cfgs[0]);
     for (int i = 0; i < nc; i++) test_model(&cfgs[i], 1000 + (uint64_t)i);
+    {
+        int nf;
+        const synth_cfg *fam = synth_families(&nf);
+        for (int i = 0; i < (g_quick ? 2 : nf); i++) test_model(&fam[i], 2000 + (uint64_t)i);
+    }
     printf("test_cuda: %zu checks, %zu failed; %zu differing bytes of %zu compared (%.1f s) %s\n", g_checks, g_failed,
            g_bytes_diff, g_bytes_cmp, now_s() - t0, g_failed ? "FAIL" : "ok");
     return g_failed ? 1 : 0;

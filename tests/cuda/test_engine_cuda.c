@@ -401,9 +401,9 @@ int main(int argc, char **argv) {
         return g_fail;
     }
     static const synth_cfg cfgs[] = {
-        {"smol-q4_1 (Q4_1, tied Q8_0 head)", 8192, 576, 3, 9, 3, 1536, 8192, 3, 3, 3, 3, 3, 3, 3, 8, -1, 100000.0f},
-        {"q4_k_m (Q4_K, Q6_K v/down/head)", 8192, 1024, 2, 16, 4, 2816, 4096, 12, 12, 14, 12, 12, 12, 14, 12, 14, 10000.0f},
-        {"q4_0 (Q6_K head, head dim 128)", 8192, 1024, 2, 8, 2, 2816, 4096, 2, 2, 2, 2, 2, 2, 2, 2, 14, 500000.0f},
+        {"smol-q4_1 (Q4_1, tied Q8_0 head)", 8192, 576, 3, 9, 3, 1536, 8192, 3, 3, 3, 3, 3, 3, 3, 8, -1, 100000.0f, NULL, 0, 0, 0, 0.0f, 0, 0.0f},
+        {"q4_k_m (Q4_K, Q6_K v/down/head)", 8192, 1024, 2, 16, 4, 2816, 4096, 12, 12, 14, 12, 12, 12, 14, 12, 14, 10000.0f, NULL, 0, 0, 0, 0.0f, 0, 0.0f},
+        {"q4_0 (Q6_K head, head dim 128)", 8192, 1024, 2, 8, 2, 2816, 4096, 2, 2, 2, 2, 2, 2, 2, 2, 14, 500000.0f, NULL, 0, 0, 0, 0.0f, 0, 0.0f},
     };
     for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) test_model(&cfgs[i], 11 + i);
     printf("test_engine_cuda: %zu logits rows compared, %zu bytes differ: %s\n", g_rows, g_bytes_diff,

@@ -2,7 +2,10 @@
  * the paged KV store, the per-call plan (rows in runs of one family), CUDA graphs for
  * decode-sized batches, and the fast family through cuBLAS (loaded at run time).
  *
- * The step sequence is forward.c's, kernel for kernel (docs/cuda.md). */
+ * The step sequence is the model's plan (src/model/plan.h, read through cuda_src.h), the
+ * one forward.c executes: every optional step of a layer (biases, q/k norms, the RoPE
+ * table, the window, post-norms, the activation) runs when its plan field says so, for
+ * every family alike (docs/cuda.md). */
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <cublas_v2.h>
@@ -141,6 +144,13 @@ static ls_status dmat_fill(DMat *d, const lsc_mat_src *s, int base, int chunk, i
 /* ---- the model's weights on the device (shared by its fwds) -------------------- */
 struct WLayer {
     float *attn_norm, *ffn_norm;
+    /* the plan's optional steps (NULL: absent) */
+    float *bqkv;                          /* q|k|v biases, one vector of QD + 2 KVD */
+    float *q_norm, *k_norm;               /* (head_dim) */
+    float *post_attn_norm, *post_ffn_norm; /* (n_embd) */
+    int rope, window;
+    float attn_scale;
+    int glu;                              /* LSC_MODE_SWIGLU or LSC_MODE_GEGLU */
     int n_qkv;         /* 1: Q, K, V stacked in one matrix; 3: separate */
     DMat qkv[3];
     int qkv_col[3];    /* column of each in the qkv activation rows */
@@ -168,6 +178,11 @@ static void weights_free(Weights *w) {
     for (WLayer &l : w->L) {
         cudaFree(l.attn_norm);
         cudaFree(l.ffn_norm);
+        cudaFree(l.bqkv);
+        cudaFree(l.q_norm);
+        cudaFree(l.k_norm);
+        cudaFree(l.post_attn_norm);
+        cudaFree(l.post_ffn_norm);
         for (int i = 0; i < 3; i++) dmat_free(&l.qkv[i]);
         dmat_free(&l.wo);
         for (int i = 0; i < 2; i++) dmat_free(&l.gu[i]);
@@ -208,6 +223,24 @@ static ls_status weights_upload(Weights *w, ls_err *err) {
         WLayer &D = w->L[li];
         if ((st = upload_vec(&D.attn_norm, L->attn_norm, s->n_embd, err)) ||
             (st = upload_vec(&D.ffn_norm, L->ffn_norm, s->n_embd, err)))
+            break;
+        D.rope = L->rope;
+        D.window = L->window;
+        D.attn_scale = L->attn_scale;
+        D.glu = L->gelu ? LSC_MODE_GEGLU : LSC_MODE_SWIGLU;
+        if (L->bq) { /* one vector in the qkv row's column order */
+            const size_t qd = (size_t)s->n_head * s->head_dim, kvd = (size_t)s->n_head_kv * s->head_dim;
+            std::vector<float> b(qd + 2 * kvd);
+            memcpy(b.data(), L->bq, qd * 4);
+            memcpy(b.data() + qd, L->bk, kvd * 4);
+            memcpy(b.data() + qd + kvd, L->bv, kvd * 4);
+            if ((st = upload_vec(&D.bqkv, b.data(), b.size(), err))) break;
+        }
+        if (L->q_norm && ((st = upload_vec(&D.q_norm, L->q_norm, s->head_dim, err)) ||
+                          (st = upload_vec(&D.k_norm, L->k_norm, s->head_dim, err))))
+            break;
+        if (L->post_attn_norm && ((st = upload_vec(&D.post_attn_norm, L->post_attn_norm, s->n_embd, err)) ||
+                                  (st = upload_vec(&D.post_ffn_norm, L->post_ffn_norm, s->n_embd, err))))
             break;
         /* Q, K, V: one stacked matrix when they share a type */
         const int64_t NQ = L->wq.N, NK = L->wk.N, NV = L->wv.N;
@@ -423,7 +456,7 @@ struct ls_cuda_fwd {
     cudaStream_t st;
     cudaEvent_t ev0, ev1;
     /* device */
-    float *xn, *qkv, *att, *h, *tbuf, *logits_d, *cs, *sn;
+    float *xn, *qkv, *att, *h, *tbuf, *logits_d, *cs[2], *sn[2]; /* RoPE tables: the plan's (n_rope) */
     int8_t *xq, *xq2; /* quantized activations; xq2: h (the down matmul's input, written by the SwiGLU matmul) */
     float2 *dxs, *dxs2;
     uint8_t *stage_d;
@@ -488,8 +521,8 @@ void ls_cuda_fwd_free(ls_cuda_fwd *f) {
     graphs_clear(f);
     for (cudaEvent_t e : f->pev)
         if (e) cudaEventDestroy(e);
-    void *dev[] = {f->xn, f->qkv, f->att, f->h, f->tbuf, f->logits_d, f->cs, f->sn, f->xq, f->dxs, f->xq2, f->dxs2,
-                   f->stage_d, f->wh, f->xh, f->part};
+    void *dev[] = {f->xn, f->qkv, f->att, f->h, f->tbuf, f->logits_d, f->cs[0], f->sn[0], f->cs[1], f->sn[1], f->xq,
+                   f->dxs, f->xq2, f->dxs2, f->stage_d, f->wh, f->xh, f->part};
     for (void *p : dev) cudaFree(p);
     cudaFreeHost(f->stage_h);
     cudaFreeHost(f->logits_h);
@@ -603,7 +636,7 @@ ls_cuda_fwd *ls_cuda_fwd_create(const ls_model *m, const ls_fwd_params *p, ls_er
         const int xs = (int)lsc_nbp(kmax / 32 + 1);
         if ((st = dalloc((void **)&f->xn, R * f->E * 4, err)) || (st = dalloc((void **)&f->qkv, R * f->QKVD * 4, err)) ||
             (st = dalloc((void **)&f->att, R * f->QD * 4, err)) || (st = dalloc((void **)&f->h, R * f->F * 4, err)) ||
-            (st = dalloc((void **)&f->tbuf, R * 2 * f->F * 4, err)) ||
+            (st = dalloc((void **)&f->tbuf, R * (2 * f->F > f->E ? 2 * f->F : f->E) * 4, err)) ||
             (st = dalloc((void **)&f->xq, R * xs * 32, err)) || (st = dalloc((void **)&f->dxs, R * xs * 8, err)) ||
             (st = dalloc((void **)&f->xq2, R * xs * 32, err)) || (st = dalloc((void **)&f->dxs2, R * xs * 8, err)))
             goto fail;
@@ -627,9 +660,11 @@ ls_cuda_fwd *ls_cuda_fwd_create(const ls_model *m, const ls_fwd_params *p, ls_er
             ls_err_set(err, LS_E_NOMEM, "out of memory for RoPE tables");
             goto fail;
         }
-        lsc_rope_tables(m, p->n_ctx, cs, sn);
-        st = upload_vec(&f->cs, cs, cnt, err);
-        if (!st) st = upload_vec(&f->sn, sn, cnt, err);
+        for (int i = 0; i < s->n_rope && !st; i++) {
+            lsc_rope_tables(m, i, p->n_ctx, cs, sn);
+            st = upload_vec(&f->cs[i], cs, cnt, err);
+            if (!st) st = upload_vec(&f->sn[i], sn, cnt, err);
+        }
         free(cs);
         free(sn);
         if (st) goto fail;
@@ -695,13 +730,13 @@ static ls_status mm_fast(ls_cuda_fwd *f, const DMat &d, const float *xf, int ldx
     CK(lsc_dequant_half(w, f->wh, f->st));
     CK(lsc_f2h(xf + (size_t)m0 * ldxf, ldxf, n, w.K, f->xh, f->st));
     const float one = 1.0f, zero = 0.0f;
-    float *out = mode == LSC_MODE_SWIGLU ? f->tbuf : y + (size_t)m0 * ldy;
-    const int ldc = mode == LSC_MODE_SWIGLU ? w.N : ldy;
+    float *out = lsc_gated(mode) ? f->tbuf : y + (size_t)m0 * ldy;
+    const int ldc = lsc_gated(mode) ? w.N : ldy;
     cublasStatus_t bs = g_blas.gemm((cublasHandle_t)f->blas, CUBLAS_OP_T, CUBLAS_OP_N, w.N, n, w.K, &one, f->wh,
                                     CUDA_R_16F, w.K, f->xh, CUDA_R_16F, w.K, mode == LSC_MODE_ADD ? &one : &zero, out,
                                     CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     if (bs != CUBLAS_STATUS_SUCCESS) return ls_err_set(err, LS_E_IO, "cublasGemmEx failed (status %d)", (int)bs);
-    if (mode == LSC_MODE_SWIGLU) CK(lsc_epilogue(f->tbuf, w.N, n, y + (size_t)m0 * ldy, ldy, mode, f->st));
+    if (lsc_gated(mode)) CK(lsc_epilogue(f->tbuf, w.N, n, y + (size_t)m0 * ldy, ldy, mode, f->st));
     return LS_OK;
 }
 
@@ -764,15 +799,24 @@ static ls_status enqueue(ls_cuda_fwd *f, ls_cuda_kv *kv, const Plan &pl, ls_err 
         ka.tbl = tbl;
         ka.tbl_off = tbl_off;
         ka.pos = pos;
-        CK(lsc_rope_kv(f->qkv, f->QKVD, M, s->n_head, s->n_head_kv, D, s->rope_dim, s->rope_neox, f->cs, f->sn, ka, st));
-        PROF(f, "rope+kv write");
+        const lsc_qkpre pre = {L.bqkv, L.q_norm, L.k_norm, s->norm_eps}; /* plan steps 3, 4 */
+        CK(lsc_rope_kv(f->qkv, f->QKVD, M, s->n_head, s->n_head_kv, D, s->rope_dim, s->rope_neox, f->cs[L.rope],
+                       f->sn[L.rope], ka, pre, st));
+        PROF(f, "(bias, q/k norm,) rope+kv write");
         const bool q_att = !lsc_is_float(L.wo.m.type);
-        CK(lsc_attention(f->qkv, f->QKVD, M, s->n_head, s->n_head_kv, D, s->attn_scale, ka, pl.max_keys, f->att,
-                         q_att ? f->xq : NULL, f->dxs, xsQ, st));
+        CK(lsc_attention(f->qkv, f->QKVD, M, s->n_head, s->n_head_kv, D, L.attn_scale, L.window, ka, pl.max_keys,
+                         f->att, q_att ? f->xq : NULL, f->dxs, xsQ, st));
         PROF(f, "attention(+quant)");
         const lsc_act aQ = {f->xq, f->dxs, xsQ};
-        if ((rs = mm(f, L.wo, pl.rows, f->att, f->QD, aQ, x, E, LSC_MODE_ADD, err))) return rs;
-        PROF(f, "matmul wo(+add)");
+        if (L.post_attn_norm) { /* plan steps 7-9: t = att Wo; x = x + rmsnorm(t) */
+            if ((rs = mm(f, L.wo, pl.rows, f->att, f->QD, aQ, f->tbuf, E, LSC_MODE_STORE, err))) return rs;
+            PROF(f, "matmul wo");
+            CK(lsc_norm_add(f->tbuf, E, L.post_attn_norm, s->norm_eps, M, E, x, E, st));
+            PROF(f, "post-norm+add");
+        } else {
+            if ((rs = mm(f, L.wo, pl.rows, f->att, f->QD, aQ, x, E, LSC_MODE_ADD, err))) return rs;
+            PROF(f, "matmul wo(+add)");
+        }
         CK(lsc_rmsnorm_quant(x, E, NULL, L.ffn_norm, s->norm_eps, M, E, f->xn, E, f->xq, f->dxs, xsE, st));
         PROF(f, "rmsnorm+quant");
         /* one exact warp-kernel run (decode): the SwiGLU matmul quantizes h itself */
@@ -780,21 +824,28 @@ static ls_status enqueue(ls_cuda_fwd *f, ls_cuda_kv *kv, const Plan &pl, ls_err 
                             M == 1 && f->opts.gemv_max_rows >= 1 && F % 32 == 0;
         if (L.n_gu == 1) {
             const lsc_qout qo = {fuse_q ? f->xq2 : (int8_t *)NULL, f->dxs2, xsF};
-            if ((rs = mm(f, L.gu[0], pl.rows, f->xn, E, aE, f->h, F, LSC_MODE_SWIGLU, err, qo))) return rs;
+            if ((rs = mm(f, L.gu[0], pl.rows, f->xn, E, aE, f->h, F, L.glu, err, qo))) return rs;
         } else {
             if ((rs = mm(f, L.gu[0], pl.rows, f->xn, E, aE, f->tbuf, 2 * F, LSC_MODE_STORE, err)) ||
                 (rs = mm(f, L.gu[1], pl.rows, f->xn, E, aE, f->tbuf + F, 2 * F, LSC_MODE_STORE, err)))
                 return rs;
-            CK(lsc_swiglu(f->tbuf, f->tbuf + F, 2 * F, M, F, f->h, F, st));
+            CK(lsc_glu(f->tbuf, f->tbuf + F, 2 * F, M, F, f->h, F, L.glu, st));
         }
-        PROF(f, "matmul gate/up(+swiglu)");
+        PROF(f, "matmul gate/up(+glu)");
         if (!lsc_is_float(L.down.m.type) && !fuse_q) {
             CK(lsc_quant(f->h, F, M, F, f->xq2, f->dxs2, xsF, st));
             PROF(f, "quant");
         }
         const lsc_act aF = {f->xq2, f->dxs2, xsF};
-        if ((rs = mm(f, L.down, pl.rows, f->h, F, aF, x, E, LSC_MODE_ADD, err))) return rs;
-        PROF(f, "matmul down(+add)");
+        if (L.post_ffn_norm) { /* plan steps 13-15 */
+            if ((rs = mm(f, L.down, pl.rows, f->h, F, aF, f->tbuf, E, LSC_MODE_STORE, err))) return rs;
+            PROF(f, "matmul down");
+            CK(lsc_norm_add(f->tbuf, E, L.post_ffn_norm, s->norm_eps, M, E, x, E, st));
+            PROF(f, "post-norm+add");
+        } else {
+            if ((rs = mm(f, L.down, pl.rows, f->h, F, aF, x, E, LSC_MODE_ADD, err))) return rs;
+            PROF(f, "matmul down(+add)");
+        }
     }
     if (pl.n_out > 0) { /* the head: the rows that need logits, gathered in row order */
         CK(lsc_rmsnorm_quant(x, E, out_idx, f->w->out_norm, s->norm_eps, pl.n_out, E, f->xn, E, f->xq, f->dxs, xsE, st));

@@ -27,9 +27,11 @@ struct lsc_act {
 };
 
 /* matmul epilogues */
-enum { LSC_MODE_STORE = 0, LSC_MODE_ADD = 1, LSC_MODE_SWIGLU = 2 };
-/* SWIGLU: the stacked gate/up matrix interleaves 8-row chunks: stacked row 16c + i is gate
- * row 8c + i, 16c + 8 + i is up row 8c + i (i < 8); output o = silu(gate o) * up o. */
+enum { LSC_MODE_STORE = 0, LSC_MODE_ADD = 1, LSC_MODE_SWIGLU = 2, LSC_MODE_GEGLU = 3 };
+/* SWIGLU, GEGLU (the gated modes): the stacked gate/up matrix interleaves 8-row chunks:
+ * stacked row 16c + i is gate row 8c + i, 16c + 8 + i is up row 8c + i (i < 8); output
+ * o = act(gate o) * up o (lsc_glu: silu, or gelu_tanh for GEGLU). */
+static inline __host__ __device__ bool lsc_gated(int mode) { return mode == LSC_MODE_SWIGLU || mode == LSC_MODE_GEGLU; }
 #define LSC_GU_CHUNK 8
 
 /* ---- launches ---------------------------------------------------------------------
@@ -99,10 +101,23 @@ cudaError_t lsc_rmsnorm_quant(const float *x, int ldx, const int32_t *rowidx, co
                               int n, float *xn, int ldxn, int8_t *q, float2 *dxs, int xs, cudaStream_t s);
 cudaError_t lsc_ops_init(void); /* shared-memory limits (once, outside graph capture) */
 cudaError_t lsc_quant(const float *x, int ldx, int rows, int n, int8_t *q, float2 *dxs, int xs, cudaStream_t s);
-cudaError_t lsc_swiglu(const float *g, const float *u, int ld, int rows, int n, float *out, int ldo, cudaStream_t s);
+/* out = act(g) * u, mode LSC_MODE_SWIGLU or LSC_MODE_GEGLU */
+cudaError_t lsc_glu(const float *g, const float *u, int ld, int rows, int n, float *out, int ldo, int mode,
+                    cudaStream_t s);
+/* x[r] = x[r] + rmsnorm(t[r], w) (a post-norm and its residual add: two roundings per element
+ * after the norm's, as forward.c's ls_rmsnorm then add_rows) */
+cudaError_t lsc_norm_add(const float *t, int ldt, const float *w, float eps, int rows, int n, float *x, int ldx,
+                         cudaStream_t s);
 
 /* RoPE + K/V into the paged cache for rows: qkv row r holds q (n_head heads), k, v
- * (n_kv heads each) at column offsets 0, qd, qd + kvd. */
+ * (n_kv heads each) at column offsets 0, qd, qd + kvd.  Before the rotation, in the plan's
+ * order: + bias (bqkv: qd + 2 kvd floats, q|k|v, or NULL), then the per-head RMSNorm of q
+ * and k (qn, kn: head_dim floats, or NULL). */
+struct lsc_qkpre {
+    const float *bqkv;
+    const float *qn, *kn;
+    float eps;
+};
 struct lsc_kvargs {
     float *kv;                 /* the store */
     size_t block_floats;       /* one block, all layers */
@@ -112,11 +127,13 @@ struct lsc_kvargs {
     const int32_t *pos;        /* (rows) */
 };
 cudaError_t lsc_rope_kv(float *qkv, int ldq, int rows, int n_head, int n_kv, int D, int rope_dim, int neox,
-                        const float *cs, const float *sn, lsc_kvargs kv, cudaStream_t s);
+                        const float *cs, const float *sn, lsc_kvargs kv, lsc_qkpre pre, cudaStream_t s);
 /* attention per (row, kv head): out (rows x n_head*D) and, when q != NULL, its quantized
- * activations (fused when D % 32 == 0 and n_head/n_kv*D <= 1024; else a separate pass) */
+ * activations (fused when D % 32 == 0 and n_head/n_kv*D <= 1024; else a separate pass).
+ * window > 0: the row at position p reads keys max(0, p - window + 1)..p only, as keys
+ * 0..n-1 of the recipe (docs/numerics.md); 0: keys 0..p. */
 size_t lsc_attn_smem(int n_head, int n_kv, int D, int max_keys);
-cudaError_t lsc_attention(const float *qkv, int ldq, int rows, int n_head, int n_kv, int D, float scale,
+cudaError_t lsc_attention(const float *qkv, int ldq, int rows, int n_head, int n_kv, int D, float scale, int window,
                           lsc_kvargs kv, int max_keys, float *out, int8_t *q, float2 *dxs, int xs,
                           cudaStream_t s);
 cudaError_t lsc_attn_init(size_t max_smem);

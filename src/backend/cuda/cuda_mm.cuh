@@ -31,10 +31,6 @@ template <int T> struct QT {
     static constexpr int SBB = (T == LSC_Q4_K || T == LSC_Q5_K || T == LSC_Q6_K) ? 4 : 0;
 };
 
-__device__ __forceinline__ float silu_mul(float g, float u) {
-    float silu = lsc_div(g, lsc_add(1.0f, lsc_expf(-g)));
-    return lsc_mul(silu, u);
-}
 
 /* step 1 for one unit, lane i holding element i (the same as cuda_ops.cu's quant_unit) */
 __device__ __forceinline__ void quant_unit_mm(float x, int lane, int8_t *q, float2 *dxs) {
@@ -111,7 +107,7 @@ __global__ void __launch_bounds__(FQ ? 1024 : 256) k_gemv(const lsc_mat w, const
                                                float *__restrict__ y, int ldy, int n_out, int mode,
                                                int8_t *__restrict__ q8, float2 *__restrict__ qd, int qxs) {
     const int lane = threadIdx.x & 31;
-    const int no = mode == LSC_MODE_SWIGLU ? NW / 2 : NW;
+    const int no = lsc_gated(mode) ? NW / 2 : NW;
     const int o0 = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 5) * no;
     lsc_pdl_trigger();
     if (o0 >= n_out && !FQ) { /* warp-uniform (fused: the grid covers n_out exactly) */
@@ -121,9 +117,9 @@ __global__ void __launch_bounds__(FQ ? 1024 : 256) k_gemv(const lsc_mat w, const
     int wr[NW];
 #pragma unroll
     for (int i = 0; i < NW; i++) {
-        int o = o0 + (mode == LSC_MODE_SWIGLU ? i / 2 : i);
+        int o = o0 + (lsc_gated(mode) ? i / 2 : i);
         o = o < n_out ? o : n_out - 1;
-        wr[i] = mode == LSC_MODE_SWIGLU ? 2 * LSC_GU_CHUNK * (o / LSC_GU_CHUNK) + o % LSC_GU_CHUNK + (i & 1) * LSC_GU_CHUNK
+        wr[i] = lsc_gated(mode) ? 2 * LSC_GU_CHUNK * (o / LSC_GU_CHUNK) + o % LSC_GU_CHUNK + (i & 1) * LSC_GU_CHUNK
                                         : o;
     }
     const int8_t *xr[R];
@@ -218,10 +214,10 @@ __global__ void __launch_bounds__(FQ ? 1024 : 256) k_gemv(const lsc_mat w, const
 #pragma unroll
         for (int r = 0; r < R; r++) {
             if (lane != (i * R + r) % 32 || r >= rows) continue;
-            if (mode == LSC_MODE_SWIGLU) {
+            if (lsc_gated(mode)) {
                 const int o = o0 + i / 2;
                 if ((i & 1) == 0 && o < n_out) {
-                    const float h = silu_mul(S[i][r], S[i + 1][r]);
+                    const float h = lsc_glu(mode == LSC_MODE_GEGLU, S[i][r], S[i + 1][r]);
                     y[(size_t)r * ldy + o] = h;
                     if (FQ) hq[FQ ? r : 0][threadIdx.x >> 5] = h;
                 }
@@ -242,12 +238,12 @@ __global__ void __launch_bounds__(FQ ? 1024 : 256) k_gemv(const lsc_mat w, const
 template <int T, int R, int NW>
 cudaError_t launch_gemv_nw(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy, int mode, lsc_qout qo,
                            cudaStream_t s) {
-    const int n_out = mode == LSC_MODE_SWIGLU ? w.N / 2 : w.N;
-    const int no = mode == LSC_MODE_SWIGLU ? (NW / 2 > 0 ? NW / 2 : 1) : NW;
+    const int n_out = lsc_gated(mode) ? w.N / 2 : w.N;
+    const int no = lsc_gated(mode) ? (NW / 2 > 0 ? NW / 2 : 1) : NW;
     const int warps = (n_out + no - 1) / no;
     if (qo.q) { /* 32 warps of one gate and one up row each = one unit of h per block (R = 1: 64 registers) */
         if constexpr (R == 1) {
-            if (mode != LSC_MODE_SWIGLU || NW != 2 || n_out % 32) return cudaErrorInvalidValue;
+            if (!lsc_gated(mode) || NW != 2 || n_out % 32) return cudaErrorInvalidValue;
             return lsc_launch(k_gemv<T, R, 2, true>, dim3(n_out / 32), dim3(1024), 0, s, w, a.q, a.dxs, a.xs, rows, y,
                               ldy, n_out, mode, qo.q, qo.dxs, qo.xs);
         }
@@ -259,9 +255,9 @@ cudaError_t launch_gemv_nw(const lsc_mat &w, lsc_act a, int rows, float *y, int 
 
 template <int T, int R>
 cudaError_t launch_gemv(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy, int mode, lsc_qout qo, cudaStream_t s) {
-    if (R == 1 && mode != LSC_MODE_SWIGLU && lsc_gemv_nw1 == 1) return launch_gemv_nw<T, R, 1>(w, a, rows, y, ldy, mode, qo, s);
-    if (R == 1 && mode != LSC_MODE_SWIGLU && lsc_gemv_nw1 == 4) return launch_gemv_nw<T, R, 4>(w, a, rows, y, ldy, mode, qo, s);
-    if (mode == LSC_MODE_SWIGLU) return launch_gemv_nw<T, R, 2>(w, a, rows, y, ldy, mode, qo, s);
+    if (R == 1 && !lsc_gated(mode) && lsc_gemv_nw1 == 1) return launch_gemv_nw<T, R, 1>(w, a, rows, y, ldy, mode, qo, s);
+    if (R == 1 && !lsc_gated(mode) && lsc_gemv_nw1 == 4) return launch_gemv_nw<T, R, 4>(w, a, rows, y, ldy, mode, qo, s);
+    if (lsc_gated(mode)) return launch_gemv_nw<T, R, 2>(w, a, rows, y, ldy, mode, qo, s);
     return launch_gemv_nw<T, R, R == 1 ? 2 : 4>(w, a, rows, y, ldy, mode, qo, s);
 }
 
@@ -550,11 +546,11 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) k_mma(const lsc_mat w, con
                 const int r = m0 + wm * MT * 16 + mt * 16 + grp + 8 * (e >> 1);
                 const int n = n0 + wn * NT * 8 + nt * 8 + 2 * t4 + (e & 1);
                 if (r >= rows) continue;
-                if (mode == LSC_MODE_SWIGLU) {
+                if (lsc_gated(mode)) {
                     /* nt even: gate rows of a 16-row chunk, nt + 1: the same outputs' up rows */
                     if (nt & 1) continue;
                     const int o = LSC_GU_CHUNK * (n / (2 * LSC_GU_CHUNK)) + n % (2 * LSC_GU_CHUNK);
-                    if (o < w.N / 2) y[(size_t)r * ldy + o] = silu_mul(Tr[3][mt][nt][e], Tr[3][mt][nt + 1][e]);
+                    if (o < w.N / 2) y[(size_t)r * ldy + o] = lsc_glu(mode == LSC_MODE_GEGLU, Tr[3][mt][nt][e], Tr[3][mt][nt + 1][e]);
                 } else if (n < w.N) {
                     float *yp = y + (size_t)r * ldy + n;
                     *yp = mode == LSC_MODE_ADD ? lsc_add(*yp, Tr[3][mt][nt][e]) : Tr[3][mt][nt][e];
@@ -568,11 +564,11 @@ static __global__ void k_combine(const float *__restrict__ part, int split, int 
     lsc_pdl_trigger();
     lsc_pdl_wait();
     const int r = blockIdx.y;
-    const int n_out = mode == LSC_MODE_SWIGLU ? N / 2 : N;
+    const int n_out = lsc_gated(mode) ? N / 2 : N;
     for (int o = blockIdx.x * blockDim.x + threadIdx.x; o < n_out; o += gridDim.x * blockDim.x) {
         float v[2];
-        for (int k = 0; k < (mode == LSC_MODE_SWIGLU ? 2 : 1); k++) {
-            const int n = mode == LSC_MODE_SWIGLU ? 2 * LSC_GU_CHUNK * (o / LSC_GU_CHUNK) + o % LSC_GU_CHUNK + k * LSC_GU_CHUNK : o;
+        for (int k = 0; k < (lsc_gated(mode) ? 2 : 1); k++) {
+            const int n = lsc_gated(mode) ? 2 * LSC_GU_CHUNK * (o / LSC_GU_CHUNK) + o % LSC_GU_CHUNK + k * LSC_GU_CHUNK : o;
             float t[8];
             for (int z = 0; z < split; z++) t[z] = part[((size_t)z * rows + r) * N + n];
             for (int m = split; m > 1; m /= 2)
@@ -580,7 +576,7 @@ static __global__ void k_combine(const float *__restrict__ part, int split, int 
             v[k] = t[0];
         }
         float *yp = y + (size_t)r * ldy + o;
-        if (mode == LSC_MODE_SWIGLU) *yp = silu_mul(v[0], v[1]);
+        if (lsc_gated(mode)) *yp = lsc_glu(mode == LSC_MODE_GEGLU, v[0], v[1]);
         else *yp = mode == LSC_MODE_ADD ? lsc_add(*yp, v[0]) : v[0];
     }
 }
@@ -596,7 +592,7 @@ cudaError_t launch_mma(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy,
     cudaError_t e = lsc_launch(k_mma<T, MT, WM, NT, WN, MINB>, dim3(gx, gy, split), dim3(32 * WM * WN), (size_t)L::BYTES, s,
                                w, a.q, a.dxs, a.xs, rows, y, ldy, mode, part);
     if (e != cudaSuccess || split == 1) return e;
-    const int n_out = mode == LSC_MODE_SWIGLU ? w.N / 2 : w.N;
+    const int n_out = lsc_gated(mode) ? w.N / 2 : w.N;
     return lsc_launch(k_combine, dim3((n_out + 255) / 256, rows), dim3(256), 0, s, (const float *)part, split, rows, w.N,
                       y, ldy, mode);
 }

@@ -12,11 +12,6 @@ namespace lsc {
 
 #define FULL 0xffffffffu
 
-__device__ __forceinline__ float silu_mul_o(float g, float u) {
-    float silu = lsc_div(g, lsc_add(1.0f, lsc_expf(-g)));
-    return lsc_mul(silu, u);
-}
-
 /* Step 1 for one unit: lane i holds element i.  Writes q (32 bytes) and dxs. */
 __device__ __forceinline__ void quant_unit(float x, int lane, int8_t *q, float2 *dxs) {
     const float a = fabsf(x);
@@ -96,18 +91,53 @@ __global__ void k_quant(const float *__restrict__ x, int ldx, int n, int8_t *__r
     quant_unit(x[(size_t)r * ldx + 32 * b + lane], lane, q + ((size_t)r * xs + b) * 32, dxs + (size_t)r * xs + b);
 }
 
-__global__ void k_swiglu(const float *__restrict__ g, const float *__restrict__ u, int ld, int n,
-                         float *__restrict__ out, int ldo) {
+__global__ void k_glu(const float *__restrict__ g, const float *__restrict__ u, int ld, int n,
+                      float *__restrict__ out, int ldo, int gelu) {
     lsc_pdl_trigger();
     lsc_pdl_wait();
     const int r = blockIdx.y;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
-        out[(size_t)r * ldo + i] = silu_mul_o(g[(size_t)r * ld + i], u[(size_t)r * ld + i]);
+        out[(size_t)r * ldo + i] = lsc_glu(gelu, g[(size_t)r * ld + i], u[(size_t)r * ld + i]);
 }
 
-/* ---- RoPE + K/V into the paged store ------------------------------------------ */
+/* dot16(x, x) of a row of n floats in shared memory by warp 0 (lane l < 16: the fma chain
+ * over k = l, l + 16, ...; the tree as the xor butterfly 1, 2, 4, 8), then the RMSNorm
+ * scale 1 / sqrtf(ss / n + eps): returned to every thread of the block. */
+__device__ __forceinline__ float row_rms_scale(const float *buf, int n, float eps, float *scale_s) {
+    const int lane = threadIdx.x & 31;
+    if (threadIdx.x < 32) {
+        float acc = 0.0f;
+        if (lane < 16)
+            for (int k = lane; k < n; k += 16) acc = lsc_fma(buf[k], buf[k], acc);
+#pragma unroll
+        for (int off = 1; off <= 8; off <<= 1) acc = lsc_add(acc, __shfl_xor_sync(FULL, acc, off));
+        if (lane == 0) *scale_s = lsc_div(1.0f, __fsqrt_rn(lsc_add(lsc_div(acc, (float)n), eps)));
+    }
+    __syncthreads();
+    return *scale_s;
+}
+
+/* x[r] = x[r] + rmsnorm(t[r], w): one block per row */
+__global__ void k_norm_add(const float *__restrict__ t, int ldt, const float *__restrict__ w, float eps, int n,
+                           float *__restrict__ x, int ldx) {
+    extern __shared__ float buf[];
+    __shared__ float scale_s;
+    lsc_pdl_trigger();
+    lsc_pdl_wait();
+    const int r = blockIdx.x;
+    const float *tr = t + (size_t)r * ldt;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) buf[i] = tr[i];
+    __syncthreads();
+    const float scale = row_rms_scale(buf, n, eps, &scale_s);
+    float *xr = x + (size_t)r * ldx;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) xr[i] = lsc_add(xr[i], lsc_mul(lsc_mul(buf[i], scale), w[i]));
+}
+
+/* ---- bias, q/k norms, RoPE, K/V into the paged store ---------------------------- */
 __global__ void k_rope_kv(float *__restrict__ qkv, int ldq, int n_head, int n_kv, int D, int rope_dim, int neox,
-                          const float *__restrict__ cs, const float *__restrict__ sn, lsc_kvargs kv) {
+                          const float *__restrict__ cs, const float *__restrict__ sn, lsc_kvargs kv, lsc_qkpre pre) {
+    extern __shared__ float hb[]; /* the head (bias and norm applied), when pre has either */
+    __shared__ float scale_s;
     lsc_pdl_trigger();
     lsc_pdl_wait();
     /* block (row r, head h): h < n_head a query head (rotated in place), else kv head h - n_head:
@@ -128,9 +158,26 @@ __global__ void k_rope_kv(float *__restrict__ qkv, int ldq, int n_head, int n_kv
         vd = base + (size_t)16 * n_kv * D + off;
         vsrc = row + (size_t)(n_head + n_kv) * D + (size_t)kh * D;
     }
+    const float *src = xh; /* what the rotation reads */
+    if (pre.bqkv || pre.qn) {
+        /* the plan's steps 3 and 4 on this head: y = y + b (one rounding), then rmsnorm over
+         * head_dim (ls_rmsnorm's row recipe: (x * scale) * w) */
+        const float *b = pre.bqkv ? pre.bqkv + (size_t)h * D : NULL;
+        for (int d = threadIdx.x; d < D; d += blockDim.x) hb[d] = b ? lsc_add(xh[d], b[d]) : xh[d];
+        __syncthreads();
+        const float *nw = h < n_head ? pre.qn : pre.kn;
+        if (nw) {
+            const float scale = row_rms_scale(hb, D, pre.eps, &scale_s);
+            for (int d = threadIdx.x; d < D; d += blockDim.x) hb[d] = lsc_mul(lsc_mul(hb[d], scale), nw[d]);
+            __syncthreads();
+        }
+        src = hb;
+        if (!kd) /* a query head: its dims past rope_dim are final now */
+            for (int d = rope_dim + threadIdx.x; d < D; d += blockDim.x) xh[d] = hb[d];
+    }
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
         const int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
-        const float x0 = xh[i0], x1 = xh[i1], ci = c[i], si = s[i];
+        const float x0 = src[i0], x1 = src[i1], ci = c[i], si = s[i];
         const float y0 = lsc_fma(x0, ci, -lsc_mul(x1, si)), y1 = lsc_fma(x0, si, lsc_mul(x1, ci));
         if (kd) {
             kd[i0] = y0;
@@ -141,8 +188,9 @@ __global__ void k_rope_kv(float *__restrict__ qkv, int ldq, int n_head, int n_kv
         }
     }
     if (kd) {
-        for (int d = rope_dim + threadIdx.x; d < D; d += blockDim.x) kd[d] = xh[d]; /* dims past rope_dim */
-        for (int d = threadIdx.x; d < D; d += blockDim.x) vd[d] = vsrc[d];
+        for (int d = rope_dim + threadIdx.x; d < D; d += blockDim.x) kd[d] = src[d]; /* dims past rope_dim */
+        const float *bv = pre.bqkv ? pre.bqkv + (size_t)(n_head + n_kv) * D + (size_t)(h - n_head) * D : NULL;
+        for (int d = threadIdx.x; d < D; d += blockDim.x) vd[d] = bv ? lsc_add(vsrc[d], bv[d]) : vsrc[d];
     }
 }
 
@@ -157,7 +205,7 @@ __host__ __device__ inline AttnLayout attn_layout(int max_keys) {
     return a;
 }
 
-__global__ void k_attn(const float *__restrict__ qkv, int ldq, int n_head, int n_kv, int D, float scale,
+__global__ void __launch_bounds__(1024) k_attn(const float *__restrict__ qkv, int ldq, int n_head, int n_kv, int D, float scale, int window,
                        lsc_kvargs kv, int max_keys, float *__restrict__ out, int8_t *__restrict__ q8,
                        float2 *__restrict__ dxs, int xs) {
     extern __shared__ float sm[];
@@ -168,7 +216,9 @@ __global__ void k_attn(const float *__restrict__ qkv, int ldq, int n_head, int n
     const AttnLayout L = attn_layout(max_keys);
     float *qs = sm, *sc = qs + nq * D, *part = sc + (size_t)nq * L.nka, *mx = part + (size_t)nq * L.nca,
           *inv = mx + nq;
-    const int nk = kv.pos[r] + 1;
+    /* keys k0..pos, as keys 0..nk-1 of the recipe (key j is key k0 + j of the sequence) */
+    const int k0 = window > 0 && kv.pos[r] - window + 1 > 0 ? kv.pos[r] - window + 1 : 0;
+    const int nk = kv.pos[r] + 1 - k0;
     const int32_t *table = kv.tbl + kv.tbl_off[r];
     const size_t bf = kv.block_floats, KVD = (size_t)n_kv * D;
     const float *kb = kv.kv + kv.layer_off + (size_t)kvh * 16 * D, *vb = kb + 16 * KVD;
@@ -180,7 +230,8 @@ __global__ void k_attn(const float *__restrict__ qkv, int ldq, int n_head, int n
     if (D % 16 == 0) { /* one thread per (head, key): the 16 recipe lanes in registers, then the tree */
         for (int t = tid; t < total; t += blockDim.x) {
             const int hh = t / nk, j = t % nk;
-            const float4 *kr = (const float4 *)(kb + (size_t)table[j >> 4] * bf + (size_t)(j & 15) * D);
+            const int ja = k0 + j;
+            const float4 *kr = (const float4 *)(kb + (size_t)table[ja >> 4] * bf + (size_t)(ja & 15) * D);
             const float *qh = qs + hh * D;
             float acc[16];
 #pragma unroll
@@ -210,7 +261,8 @@ __global__ void k_attn(const float *__restrict__ qkv, int ldq, int n_head, int n
             const int hh = ok ? pr / nk : 0, j = ok ? pr % nk : 0;
             float acc = 0.0f;
             if (ok) {
-                const float *kr = kb + (size_t)table[j >> 4] * bf + (size_t)(j & 15) * D;
+                const int ja = k0 + j;
+                const float *kr = kb + (size_t)table[ja >> 4] * bf + (size_t)(ja & 15) * D;
                 const float *qh = qs + hh * D;
                 for (int d = l; d < D; d += 16) acc = lsc_fma(qh[d], kr[d], acc);
             }
@@ -263,16 +315,24 @@ __global__ void k_attn(const float *__restrict__ qkv, int ldq, int n_head, int n
         const int hh = t / D, d = t % D;
         const float *p = sc + (size_t)hh * L.nka;
         float acc = 0.0f;
-        /* the key blocks' 16 V rows: the next block's loads are in flight while this one adds */
+        if (k0 & 15) { /* a window that starts inside a block: key by key, the same chain */
+            for (int j = 0; j < nk; j++) {
+                const int ja = k0 + j;
+                acc = lsc_fma(p[j], vb[(size_t)table[ja >> 4] * bf + (size_t)(ja & 15) * D + d], acc);
+            }
+        } else {
+        /* the key blocks' 16 V rows: the next block's loads are in flight while this one adds
+         * (k0 is a multiple of 16 here: block-aligned groups of 16 keys) */
+        const int32_t *tv = table + (k0 >> 4);
         float v[16], vn[16];
         {
-            const float *vr = vb + (size_t)table[0] * bf + d;
+            const float *vr = vb + (size_t)tv[0] * bf + d;
 #pragma unroll
             for (int jj = 0; jj < 16; jj++) v[jj] = vr[(size_t)jj * D];
         }
         for (int j0 = 0; j0 < nk; j0 += 16) {
             if (j0 + 16 < nk) {
-                const float *vr = vb + (size_t)table[(j0 + 16) >> 4] * bf + d;
+                const float *vr = vb + (size_t)tv[(j0 + 16) >> 4] * bf + d;
 #pragma unroll
                 for (int jj = 0; jj < 16; jj++) vn[jj] = vr[(size_t)jj * D];
             }
@@ -286,6 +346,7 @@ __global__ void k_attn(const float *__restrict__ qkv, int ldq, int n_head, int n
             }
 #pragma unroll
             for (int jj = 0; jj < 16; jj++) v[jj] = vn[jj];
+        }
         }
         const float o = lsc_mul(acc, inv[hh]);
         const size_t col = (size_t)kvh * nq * D + t;
@@ -313,16 +374,16 @@ __device__ __forceinline__ void att_commit() { asm volatile("cp.async.commit_gro
 __device__ __forceinline__ void att_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(ATT_ST - 2)); }
 
 /* chunk c of the keys (or values) of kv head base `b` into ring slot `ring` */
-__device__ __forceinline__ void att_load(float *ring, const float *b, const int32_t *table, size_t bf, int D, int nk,
-                                         int c) {
+__device__ __forceinline__ void att_load(float *ring, const float *b, const int32_t *table, size_t bf, int D, int k0,
+                                         int nk, int c) {
     const int j0 = c * ATT_CH, n = nk - j0 < ATT_CH ? nk - j0 : ATT_CH, per = D / 4;
     for (int t = threadIdx.x; t < n * per; t += blockDim.x) {
-        const int jj = t / per, q = t % per, j = j0 + jj;
+        const int jj = t / per, q = t % per, j = k0 + j0 + jj; /* the sequence's key */
         att_cp16(ring + (size_t)jj * D + 4 * q, b + (size_t)table[j >> 4] * bf + (size_t)(j & 15) * D + 4 * q);
     }
 }
 
-__global__ void k_attn2(const float *__restrict__ qkv, int ldq, int n_head, int n_kv, int D, float scale,
+__global__ void k_attn2(const float *__restrict__ qkv, int ldq, int n_head, int n_kv, int D, float scale, int window,
                         lsc_kvargs kv, int max_keys, float *__restrict__ out, int8_t *__restrict__ q8,
                         float2 *__restrict__ dxs, int xs) {
     extern __shared__ __align__(16) float sm[];
@@ -334,7 +395,8 @@ __global__ void k_attn2(const float *__restrict__ qkv, int ldq, int n_head, int 
     float *ring = sm; /* ATT_ST x ATT_CH x D */
     float *qs = ring + ATT_ST * ATT_CH * D, *sc = qs + nq * D, *part = sc + (size_t)nq * L.nka,
           *mx = part + (size_t)nq * L.nca, *inv = mx + nq;
-    const int nk = kv.pos[r] + 1, nchunk = (nk + ATT_CH - 1) / ATT_CH;
+    const int k0 = window > 0 && kv.pos[r] - window + 1 > 0 ? kv.pos[r] - window + 1 : 0; /* as k_attn */
+    const int nk = kv.pos[r] + 1 - k0, nchunk = (nk + ATT_CH - 1) / ATT_CH;
     const int32_t *table = kv.tbl + kv.tbl_off[r];
     const size_t bf = kv.block_floats, KVD = (size_t)n_kv * D;
     const float *kb = kv.kv + kv.layer_off + (size_t)kvh * 16 * D, *vb = kb + 16 * KVD;
@@ -343,14 +405,14 @@ __global__ void k_attn2(const float *__restrict__ qkv, int ldq, int n_head, int 
     /* 1. scores */
 #pragma unroll
     for (int c = 0; c < ATT_ST - 1; c++) {
-        if (c < nchunk) att_load(ring + (size_t)c * ATT_CH * D, kb, table, bf, D, nk, c);
+        if (c < nchunk) att_load(ring + (size_t)c * ATT_CH * D, kb, table, bf, D, k0, nk, c);
         att_commit();
     }
     for (int c = 0; c < nchunk; c++) {
         att_wait();
         __syncthreads();
         if (c + ATT_ST - 1 < nchunk)
-            att_load(ring + (size_t)((c + ATT_ST - 1) % ATT_ST) * ATT_CH * D, kb, table, bf, D, nk, c + ATT_ST - 1);
+            att_load(ring + (size_t)((c + ATT_ST - 1) % ATT_ST) * ATT_CH * D, kb, table, bf, D, k0, nk, c + ATT_ST - 1);
         att_commit();
         const float *kc = ring + (size_t)(c % ATT_ST) * ATT_CH * D;
         const int j0 = c * ATT_CH, n = nk - j0 < ATT_CH ? nk - j0 : ATT_CH;
@@ -379,7 +441,7 @@ __global__ void k_attn2(const float *__restrict__ qkv, int ldq, int n_head, int 
     /* the V ring's first chunks load while the softmax runs */
 #pragma unroll
     for (int c = 0; c < ATT_ST - 1; c++) {
-        if (c < nchunk) att_load(ring + (size_t)c * ATT_CH * D, vb, table, bf, D, nk, c);
+        if (c < nchunk) att_load(ring + (size_t)c * ATT_CH * D, vb, table, bf, D, k0, nk, c);
         att_commit();
     }
     /* 2. max, 3. exp, 4. sums: as k_attn */
@@ -434,7 +496,7 @@ __global__ void k_attn2(const float *__restrict__ qkv, int ldq, int n_head, int 
         att_wait();
         __syncthreads();
         if (c + ATT_ST - 1 < nchunk)
-            att_load(ring + (size_t)((c + ATT_ST - 1) % ATT_ST) * ATT_CH * D, vb, table, bf, D, nk, c + ATT_ST - 1);
+            att_load(ring + (size_t)((c + ATT_ST - 1) % ATT_ST) * ATT_CH * D, vb, table, bf, D, k0, nk, c + ATT_ST - 1);
         att_commit();
         const float *vc = ring + (size_t)(c % ATT_ST) * ATT_CH * D;
         const int j0 = c * ATT_CH, n = nk - j0 < ATT_CH ? nk - j0 : ATT_CH;
@@ -561,13 +623,13 @@ __global__ void k_epilogue(const float *__restrict__ t, int N, float *__restrict
     lsc_pdl_trigger();
     lsc_pdl_wait();
     const int r = blockIdx.y;
-    const int n_out = mode == LSC_MODE_SWIGLU ? N / 2 : N;
+    const int n_out = lsc_gated(mode) ? N / 2 : N;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n_out; i += gridDim.x * blockDim.x) {
         float *yp = y + (size_t)r * ldy + i;
         const float *tr = t + (size_t)r * N;
-        if (mode == LSC_MODE_SWIGLU) {
+        if (lsc_gated(mode)) {
             const int g = 2 * LSC_GU_CHUNK * (i / LSC_GU_CHUNK) + i % LSC_GU_CHUNK;
-            *yp = silu_mul_o(tr[g], tr[g + LSC_GU_CHUNK]);
+            *yp = lsc_glu(mode == LSC_MODE_GEGLU, tr[g], tr[g + LSC_GU_CHUNK]);
         } else {
             *yp = mode == LSC_MODE_ADD ? *yp + tr[i] : tr[i];
         }
@@ -633,7 +695,9 @@ cudaError_t lsc_rmsnorm_quant(const float *x, int ldx, const int32_t *rowidx, co
 }
 
 cudaError_t lsc_ops_init(void) {
-    return cudaFuncSetAttribute(k_rmsnorm_quant, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024);
+    cudaError_t e = cudaFuncSetAttribute(k_rmsnorm_quant, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024);
+    if (e != cudaSuccess) return e;
+    return cudaFuncSetAttribute(k_norm_add, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024);
 }
 
 cudaError_t lsc_quant(const float *x, int ldx, int rows, int n, int8_t *q, float2 *dxs, int xs, cudaStream_t s) {
@@ -641,18 +705,29 @@ cudaError_t lsc_quant(const float *x, int ldx, int rows, int n, int8_t *q, float
     return lsc_launch(k_quant, dim3((n / 32 + 7) / 8, rows), dim3(256), 0, s, x, ldx, n, q, dxs, xs);
 }
 
-cudaError_t lsc_swiglu(const float *g, const float *u, int ld, int rows, int n, float *out, int ldo, cudaStream_t s) {
+cudaError_t lsc_glu(const float *g, const float *u, int ld, int rows, int n, float *out, int ldo, int mode,
+                    cudaStream_t s) {
     if (rows <= 0) return cudaSuccess;
     dim3 grid((n + 255) / 256 < 64 ? (n + 255) / 256 : 64, rows);
-    return lsc_launch(k_swiglu, grid, dim3(256), 0, s, g, u, ld, n, out, ldo);
+    return lsc_launch(k_glu, grid, dim3(256), 0, s, g, u, ld, n, out, ldo, mode == LSC_MODE_GEGLU ? 1 : 0);
+}
+
+cudaError_t lsc_norm_add(const float *t, int ldt, const float *w, float eps, int rows, int n, float *x, int ldx,
+                         cudaStream_t s) {
+    if (rows <= 0) return cudaSuccess;
+    const size_t smem = (size_t)n * sizeof(float);
+    if (smem > 160 * 1024) return cudaErrorInvalidValue;
+    return lsc_launch(k_norm_add, dim3(rows), dim3(256), smem, s, t, ldt, w, eps, n, x, ldx);
 }
 
 cudaError_t lsc_rope_kv(float *qkv, int ldq, int rows, int n_head, int n_kv, int D, int rope_dim, int neox,
-                        const float *cs, const float *sn, lsc_kvargs kv, cudaStream_t s) {
+                        const float *cs, const float *sn, lsc_kvargs kv, lsc_qkpre pre, cudaStream_t s) {
     if (rows <= 0) return cudaSuccess;
     const int thr = D / 2 < 32 ? 32 : ((D / 2 + 31) / 32) * 32;
-    return lsc_launch(k_rope_kv, dim3(rows, n_head + n_kv), dim3(thr > 256 ? 256 : thr), 0, s, qkv, ldq, n_head, n_kv,
-                      D, rope_dim, neox, cs, sn, kv);
+    const size_t smem = pre.bqkv || pre.qn ? (size_t)D * sizeof(float) : 0;
+    if (smem > 48 * 1024) return cudaErrorInvalidValue;
+    return lsc_launch(k_rope_kv, dim3(rows, n_head + n_kv), dim3(thr > 256 ? 256 : thr), smem, s, qkv, ldq, n_head, n_kv,
+                      D, rope_dim, neox, cs, sn, kv, pre);
 }
 
 static bool attn_ring(int n_head, int n_kv, int D) { return D % 16 == 0 && (n_head / n_kv) * D <= 1024; }
@@ -671,7 +746,7 @@ cudaError_t lsc_attn_init(size_t max_smem) {
     return cudaFuncSetAttribute(k_attn2, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)max_smem);
 }
 
-cudaError_t lsc_attention(const float *qkv, int ldq, int rows, int n_head, int n_kv, int D, float scale,
+cudaError_t lsc_attention(const float *qkv, int ldq, int rows, int n_head, int n_kv, int D, float scale, int window,
                           lsc_kvargs kv, int max_keys, float *out, int8_t *q, float2 *dxs, int xs, cudaStream_t s) {
     if (rows <= 0) return cudaSuccess;
     const int nq = n_head / n_kv;
@@ -683,7 +758,7 @@ cudaError_t lsc_attention(const float *qkv, int ldq, int rows, int n_head, int n
     const bool fuse = q && D % 32 == 0 && (ring || thr == nq * D);
     dim3 grid(rows, n_kv);
     cudaError_t e = lsc_launch(ring ? k_attn2 : k_attn, grid, dim3(ring && thr < 128 ? 128 : thr), smem, s, qkv, ldq,
-                               n_head, n_kv, D, scale, kv, max_keys, out, fuse ? q : (int8_t *)NULL, dxs, xs);
+                               n_head, n_kv, D, scale, window, kv, max_keys, out, fuse ? q : (int8_t *)NULL, dxs, xs);
     if (e != cudaSuccess || !q || fuse) return e;
     return lsc_quant(out, n_head * D, rows, n_head * D, q, dxs, xs, s);
 }
@@ -696,7 +771,7 @@ cudaError_t lsc_f2h(const float *x, int ldx, int rows, int n, void *out_half, cu
 
 cudaError_t lsc_epilogue(const float *t, int N, int rows, float *y, int ldy, int mode, cudaStream_t s) {
     if (rows <= 0) return cudaSuccess;
-    const int n_out = mode == LSC_MODE_SWIGLU ? N / 2 : N;
+    const int n_out = lsc_gated(mode) ? N / 2 : N;
     dim3 grid((n_out + 255) / 256 < 128 ? (n_out + 255) / 256 : 128, rows);
     return lsc_launch(k_epilogue, grid, dim3(256), 0, s, t, N, y, ldy, mode);
 }

@@ -463,4 +463,22 @@ LS_HD float lsc_expf(float x) {
     return lsc_mul(u, lsc_bits2f((uint32_t)(n2 + 127) << 23));
 }
 
+/* ---- the gated activations (docs/numerics.md), output times up --------------- */
+/* SwiGLU (ops_scalar.c): silu = g / (1 + ls_expf(-g)); out = silu * u */
+LS_HD float lsc_silu_mul(float g, float u) {
+    float silu = lsc_div(g, lsc_add(1.0f, lsc_expf(-g)));
+    return lsc_mul(silu, u);
+}
+/* GeGLU (geglu.c, ls_gelu_tanh): g2 = g*g; c1 = 1 + 0.044715f*g2; u2 = (2 sqrt(2/pi))f * (g*c1);
+ * y = g / (1 + ls_expf(-u2)); out = y * u */
+LS_HD float lsc_gelu_mul(float g, float u) {
+    float g2 = lsc_mul(g, g);
+    float c1 = lsc_add(1.0f, lsc_mul(0.044715f, g2));
+    float u2 = lsc_mul(1.5957691216057308f, lsc_mul(g, c1));
+    float y = lsc_div(g, lsc_add(1.0f, lsc_expf(-u2)));
+    return lsc_mul(y, u);
+}
+/* the matmul epilogue's gate: gelu nonzero GeGLU, else SwiGLU */
+LS_HD float lsc_glu(int gelu, float g, float u) { return gelu ? lsc_gelu_mul(g, u) : lsc_silu_mul(g, u); }
+
 #endif

@@ -25,21 +25,17 @@ static ls_status mat_src(const ls_wmat *w, lsc_mat_src *s, ls_err *err) {
 ls_status lsc_model_describe(const ls_model *m, lsc_model_src *s, ls_err *err) {
     memset(s, 0, sizeof *s);
     const ls_hparams *hp = &m->hp;
-    /* The GPU graph is the plain llama block: any other family (arch.h), or llama with
-     * RoPE frequency factors, is refused rather than computed wrongly. */
-    if (strcmp(m->arch->name, "llama") != 0)
-        return ls_err_set(err, LS_E_UNSUPPORTED,
-                          "the CUDA backend runs the llama family only; this model is '%s' (family %s): use --device cpu",
-                          hp->arch, m->arch->name);
-    if (m->rope_freqs)
-        return ls_err_set(err, LS_E_UNSUPPORTED,
-                          "the CUDA backend does not apply rope_freqs.weight (Llama 3.1+ RoPE scaling): use --device cpu");
-    if (m->rope_params.yarn)
-        return ls_err_set(err, LS_E_UNSUPPORTED, "the CUDA backend does not apply YaRN RoPE scaling: use --device cpu");
-    for (uint32_t l = 0; l < hp->n_layer; l++)
-        if (m->layers[l].swa)
+    const ls_plan *P = &m->plan;
+    /* The GPU executes the plan (plan.h) of every family; what it has no kernels for is
+     * refused by name.  The MTP block (hp.n_nextn) is simply not run: ls_cuda_fwd_create
+     * refuses p->mtp, and the trunk runs without it. */
+    if (P->n_rope < 1 || P->n_rope > 2)
+        return ls_err_set(err, LS_E_UNSUPPORTED, "the CUDA backend takes one or two RoPE tables (the plan has %d)",
+                          P->n_rope);
+    for (int i = 1; i < P->n_rope; i++)
+        if (P->rope[i].params.head_dim != P->rope[0].params.head_dim || P->rope[i].params.neox != P->rope[0].params.neox)
             return ls_err_set(err, LS_E_UNSUPPORTED,
-                              "the CUDA backend has no sliding-window attention (layer %u): use --device cpu", l);
+                              "the CUDA backend needs one rotated width and pair style for every RoPE table");
     s->n_vocab = (int32_t)hp->n_vocab;
     s->n_embd = (int32_t)hp->n_embd;
     s->n_layer = (int32_t)hp->n_layer;
@@ -47,21 +43,33 @@ ls_status lsc_model_describe(const ls_model *m, lsc_model_src *s, ls_err *err) {
     s->n_head_kv = (int32_t)hp->n_head_kv;
     s->n_ff = (int32_t)hp->n_ff;
     s->head_dim = (int32_t)hp->head_dim;
-    s->norm_eps = hp->norm_eps;
-    s->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
-    s->rope_dim = m->rope_params.head_dim;
-    s->rope_neox = m->rope_params.neox;
-    s->out_norm = m->out_norm;
+    s->norm_eps = P->norm_eps;
+    s->embd_scale = P->embd_scale;
+    s->rope_dim = P->rope[0].params.head_dim;
+    s->rope_neox = P->rope[0].params.neox;
+    s->n_rope = P->n_rope;
+    s->out_norm = P->out_norm;
     s->kv_block_floats = ls_kv_block_bytes(m) / sizeof(float);
     ls_status st;
-    if ((st = mat_src(m->output, &s->output, err))) return st;
+    if ((st = mat_src(P->output, &s->output, err))) return st;
     s->layers = ls_calloc((size_t)hp->n_layer, sizeof *s->layers);
     if (!s->layers) return ls_err_set(err, LS_E_NOMEM, "out of memory");
     for (uint32_t l = 0; l < hp->n_layer; l++) {
-        const ls_layer *L = &m->layers[l];
+        const ls_layer_plan *L = &P->layers[l];
         lsc_layer_src *d = &s->layers[l];
         d->attn_norm = L->attn_norm;
         d->ffn_norm = L->ffn_norm;
+        d->bq = L->bq;
+        d->bk = L->bk;
+        d->bv = L->bv;
+        d->q_norm = L->q_norm;
+        d->k_norm = L->k_norm;
+        d->post_attn_norm = L->post_attn_norm;
+        d->post_ffn_norm = L->post_ffn_norm;
+        d->rope = L->rope;
+        d->window = L->window;
+        d->attn_scale = L->attn_scale;
+        d->gelu = L->act == LS_ACT_GELU_TANH;
         if ((st = mat_src(L->wq, &d->wq, err)) || (st = mat_src(L->wk, &d->wk, err)) ||
             (st = mat_src(L->wv, &d->wv, err)) || (st = mat_src(L->wo, &d->wo, err)) ||
             (st = mat_src(L->w_gate, &d->gate, err)) || (st = mat_src(L->w_up, &d->up, err)) ||
@@ -80,21 +88,50 @@ void lsc_model_src_free(lsc_model_src *s) {
 
 void lsc_embed_rows(const ls_model *m, const int32_t *tok, int32_t n, float *out) {
     const size_t E = m->hp.n_embd;
+    const float sc = m->plan.embd_scale;
     for (int32_t r = 0; r < n; r++) {
         const uint8_t *row = (const uint8_t *)m->tok_embd->data + (size_t)tok[r] * m->tok_embd_row_bytes;
-        ls_dequant_row(m->tok_embd->type, row, out + (size_t)r * E, (int64_t)E);
+        float *x = out + (size_t)r * E;
+        ls_dequant_row(m->tok_embd->type, row, x, (int64_t)E);
+        if (sc != 1.0f) /* forward.c's statement, compiled with the same flags */
+            for (size_t i = 0; i < E; i++) x[i] *= sc;
     }
 }
 
-void lsc_rope_tables(const ls_model *m, int32_t n_ctx, float *cs, float *sn) {
-    const ls_rope_params p = m->rope_params;
+void lsc_rope_tables(const ls_model *m, int which, int32_t n_ctx, float *cs, float *sn) {
+    /* ls_rope_create_factors's expressions (ops.c), in the same order, in double */
+    const ls_rope_params p = m->plan.rope[which].params;
+    const float *factors = m->plan.rope[which].factors;
     size_t half = (size_t)p.head_dim / 2;
-    for (size_t i = 0; i < half; i++) { /* the expressions of ls_rope_create */
+    double lo = 0.0, hi = 0.0, mscale = 1.0;
+    if (p.yarn) {
+        const double d = (double)p.head_dim, two_pi = 6.283185307179586476925;
+        double cf = d * log((double)p.yarn_n_ctx_orig / ((double)p.yarn_beta_fast * two_pi)) / (2.0 * log((double)p.freq_base));
+        double cs_ = d * log((double)p.yarn_n_ctx_orig / ((double)p.yarn_beta_slow * two_pi)) / (2.0 * log((double)p.freq_base));
+        lo = floor(cf) > 0.0 ? floor(cf) : 0.0;
+        hi = ceil(cs_) < d - 1.0 ? ceil(cs_) : d - 1.0;
+        mscale = (double)p.yarn_attn_factor * (p.freq_scale < 1.0f ? 1.0 + 0.1 * log(1.0 / (double)p.freq_scale) : 1.0);
+    }
+    for (size_t i = 0; i < half; i++) {
         double inv_freq = pow((double)p.freq_base, -2.0 * (double)i / (double)p.head_dim);
+        double ramp = 0.0;
+        if (p.yarn) {
+            double y = ((double)i - lo) / (hi - lo > 0.001 ? hi - lo : 0.001);
+            ramp = 1.0 - (y < 0.0 ? 0.0 : y > 1.0 ? 1.0 : y);
+        }
         for (int32_t pos = 0; pos < n_ctx; pos++) {
-            double theta = (double)pos * (double)p.freq_scale * inv_freq;
-            cs[(size_t)pos * half + i] = (float)cos(theta);
-            sn[(size_t)pos * half + i] = (float)sin(theta);
+            double theta;
+            if (p.yarn) {
+                double extrap = (double)pos * inv_freq;
+                if (factors) extrap /= (double)factors[i];
+                double interp = (double)p.freq_scale * extrap;
+                theta = interp * (1.0 - ramp) + extrap * ramp;
+            } else {
+                theta = (double)pos * (double)p.freq_scale * inv_freq;
+                if (factors) theta /= (double)factors[i];
+            }
+            cs[(size_t)pos * half + i] = (float)(cos(theta) * mscale);
+            sn[(size_t)pos * half + i] = (float)(sin(theta) * mscale);
         }
     }
 }

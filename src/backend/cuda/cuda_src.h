@@ -1,5 +1,7 @@
-/* cuda_src.h - what the CUDA backend reads from a loaded model, gathered by one C file
- * (cuda_src.c) so that the backend depends on the model's internals in one place. */
+/* cuda_src.h - what the CUDA backend reads from a loaded model: its plan (src/model/plan.h)
+ * in the backend's terms, gathered by one C file (cuda_src.c) so that the backend depends
+ * on the model's internals in one place.  Every per-family decision is a field here,
+ * copied from the plan; the GPU forward tests only these fields. */
 #ifndef LS_BACKEND_CUDA_SRC_H
 #define LS_BACKEND_CUDA_SRC_H
 
@@ -23,15 +25,23 @@ typedef struct {
 
 typedef struct {
     const float *attn_norm, *ffn_norm; /* (n_embd), host */
+    const float *bq, *bk, *bv;         /* q/k/v biases (host), or NULL */
+    const float *q_norm, *k_norm;      /* (head_dim) per-head RMSNorm weights, or NULL */
+    const float *post_attn_norm, *post_ffn_norm; /* (n_embd), or NULL */
+    int32_t rope;                      /* RoPE table (lsc_rope_tables' which) */
+    int32_t window;                    /* sliding window in positions, 0: every key */
+    float attn_scale;                  /* 1 / sqrtf(head_dim), as the plan has it */
+    int32_t gelu;                      /* 1: GeGLU, 0: SwiGLU */
     lsc_mat_src wq, wk, wv, wo, gate, up, down;
 } lsc_layer_src;
 
 typedef struct {
     int32_t n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff, head_dim;
     float norm_eps;
-    float attn_scale;       /* 1 / sqrtf(head_dim), as forward.c computes it */
+    float embd_scale;       /* the embedding rows times this (lsc_embed_rows applies it), 1: none */
     int32_t rope_dim;       /* rotated dims per head */
     int32_t rope_neox;
+    int32_t n_rope;         /* RoPE tables: 1, or 2 (the sliding-window layers') */
     const float *out_norm;  /* (n_embd), host */
     lsc_mat_src output;
     lsc_layer_src *layers;  /* (n_layer), owned */
@@ -41,11 +51,13 @@ typedef struct {
 /* Fills s from m (s->layers allocated; free with lsc_model_src_free). */
 ls_status lsc_model_describe(const ls_model *m, lsc_model_src *s, ls_err *err);
 void lsc_model_src_free(lsc_model_src *s);
-/* The embedding rows of tokens tok[0..n) dequantized as forward.c does (n_embd floats each). */
+/* The embedding rows of tokens tok[0..n) dequantized and scaled as forward.c does (n_embd
+ * floats each). */
 void lsc_embed_rows(const ls_model *m, const int32_t *tok, int32_t n, float *out);
-/* RoPE tables for positions [0, n_ctx): cs/sn (n_ctx x rope_dim/2), the same values
- * ls_rope_create computes (ops.c). */
-void lsc_rope_tables(const ls_model *m, int32_t n_ctx, float *cs, float *sn);
+/* RoPE table `which` (< n_rope) for positions [0, n_ctx): cs/sn (n_ctx x rope_dim/2), the
+ * values ls_rope_create_factors computes (ops.c) for the plan's table: frequency factors
+ * and YaRN included. */
+void lsc_rope_tables(const ls_model *m, int which, int32_t n_ctx, float *cs, float *sn);
 
 #ifdef __cplusplus
 }
