@@ -63,7 +63,7 @@ class Request(C.Structure):
                 ("n_stop_tokens", C.c_int32), ("stop", C.c_void_p), ("n_stop", C.c_int32), ("ignore_eos", C.c_bool),
                 ("no_parity", C.c_bool), ("prefill_chunk", C.c_int32), ("want_logits", C.c_bool),
                 ("want_prompt_logits", C.c_bool), ("draft", C.c_void_p), ("draft_ud", C.c_void_p),
-                ("draft_observe", C.c_void_p), ("on_event", C.c_void_p), ("ud", C.c_void_p)]
+                ("draft_observe", C.c_void_p), ("on_event", C.c_void_p), ("ud", C.c_void_p), ("grammar", C.c_char_p)]
 
 
 class Result(C.Structure):
@@ -107,6 +107,10 @@ def lib():
         L.ls_engine_score.restype = C.c_int
         L.ls_engine_get_info.argtypes = [C.c_void_p, P(EngineInfo)]
         L.ls_engine_get_info.restype = None
+        L.ls_model_token_bytes.argtypes = [C.c_void_p, C.c_int32, C.c_bool, C.c_char_p, C.c_size_t]
+        L.ls_model_token_bytes.restype = C.c_size_t
+        L.ls_model_is_eog.argtypes = [C.c_void_p, C.c_int32]
+        L.ls_model_is_eog.restype = C.c_bool
         _lib = L
     return _lib
 
@@ -134,6 +138,15 @@ class Model:
         if rc:
             raise RuntimeError(err.msg.decode())
         return list(out[: n.value])
+
+    def token_bytes(self, tid):
+        """The bytes token tid stands for in generated text (special tokens: none)."""
+        buf = C.create_string_buffer(256)
+        n = self.L.ls_model_token_bytes(self.h, tid, False, buf, 256)
+        return buf.raw[:n]
+
+    def is_eog(self, tid):
+        return bool(self.L.ls_model_is_eog(self.h, tid))
 
     def engine(self, n_ctx=512, threads=1, isa=-1, kernels=None):
         return Engine(self, n_ctx, threads, isa, kernels)
@@ -189,14 +202,15 @@ class Engine:
         self.m.L.ls_engine_get_info(self.h, C.byref(i))
         return i
 
-    def generate(self, tokens, n_gen, logit_bias=None, **sampling):
+    def generate(self, tokens, n_gen, logit_bias=None, grammar=None, **sampling):
         """One request with the given sampler fields (Sampler's names; top_p defaults to 1)
-        and logit_bias ({id: bias}, applied in the dict's order), ignoring end-of-generation:
-        (the n_gen tokens, their logits: row k the distribution token k was drawn from)."""
+        and logit_bias ({id: bias}, applied in the dict's order), ignoring end-of-generation
+        unless a grammar (GBNF text) constrains it: (the tokens, n_gen of them without a
+        grammar, and their logits: row k the distribution token k was drawn from)."""
         n = len(tokens)
         arr = (C.c_int32 * n)(*tokens)
         q = _struct(Request, prompt=C.cast(arr, C.POINTER(C.c_int32)), n_prompt=n, max_tokens=n_gen,
-                    ignore_eos=True, want_logits=True)
+                    ignore_eos=grammar is None, want_logits=True, grammar=grammar.encode() if grammar else None)
         q.sampling.top_p = 1.0
         for k, v in sampling.items():
             setattr(q.sampling, k, v)
@@ -209,9 +223,10 @@ class Engine:
         if self.m.L.ls_engine_generate(self.h, C.byref(q), C.byref(r), C.byref(err)):
             raise RuntimeError(err.msg.decode())
         try:
-            assert r.logits_pos0 == n - 1 and r.n_tokens == n_gen and r.n_logits >= n_gen
+            k = r.n_tokens
+            assert r.logits_pos0 == n - 1 and (k == n_gen or grammar and 0 < k < n_gen) and r.n_logits >= k
             rows = np.ctypeslib.as_array(r.logits, shape=(r.n_logits, self.m.n_vocab))
-            return list(r.tokens[: r.n_tokens]), rows[:n_gen].copy()
+            return list(r.tokens[:k]), rows[:k].copy()
         finally:
             self.m.L.ls_result_free(C.byref(r))
 

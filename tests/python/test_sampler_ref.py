@@ -102,13 +102,17 @@ def modified(logits, hist, n_prompt, p):
     return l
 
 
-def choose(logits, hist, n_prompt, p):
-    """The token the recipe draws at position len(hist) given the raw logits."""
+def choose(logits, hist, n_prompt, p, allowed=None):
+    """The token the recipe draws at position len(hist) given the raw logits; with a
+    grammar, allowed (a boolean per token): the modifiers act on the whole vocabulary,
+    then the candidates are the allowed tokens only, in id order (docs/numerics.md,
+    "Sampling under a grammar mask")."""
     l = modified(logits, hist, n_prompt, p)
+    ids = np.arange(l.size) if allowed is None else np.nonzero(allowed)[0]
     T = F(p.get("temperature", 0.0))
     if T == 0:
-        return int(np.argmax(l))  # the first of the largest: the lowest id on ties
-    order = np.argsort(-l, kind="stable")  # logit descending, id ascending (stable: ids arrive ascending)
+        return int(ids[np.argmax(l[ids])])  # the first of the largest: the lowest id on ties
+    order = ids[np.argsort(-l[ids], kind="stable")]  # logit descending, id ascending (stable: ids ascending)
     k = p.get("top_k", 0)
     if 0 < k < order.size:
         order = order[:k]
@@ -228,3 +232,47 @@ def test_reference_building_blocks():
     assert ls_expf(F(105))[()] == np.inf and ls_expf(F(-105))[()] == 0
     us = [rand_uniform(s, p) for s in range(20) for p in range(50)]
     assert all(0 <= v < 1 for v in us) and 0.45 < np.mean(us) < 0.55 and len(set(us)) == len(us)
+
+
+# A grammar whose allowed set is computable without a grammar engine: any run of digits,
+# spaces and commas.  A token is allowed when its bytes are non-empty and all in the
+# class; end-of-generation tokens when the grammar is complete (always, for `*`).
+DIGITS_GRAMMAR = 'root ::= [0-9 ,]*\n'
+
+
+@pytest.fixture(scope="module")
+def digits_allowed(eng):
+    m, _, _ = eng
+    ok = set(b"0123456789 ,")
+    allowed = np.zeros(m.n_vocab, dtype=bool)
+    for t in range(m.n_vocab):
+        b = m.token_bytes(t)
+        allowed[t] = m.is_eog(t) or (len(b) > 0 and set(b) <= ok)
+    return allowed
+
+
+@pytest.mark.parametrize("case", ["sampled", "greedy"])
+def test_constrained_tokens_are_the_recipe_over_the_allowed_set(eng, digits_allowed, case):
+    """Grammar mask, logit bias and penalties together: each token is the reference's
+    choice among the allowed tokens after the modifiers acted on the whole vocabulary;
+    the bias and penalties change the constrained answer (they are not lost under a mask)."""
+    m, e, prompt = eng
+    b = {prompt[5]: 3.0, prompt[8]: -2.0, prompt[6]: 1.5}  # a digit, another digit, the comma
+    params = {"logit_bias": b, "repeat_penalty": 1.4, "repeat_last_n": 12, "frequency_penalty": 0.7,
+              "presence_penalty": 0.5}
+    if case == "sampled":
+        params.update(temperature=1.1, top_k=30, top_p=0.95, min_p=0.02)
+    changed = n_tok = 0
+    for seed in SEEDS if case == "sampled" else SEEDS[:1]:
+        p = {**params, "seed": seed}
+        toks, rows = e.generate(prompt, N_GEN, grammar=DIGITS_GRAMMAR, **p)
+        hist = list(prompt)
+        for k, (tok, row) in enumerate(zip(toks, rows)):
+            want = choose(row, hist, len(prompt), p, digits_allowed)
+            assert tok == want, f"{case} seed {seed} token {k}: the engine drew {tok}, the recipe {want}"
+            assert digits_allowed[tok]
+            plain = {k2: v for k2, v in p.items() if k2 in ("temperature", "top_k", "top_p", "min_p", "seed")}
+            changed += choose(row, hist, len(prompt), plain, digits_allowed) != want
+            hist.append(tok)
+            n_tok += 1
+    assert n_tok >= 8 and changed > 0, (n_tok, changed)
