@@ -137,6 +137,11 @@ MUTANTS = [
      "            const int x1 = (qs[j] >> 4) | xh1;\n            y[j] = __builtin_nextafterf((float)x0 * d + m, 0.0f);",
      "the Q5_1 dequantization of the first half of each block is one ulp toward zero",
      ["python3 -m pytest -q -x tests/python/test_dequant.py -k Q5_1"]),
+    ("grammar-draft-state-lags", "src/engine/engine.c",
+     "                if (alive && s->gst && !ls_grammar_accept_token(s->gst, e->gvocab, tok)) {",
+     "                if (alive && s->gst && j == 0 && !ls_grammar_accept_token(s->gst, e->gvocab, tok)) {",
+     "an accepted draft token does not advance the grammar state (the next mask is a stale state's)",
+     ["build/tests/test_spec test_grammar_drafts_accepted"]),
 ]
 
 
