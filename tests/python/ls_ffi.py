@@ -40,6 +40,16 @@ class EngineParams(C.Structure):
                 ("fam", C.c_void_p), ("fam_parity", C.c_void_p), ("faults", C.c_uint)]
 
 
+class LogitBias(C.Structure):
+    _fields_ = [("id", C.c_int32), ("bias", C.c_float)]
+
+
+class EngineInfo(C.Structure):
+    _fields_ = [("size", C.c_size_t), ("isa", C.c_int), ("n_threads", C.c_int32), ("n_ctx", C.c_int32),
+                ("n_seq_max", C.c_int32), ("step_tokens", C.c_int32), ("draft_max", C.c_int32),
+                ("kernels", C.c_char * 32), ("kernels_free", C.c_char * 32), ("device", C.c_char * 80)]
+
+
 class Sampler(C.Structure):
     _fields_ = [("temperature", C.c_float), ("top_k", C.c_int32), ("top_p", C.c_float), ("seed", C.c_uint64),
                 ("logit_bias", C.c_void_p), ("n_logit_bias", C.c_int32), ("repeat_penalty", C.c_float),
@@ -53,7 +63,7 @@ class Request(C.Structure):
                 ("n_stop_tokens", C.c_int32), ("stop", C.c_void_p), ("n_stop", C.c_int32), ("ignore_eos", C.c_bool),
                 ("no_parity", C.c_bool), ("prefill_chunk", C.c_int32), ("want_logits", C.c_bool),
                 ("want_prompt_logits", C.c_bool), ("draft", C.c_void_p), ("draft_ud", C.c_void_p),
-                ("draft_observe", C.c_void_p), ("on_event", C.c_void_p), ("ud", C.c_void_p)]
+                ("draft_observe", C.c_void_p), ("on_event", C.c_void_p), ("ud", C.c_void_p), ("grammar", C.c_char_p)]
 
 
 class Result(C.Structure):
@@ -95,6 +105,12 @@ def lib():
         L.ls_result_free.argtypes = [P(Result)]
         L.ls_engine_score.argtypes = [C.c_void_p, P(C.c_int32), C.c_int32, P(C.c_float), P(Err)]
         L.ls_engine_score.restype = C.c_int
+        L.ls_engine_get_info.argtypes = [C.c_void_p, P(EngineInfo)]
+        L.ls_engine_get_info.restype = None
+        L.ls_model_token_bytes.argtypes = [C.c_void_p, C.c_int32, C.c_bool, C.c_char_p, C.c_size_t]
+        L.ls_model_token_bytes.restype = C.c_size_t
+        L.ls_model_is_eog.argtypes = [C.c_void_p, C.c_int32]
+        L.ls_model_is_eog.restype = C.c_bool
         _lib = L
     return _lib
 
@@ -123,8 +139,17 @@ class Model:
             raise RuntimeError(err.msg.decode())
         return list(out[: n.value])
 
-    def engine(self, n_ctx=512, threads=1, isa=-1):
-        return Engine(self, n_ctx, threads, isa)
+    def token_bytes(self, tid):
+        """The bytes token tid stands for in generated text (special tokens: none)."""
+        buf = C.create_string_buffer(256)
+        n = self.L.ls_model_token_bytes(self.h, tid, False, buf, 256)
+        return buf.raw[:n]
+
+    def is_eog(self, tid):
+        return bool(self.L.ls_model_is_eog(self.h, tid))
+
+    def engine(self, n_ctx=512, threads=1, isa=-1, kernels=None):
+        return Engine(self, n_ctx, threads, isa, kernels)
 
     def close(self):
         if self.h:
@@ -133,10 +158,11 @@ class Model:
 
 
 class Engine:
-    def __init__(self, model, n_ctx, threads, isa):
+    def __init__(self, model, n_ctx, threads, isa, kernels=None):
         self.m = model
         err = Err()
-        ep = _struct(EngineParams, n_ctx=n_ctx, n_threads=threads, isa=isa, n_seq_max=1)
+        ep = _struct(EngineParams, n_ctx=n_ctx, n_threads=threads, isa=isa, n_seq_max=1,
+                     kernels=kernels.encode() if kernels else None)
         self.h = model.L.ls_engine_create(model.h, C.byref(ep), C.byref(err))
         if not self.h:
             raise RuntimeError(err.msg.decode())
@@ -168,6 +194,39 @@ class Engine:
             assert r.logits_pos0 == n - 1 and r.n_tokens == n_gen
             rows = np.ctypeslib.as_array(r.logits, shape=(r.n_logits, self.m.n_vocab))
             return (rows[:n_gen] if all_rows else rows[0]).copy(), list(r.tokens[: r.n_tokens])
+        finally:
+            self.m.L.ls_result_free(C.byref(r))
+
+    def info(self):
+        i = _struct(EngineInfo)
+        self.m.L.ls_engine_get_info(self.h, C.byref(i))
+        return i
+
+    def generate(self, tokens, n_gen, logit_bias=None, grammar=None, **sampling):
+        """One request with the given sampler fields (Sampler's names; top_p defaults to 1)
+        and logit_bias ({id: bias}, applied in the dict's order), ignoring end-of-generation
+        unless a grammar (GBNF text) constrains it: (the tokens, n_gen of them without a
+        grammar, and their logits: row k the distribution token k was drawn from)."""
+        n = len(tokens)
+        arr = (C.c_int32 * n)(*tokens)
+        q = _struct(Request, prompt=C.cast(arr, C.POINTER(C.c_int32)), n_prompt=n, max_tokens=n_gen,
+                    ignore_eos=grammar is None, want_logits=True, grammar=grammar.encode() if grammar else None)
+        q.sampling.top_p = 1.0
+        for k, v in sampling.items():
+            setattr(q.sampling, k, v)
+        bias = (LogitBias * max(1, len(logit_bias or {})))(*[LogitBias(i, b) for i, b in (logit_bias or {}).items()])
+        if logit_bias:
+            q.sampling.logit_bias = C.cast(bias, C.c_void_p)
+            q.sampling.n_logit_bias = len(logit_bias)
+        r = _struct(Result)
+        err = Err()
+        if self.m.L.ls_engine_generate(self.h, C.byref(q), C.byref(r), C.byref(err)):
+            raise RuntimeError(err.msg.decode())
+        try:
+            k = r.n_tokens
+            assert r.logits_pos0 == n - 1 and (k == n_gen or grammar and 0 < k < n_gen) and r.n_logits >= k
+            rows = np.ctypeslib.as_array(r.logits, shape=(r.n_logits, self.m.n_vocab))
+            return list(r.tokens[:k]), rows[:k].copy()
         finally:
             self.m.L.ls_result_free(C.byref(r))
 

@@ -214,8 +214,11 @@ def test_inert_values_of_unimplemented_parameters_are_accepted(servers):
         plain.client().completions.create(model="x", prompt="hi", max_tokens=2, suffix="x")
 
 
-def _logprob_like_server(row, tok):
-    """ls_sample_logprobs: max by `>` from row[0], a sequential double sum of exp, float."""
+def _log_softmax_like_server(row, tok, n_top=0):
+    """ls_sample_logprobs' documented recipe (include/lockstep.h): the max by `>` from
+    row[0], a sequential double sum of exp(l - max) (libm's exp, as the server's), each
+    log-probability l - (max + log(sum)) in double rounded to float once.  Returns (the
+    token's, [(id, logprob) of the n_top best: higher logit first, lower id on ties])."""
     import numpy as np
     vals = [float(x) for x in row]
     mx = vals[0]
@@ -224,7 +227,13 @@ def _logprob_like_server(row, tok):
     total = 0.0
     for v in vals:
         total += math.exp(v - mx)
-    return float(np.float32(vals[tok] - (mx + math.log(total))))
+    lz = mx + math.log(total)
+    best = sorted(range(len(vals)), key=lambda i: (-vals[i], i))[:n_top]
+    return float(np.float32(vals[tok] - lz)), [(i, float(np.float32(vals[i] - lz))) for i in best]
+
+
+def _logprob_like_server(row, tok):
+    return _log_softmax_like_server(row, tok)[0]
 
 
 def test_echo_logprobs_are_the_engines_prompt_logprobs(servers, model_path):
@@ -311,3 +320,146 @@ def test_n_choices_and_prompt_lists_replay(servers):
                        ({"prompt": []}, "prompt")):
         st, out, _ = plain.post("/v1/completions", {"prompt": "hi", "max_tokens": 2, **body})
         assert st == 400 and name in out["error"]["message"], (body, out)
+
+
+# ---- issue 34: properties no test stated before ------------------------------------------
+def _ffi_scores(model_path, toks):
+    """The engine's logits (C API, one sequence) at every position of toks."""
+    import ls_ffi
+    m = ls_ffi.Model(model_path)
+    try:
+        eng = m.engine(n_ctx=256)
+        try:
+            return eng.score(toks)
+        finally:
+            eng.close()
+    finally:
+        m.close()
+
+
+def test_reply_tokens_are_the_recipe_of_the_engines_logits(servers, model_path):
+    """Each token of a server reply with every sampling parameter set is the documented
+    recipe (test_sampler_ref.choose, an independent numpy reference) applied to the
+    engine's logits at its position: the server passes each parameter through as given."""
+    from test_sampler_ref import choose
+    plain, _ = servers
+    st, out, _ = plain.post("/tokenize", {"content": "Count with me: 1, 2, 3, 4, 5, 6, 7, 8, 9,", "add_special": True})
+    prompt = out["tokens"]
+    bias = {prompt[3]: 2.5, prompt[5]: -1.25, prompt[8]: 4.0, prompt[-1]: -3.0}
+    p = {"temperature": 1.3, "top_k": 40, "top_p": 0.9, "min_p": 0.05, "logit_bias": bias, "repeat_penalty": 1.3,
+         "repeat_last_n": 16, "frequency_penalty": 0.6, "presence_penalty": 0.4}
+    for seed in (3, 19, 2024):
+        body = {**p, "prompt": prompt, "max_tokens": 12, "ignore_eos": True, "seed": seed,
+                "logit_bias": {str(k): v for k, v in bias.items()}}
+        st, r, _ = plain.post("/v1/completions", body)
+        assert st == 200, r
+        gen = r["choices"][0]["token_ids"]
+        assert len(gen) == 12
+        rows = _ffi_scores(model_path, prompt + gen)
+        hist = list(prompt)
+        for k, tok in enumerate(gen):
+            want = choose(rows[len(prompt) - 1 + k], hist, len(prompt), {**p, "seed": seed})
+            assert tok == want, f"seed {seed} token {k}: the server drew {tok}, the recipe {want}"
+            hist.append(tok)
+
+
+def _choice_seed(seed, i):
+    """docs/server.md's rule for choice i's seed (`ls_srv_choice_seed`): the request's seed
+    for i = 0, else splitmix64's finalizer over seed + golden-ratio * (i + 1), 53 bits."""
+    if i == 0:
+        return seed
+    m = (1 << 64) - 1
+    z = (seed + 0x9E3779B97F4A7C15 * (i + 1)) & m
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & m
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & m
+    return (z ^ (z >> 31)) & ((1 << 53) - 1)
+
+
+def test_prompt_list_choices_follow_the_documented_rule(servers):
+    """A list of prompts x n: choice k is prompt k // n with the seed of choice index k % n,
+    computed here from the documented rule (not read back from the reply), and its bytes
+    are those of the single request with that prompt and seed."""
+    plain, _ = servers
+    c = plain.client()
+    prompts = ["The cat", "A dog", "Rivers are"]
+    for seed in (5, 123456789):
+        t = c.completions.create(model="x", prompt=prompts, n=2, max_tokens=6, seed=seed, temperature=1.0)
+        assert [ch.index for ch in t.choices] == list(range(6))
+        for k, ch in enumerate(t.choices):
+            want_seed = _choice_seed(seed, k % 2)
+            assert ch.model_extra["seed"] == want_seed, (k, ch.model_extra["seed"], want_seed)
+            one = c.completions.create(model="x", prompt=prompts[k // 2], max_tokens=6, seed=want_seed,
+                                       temperature=1.0)
+            assert (one.choices[0].text, one.choices[0].model_extra["token_ids"]) == \
+                (ch.text, ch.model_extra["token_ids"]), f"choice {k}"
+        # the two seeds of one prompt differ (the rule varies the seed per choice index)
+        assert t.choices[0].model_extra["seed"] != t.choices[1].model_extra["seed"]
+
+
+@pytest.mark.parametrize("policy,probe", [("auto", True), ("wide", True), ("narrow", True), ("auto", False),
+                                          ("narrow", False)])
+def test_fingerprint_names_the_kernel_family_in_use(model_path, model_sha, policy, probe):
+    """Under each --kernels policy the server accepts (`lockstep serve --help`: auto, wide,
+    narrow), probed or not, system_fingerprint names the family the engine's rows that
+    need parity run: the one an engine created through the C API with the same policy
+    reports (ls_engine_get_info), and the one the policy documents (auto: wide)."""
+    import ls_ffi
+    m = ls_ffi.Model(model_path)
+    try:
+        e = m.engine(n_ctx=64, kernels=policy)
+        try:
+            engine_fam = e.info().kernels.decode()
+        finally:
+            e.close()
+    finally:
+        m.close()
+    assert engine_fam == {"auto": "wide", "wide": "wide", "narrow": "narrow"}[policy]
+    args = ["--parallel", "1", "--ctx-size", "128", "--kernels", policy] + ([] if probe else ["--no-probe"])
+    srv = Server(model_path, *args)
+    try:
+        want = f"lockstep-r1-{engine_fam}-{model_sha[:16]}"
+        r = srv.client().completions.create(model="x", prompt="Hi", max_tokens=2, seed=1)
+        assert r.system_fingerprint == want
+        st, props, _ = srv.request("GET", "/props")
+        assert __import__("json").loads(props)["system_fingerprint"] == want
+        if probe:
+            assert srv.health["kernels"] == engine_fam
+    finally:
+        assert srv.stop() == 0, srv.logtext()
+
+
+def test_echo_and_generated_top_logprobs_are_the_log_softmax_exactly(servers, model_path):
+    """Every log-probability /v1/completions prints (echo and generated, the token's and the
+    top 5, in order) is, as printed (17 digits: the float's bits), the log-softmax of the
+    engine's logits by ls_sample_logprobs' documented recipe, recomputed here; the top
+    tokens are the reference's ids (/completion's n_probs carries ids)."""
+    plain, _ = servers
+    prompt = "The quick brown fox jumps over"
+    st, tk, _ = plain.post("/tokenize", {"content": prompt, "add_special": True})
+    ptoks = tk["tokens"]
+    body = {"prompt": prompt, "max_tokens": 6, "echo": True, "logprobs": 5, "temperature": 0.9, "seed": 31}
+    st, r, _ = plain.post("/v1/completions", body)
+    assert st == 200, r
+    gen = r["choices"][0]["token_ids"]
+    toks = ptoks + gen
+    lp = r["choices"][0]["logprobs"]
+    assert len(lp["tokens"]) == len(toks) and lp["token_logprobs"][0] is None
+    rows = _ffi_scores(model_path, toks)
+    names = {}
+    for i in range(1, len(toks)):
+        want, top = _log_softmax_like_server(rows[i - 1], toks[i], 5)
+        assert lp["token_logprobs"][i] == want, (i, lp["token_logprobs"][i], want)
+        assert list(lp["top_logprobs"][i].values()) == [v for _, v in top], i
+        for (tid, _), key in zip(top, lp["top_logprobs"][i]):
+            if tid not in names:
+                names[tid] = plain.post("/detokenize", {"tokens": [tid]})[1]["content"]
+            if "\ufffd" not in names[tid]:  # a piece of a character is printed as "bytes:\x.."
+                assert key == names[tid], (i, key, names[tid])
+    # the generated positions once more with ids: /completion's n_probs, the same request
+    st, n, _ = plain.post("/completion", {"prompt": prompt, "n_predict": 6, "n_probs": 5, "temperature": 0.9,
+                                          "seed": 31, "top_k": 0, "top_p": 1.0, "min_p": 0.0})
+    assert st == 200 and n["tokens"] == gen, n
+    for k, e in enumerate(n["completion_probabilities"]):
+        want, top = _log_softmax_like_server(rows[len(ptoks) - 1 + k], gen[k], 5)
+        assert e["id"] == gen[k] and e["logprob"] == want
+        assert [(t["id"], t["logprob"]) for t in e["top_logprobs"]] == top, k

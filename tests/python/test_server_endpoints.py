@@ -15,6 +15,7 @@ native /completion and /slots, streaming with n > 1 and prompt lists, tools.
 import base64
 import concurrent.futures as cf
 import json
+import time
 import http.client
 
 import pytest
@@ -199,24 +200,38 @@ def test_native_completion_refusals(srv, body, name):
     assert st == 400 and name in r["error"]["message"], r
 
 
+def _poll(what, deadline_s=30):
+    """Polls what() until it returns a true value, or fails at the deadline."""
+    deadline = time.time() + deadline_s
+    while True:
+        v = what()
+        if v:
+            return v
+        assert time.time() < deadline, "condition not reached before the deadline"
+        time.sleep(0.02)
+
+
 def test_slots_show_running_requests(srv):
     st, out, _ = srv.request("GET", "/slots")
     slots = json.loads(out)
     assert st == 200 and [s["id"] for s in slots] == [0, 1, 2, 3]
     assert not any(s["is_processing"] for s in slots) and all(s["n_ctx"] == 512 for s in slots)
+    # far more tokens than any host makes before the checks below; the client leaves after
+    # them and the request is cancelled, so no fixed time is assumed either way
     c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=120)
-    c.request("POST", "/completion", json.dumps({"prompt": "Once upon a time", "n_predict": 60, "stream": True,
+    c.request("POST", "/completion", json.dumps({"prompt": "Once upon a time", "n_predict": 450, "stream": True,
                                                  "ignore_eos": True}), {"Content-Type": "application/json"})
     r = c.getresponse()
     first = r.readline()  # the first token is out: it is running
     assert first.startswith(b"data: ")
-    busy = [s for s in json.loads(srv.request("GET", "/slots")[1]) if s["is_processing"]]
-    assert len(busy) == 1 and busy[0]["endpoint"] == "/completion" and busy[0]["next_token"]["n_decoded"] >= 1
+    busy = _poll(lambda: [s for s in json.loads(srv.request("GET", "/slots")[1])
+                          if s["is_processing"] and s["next_token"]["n_decoded"] >= 1])
+    assert len(busy) == 1 and busy[0]["endpoint"] == "/completion"
     assert busy[0]["n_prompt_tokens"] == len(srv.post("/tokenize", {"content": "Once upon a time",
                                                                      "add_special": True})[1]["tokens"])
-    r.read()
+    c.sock.shutdown(__import__("socket").SHUT_RDWR)
     c.close()
-    assert not any(s["is_processing"] for s in json.loads(srv.request("GET", "/slots")[1]))
+    _poll(lambda: not any(s["is_processing"] for s in json.loads(srv.request("GET", "/slots")[1])))
 
 
 # ---- streaming several choices ----------------------------------------------------------

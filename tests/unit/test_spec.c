@@ -20,6 +20,7 @@
 #include "engine/engine.h"
 #include "gguf/gguf.h"
 #include "gguf/gguf_write.h"
+#include "sample/grammar.h"
 #include "speculative/spec.h"
 #include "quick.h"
 
@@ -101,6 +102,8 @@ static void on_event(void *ud, const ls_event *ev) {
     o->done = ev->done;
 }
 
+static const char *g_grammar; /* run()'s requests are constrained by it when set */
+
 static void run(const int32_t *prompt, int32_t n_prompt, ls_sampler_params sp, int32_t max_tokens,
                 const ls_spec_params *spec, outcome *o) {
     ls_err err;
@@ -114,7 +117,7 @@ static void run(const int32_t *prompt, int32_t n_prompt, ls_sampler_params sp, i
         if (!d) fail_msg("drafter: %s", err.msg);
     }
     ls_request q = {.size = sizeof(ls_request), .prompt = prompt, .n_prompt = n_prompt, .sampling = sp, .max_tokens = max_tokens,
-                    .want_logits = true, .on_event = on_event, .ud = o};
+                    .want_logits = true, .on_event = on_event, .ud = o, .grammar = g_grammar};
     if (d) {
         q.draft = ls_drafter_draft;
         q.draft_ud = d;
@@ -427,6 +430,68 @@ static void test_mtp_drafts_accepted(void **state) {
     ls_model_free(mm);
 }
 
+/* Drafts accepted under a grammar: the ngram drafter on a constrained, repetitive output
+ * (a grammar of colour words, with a logit bias and a repeat penalty on top), at
+ * temperature 0 and 0.8: drafts are accepted, and the tokens and logits equal plain
+ * constrained decoding (memcmp); the plain reply is (a prefix of) a sentence of the grammar. */
+static void test_grammar_drafts_accepted(void **state) {
+    (void)state;
+    FX_NEED(g_model);
+    const char *text = "<|im_start|>user\nRepeat exactly, ten times: red, green, blue, red, green, blue, red, green, "
+                       "blue,<|im_end|>\n<|im_start|>assistant\n";
+    int32_t prompt[128];
+    size_t n;
+    ls_err err;
+    assert_int_equal(ls_tokenize(ls_model_tokenizer(g_model), text, strlen(text), false, true, prompt, 128, &n, &err),
+                     LS_OK);
+    const char *gram = "root ::= (\"red\" | \"green\" | \"blue\") (\", \" (\"red\" | \"green\" | \"blue\")){1,40} \".\"\n";
+    int32_t comma[4];
+    size_t nc;
+    assert_int_equal(ls_tokenize(ls_model_tokenizer(g_model), ",", 1, false, false, comma, 4, &nc, &err), LS_OK);
+    const ls_logit_bias bias[2] = {{comma[0], 0.75f}, {(int32_t)prompt[n - 1], -1.0f}};
+    const float temps[2] = {0.0f, 0.8f};
+    int64_t drafted = 0, accepted = 0;
+    g_grammar = gram;
+    for (int ti = 0; ti < 2; ti++) {
+        ls_sampler_params sp = {.temperature = temps[ti], .top_k = 40, .top_p = 0.95f, .seed = 21, .logit_bias = bias,
+                                .n_logit_bias = 2, .repeat_penalty = 1.05f, .repeat_last_n = 8};
+        outcome ref = {0};
+        ref.logits = malloc(sizeof(float) * (size_t)g_V * 64);
+        run(prompt, (int32_t)n, sp, 40, NULL, &ref);
+        assert_true(ref.n >= 10);
+        char out[1024];
+        size_t len = 0;
+        for (int32_t i = 0; i < ref.n; i++)
+            if (!ls_model_is_eog(g_model, ref.toks[i]))
+                len += ls_model_token_bytes(g_model, ref.toks[i], false, out + len, sizeof out - len);
+        ls_grammar *g = ls_grammar_compile(gram, strlen(gram), &err);
+        assert_non_null(g);
+        ls_grammar_state *gs = ls_grammar_state_new(g); /* max_tokens may cut it: a prefix of a sentence */
+        if (!ls_grammar_accept_bytes(gs, out, len)) fail_msg("not a prefix of the grammar's: %.*s", (int)len, out);
+        ls_grammar_state_free(gs);
+        ls_grammar_free(g);
+        for (int32_t k = 2; k <= 6; k += 4) {
+            ls_spec_params p = {.size = sizeof(ls_spec_params), .kind = LS_SPEC_NGRAM, .draft_max = k, .draft_min = 1,
+                                .ngram_min = 1, .ngram_max = 4};
+            outcome o = {0};
+            o.logits = malloc(sizeof(float) * (size_t)g_V * 64);
+            run(prompt, (int32_t)n, sp, 40, &p, &o);
+            if (o.n != ref.n || memcmp(o.toks, ref.toks, sizeof(int32_t) * (size_t)o.n) ||
+                memcmp(o.logits, ref.logits, sizeof(float) * (size_t)g_V * (size_t)o.n))
+                fail_msg("ngram under a grammar, draft-max %d, temperature %.1f: differs from plain constrained decoding",
+                         k, (double)temps[ti]);
+            drafted += o.n_drafted;
+            accepted += o.n_accepted;
+            free(o.logits);
+        }
+        free(ref.logits);
+    }
+    g_grammar = NULL;
+    print_message("grammar + ngram: %lld of %lld drafts accepted, tokens and logits equal plain constrained decoding\n",
+                  (long long)accepted, (long long)drafted);
+    assert_true(drafted > 0 && accepted > 0);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) cmocka_set_test_filter(argv[1]);
     const struct CMUnitTest tests[] = {
@@ -436,6 +501,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_spec_equals_plain),
         cmocka_unit_test(test_mtp_equals_plain),
         cmocka_unit_test(test_mtp_drafts_accepted),
+        cmocka_unit_test(test_grammar_drafts_accepted),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
