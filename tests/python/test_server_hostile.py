@@ -356,7 +356,9 @@ def test_sigterm_refuses_new_connections_and_cuts_embeddings_at_the_grace_period
     assert st == 503 and out["error"]["type"] == "server_shutdown", out
     st, out, _ = res["gen"]
     assert st == 503 and out["error"]["type"] == "server_shutdown", out
-    assert took < 2 + 8, took  # the grace period, then one engine step or so
+    # the grace period, then an engine step or two (slow under sanitizers); computing all
+    # 64 inputs would take far longer
+    assert took < 2 + 15, took
     assert s.logtext().count("cancelled (shutdown)") == 2, s.logtext()[-3000:]
 
 
