@@ -33,7 +33,8 @@ static const char *help =
     "      --max-body BYTES  request body limit (default 1048576)\n"
     "      --max-tokens N    cap on a request's max_tokens (default 4096)\n"
     "      --max-connections N  open connections beyond N get 503 (default 8192)\n"
-    "      --header-timeout S   a request head must arrive within S seconds (default 10)\n"
+    "      --header-timeout S   a request head, once begun, must be complete within S seconds (default 10)\n"
+    "      --body-timeout S     a request body must be complete within S seconds of its head (default 60)\n"
     "      --cors-origin ORIGIN allow browser calls from ORIGIN (or *): CORS headers, OPTIONS\n"
     "      --no-probe        skip the startup parity probe\n"
     "\n"
@@ -65,16 +66,17 @@ int cli_serve(int argc, char **argv) {
         if (!strcmp(argv[i], "-np")) argv[i] = "--parallel";
     ls_server_params p = {.model_path = LS_DEFAULT_MODEL, .host = "127.0.0.1", .port = 8080, .n_parallel = 8,
                           .max_queue = 64, .timeout_s = 30, .max_body = 1 << 20, .max_tokens = 4096,
-                          .max_messages = 256, .max_connections = 8192, .header_timeout_s = 10};
+                          .max_messages = 256, .max_connections = 8192, .header_timeout_s = 10,
+                          .body_timeout_s = 60};
     p.spec = (ls_spec_params)LS_SPEC_PARAMS_INIT;
     const char *spec = "off", *kernels = "auto";
     long long port = 8080, par = 8, ctx = 0, threads = 0, maxq = 64, timeout = 30, maxbody = 1 << 20, maxtok = 4096;
-    long long dmax = 8, dmin = 1, dlayers = 0, maxconn = 8192, htimeout = 10;
+    long long dmax = 8, dmin = 1, dlayers = 0, maxconn = 8192, htimeout = 10, btimeout = 60;
     p.api_key = getenv("LOCKSTEP_API_KEY");
     if (p.api_key && !*p.api_key) p.api_key = NULL;
     enum { O_HOST = 256, O_PORT, O_KVMEM, O_SPEC, O_DMAX, O_DMIN, O_DMODEL, O_DLAYERS, O_KEY, O_MAXQ, O_TIMEOUT,
            O_MAXBODY, O_MAXTOK, O_ALIAS, O_INEXACT, O_NOPROBE, O_KERNELS, O_PAR, O_DEVICE, O_MAXCONN,
-           O_HTIMEOUT, O_CORS };
+           O_HTIMEOUT, O_CORS, O_BTIMEOUT };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"host", required_argument, 0, O_HOST},
         {"port", required_argument, 0, O_PORT}, {"parallel", required_argument, 0, O_PAR},
@@ -88,6 +90,7 @@ int cli_serve(int argc, char **argv) {
         {"allow-inexact", no_argument, 0, O_INEXACT}, {"no-probe", no_argument, 0, O_NOPROBE},
         {"kernels", required_argument, 0, O_KERNELS}, {"device", required_argument, 0, O_DEVICE},
         {"max-connections", required_argument, 0, O_MAXCONN}, {"header-timeout", required_argument, 0, O_HTIMEOUT},
+        {"body-timeout", required_argument, 0, O_BTIMEOUT},
         {"cors-origin", required_argument, 0, O_CORS}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
@@ -121,6 +124,7 @@ int cli_serve(int argc, char **argv) {
         case O_DEVICE: p.device = optarg; break;
         case O_MAXCONN: if (!cli_parse_int(cmd, "--max-connections", optarg, 1, 1 << 20, &maxconn)) return LS_EXIT_USAGE; break;
         case O_HTIMEOUT: if (!cli_parse_int(cmd, "--header-timeout", optarg, 1, 3600, &htimeout)) return LS_EXIT_USAGE; break;
+        case O_BTIMEOUT: if (!cli_parse_int(cmd, "--body-timeout", optarg, 1, 86400, &btimeout)) return LS_EXIT_USAGE; break;
         case O_CORS:
             if (!*optarg || strpbrk(optarg, "\r\n ,"))
                 return cli_usage_error(cmd, "--cors-origin '%s' must be one origin (https://host[:port]) or *", optarg);
@@ -158,6 +162,7 @@ int cli_serve(int argc, char **argv) {
     p.max_tokens = (int)maxtok;
     p.max_connections = (int)maxconn;
     p.header_timeout_s = (int)htimeout;
+    p.body_timeout_s = (int)btimeout;
     p.spec.draft_max = (int32_t)dmax;
     p.spec.draft_min = (int32_t)dmin;
     p.spec.skip_first = (int32_t)dlayers;

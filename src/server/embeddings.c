@@ -136,13 +136,10 @@ enum MHD_Result ls_srv_embeddings(server *s, struct MHD_Connection *c, conn *cn)
     char msg[sizeof(((ls_err *)0)->msg) + 64];
     const char *bad = NULL;
     unsigned status = 400;
-    cJSON *j = cJSON_ParseWithLength(cn->body ? cn->body : "", cn->len);
-    if (!cJSON_IsObject(j)) {
-        cJSON_Delete(j);
-        return ls_srv_send_error(s, c, 400, "invalid_request_error", "the body must be a JSON object", NULL);
-    }
-    ls_model_info mi = LS_MODEL_INFO_INIT;
     ls_err err;
+    cJSON *j = ls_srv_json_parse(cn->body, cn->len, &err);
+    if (!j) return ls_srv_send_error(s, c, err.code == LS_E_NOMEM ? 500 : 400, "invalid_request_error", err.msg, NULL);
+    ls_model_info mi = LS_MODEL_INFO_INIT;
     if (ls_model_get_info(s->m, &mi, &err)) {
         cJSON_Delete(j);
         return ls_srv_send_error(s, c, 500, "server_error", err.msg, NULL);
@@ -221,6 +218,11 @@ enum MHD_Result ls_srv_embeddings(server *s, struct MHD_Connection *c, conn *cn)
             status = 503;
         }
     }
+    bool gone = false;
+    if (!bad && ls_srv_client_gone(c)) { /* left while its inputs were tokenized: never submitted */
+        gone = true;
+        bad = "client gone";
+    }
     for (int i = 0; !bad && i < n_in; i++) {
         ls_request q = LS_REQUEST_INIT;
         q.prompt = its[i].toks;
@@ -231,7 +233,9 @@ enum MHD_Result ls_srv_embeddings(server *s, struct MHD_Connection *c, conn *cn)
         q.on_hidden = emb_hidden;
         q.ud = &its[i];
         pthread_mutex_lock(&s->mu);
-        ls_status st = ls_engine_submit(s->e, &q, &its[i].engine_id, &err);
+        ls_status st = s->shutting_down ? LS_E_RANGE : ls_engine_submit(s->e, &q, &its[i].engine_id, &err);
+        if (s->shutting_down) /* the grace period is over: nothing new reaches the engine */
+            snprintf(err.msg, sizeof err.msg, "the server shut down before this request could start");
         if (!st) {
             s->live++;
             s->ct.prompt_tokens += (uint64_t)its[i].n;
@@ -241,7 +245,7 @@ enum MHD_Result ls_srv_embeddings(server *s, struct MHD_Connection *c, conn *cn)
         if (st) {
             snprintf(msg, sizeof msg, "'input[%d]': %s", i, err.msg);
             bad = msg;
-            status = st == LS_E_NOMEM ? 500 : 400;
+            status = st == LS_E_NOMEM ? 500 : st == LS_E_RANGE && strstr(err.msg, "shut down") ? 503 : 400;
             for (int k = 0; k < i; k++) ls_engine_cancel(s->e, its[k].engine_id);
             pthread_mutex_lock(&s->mu);
             pthread_cond_signal(&s->work);
@@ -250,17 +254,45 @@ enum MHD_Result ls_srv_embeddings(server *s, struct MHD_Connection *c, conn *cn)
         }
         its[i].submitted = true;
     }
-    /* every submitted input's done event comes (also when cancelled): wait for them all */
-    bool failed = false;
+    /* every submitted input's done event comes (also when cancelled): wait for them all;
+     * a client that leaves meanwhile has them cancelled */
+    bool failed = false, cut = false;
     pthread_mutex_lock(&b.mu);
     for (int i = 0; its && i < n_in; i++) {
-        while (its[i].submitted && !its[i].done) pthread_cond_wait(&b.cv, &b.mu);
-        failed = failed || (its[i].submitted && its[i].finish != LS_FINISH_STOP && its[i].finish != LS_FINISH_LENGTH);
+        while (its[i].submitted && !its[i].done) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 200 * 1000000L;
+            ts.tv_sec += ts.tv_nsec / 1000000000L;
+            ts.tv_nsec %= 1000000000L;
+            pthread_cond_timedwait(&b.cv, &b.mu, &ts);
+            if (!its[i].done && !gone && ls_srv_client_gone(c)) {
+                gone = true;
+                for (int k = 0; k < n_in; k++)
+                    if (its[k].submitted) ls_engine_cancel(s->e, its[k].engine_id);
+                pthread_mutex_lock(&s->mu);
+                pthread_cond_signal(&s->work);
+                pthread_mutex_unlock(&s->mu);
+            }
+        }
+        cut = cut || (its[i].submitted && its[i].finish == LS_FINISH_CANCELLED);
+        failed = failed || (its[i].submitted && its[i].finish != LS_FINISH_STOP && its[i].finish != LS_FINISH_LENGTH &&
+                            its[i].finish != LS_FINISH_CANCELLED);
     }
     pthread_mutex_unlock(&b.mu);
     cJSON *o = NULL;
-    if (!bad && failed) {
-        bad = "the server could not finish this request (out of memory, or shutting down)";
+    if (gone) {
+        bad = "client gone";
+        ls_srv_count_cancel(s, LS_CANCEL_CLIENT);
+        sock *k = ls_srv_sock(c);
+        if (k) k->note = "cancelled (client gone)";
+    } else if (!bad && cut) { /* cancelled only at the end of the shutdown grace period */
+        bad = "the server shut down before this request finished; retry it on another replica";
+        status = 503;
+        sock *k = ls_srv_sock(c);
+        if (k) k->note = "cancelled (shutdown)";
+    } else if (!bad && failed) {
+        bad = "the server ran out of memory while computing this request";
         status = 500;
     }
     if (!bad) {
@@ -292,8 +324,15 @@ enum MHD_Result ls_srv_embeddings(server *s, struct MHD_Connection *c, conn *cn)
     pthread_mutex_destroy(&b.mu);
     pthread_cond_destroy(&b.cv);
     cJSON_Delete(j);
-    if (bad) return ls_srv_send_error(s, c, status, status == 503 ? "server_busy" : status == 500 ? "server_error"
-                                                                                                  : "invalid_request_error",
-                                      bad, status == 503 ? "1" : NULL);
+    if (gone) return MHD_NO; /* nobody to answer: close the connection */
+    if (bad) {
+        bool shut = status == 503 && strstr(bad, "shut down");
+        if (shut) ls_srv_count_cancel(s, LS_CANCEL_SHUTDOWN);
+        return ls_srv_send_error(s, c, status,
+                                 shut ? "server_shutdown" : status == 503 ? "server_busy"
+                                                        : status == 500   ? "server_error"
+                                                                          : "invalid_request_error",
+                                 bad, status == 503 ? "1" : NULL);
+    }
     return ls_srv_send_json(s, c, 200, o);
 }

@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <linux/tcp.h> /* struct tcp_info with tcpi_bytes_received (glibc's lacks it) */
+#include <netinet/in.h>
+#include <stddef.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -39,7 +42,7 @@ void ls_srv_notify_conn(void *cls, struct MHD_Connection *c, void **socket_conte
             if (getnameinfo(ca->client_addr, len, k->client, sizeof k->client, NULL, 0, NI_NUMERICHOST) != 0)
                 snprintf(k->client, sizeof k->client, "-");
         }
-        k->head_t0 = now_ms();
+        k->idle_t0 = k->next_check = now_ms(); /* awaiting its first head; nothing received yet */
         pthread_mutex_lock(&s->cmu);
         k->next = s->socks;
         if (s->socks) s->socks->prev = k;
@@ -60,35 +63,80 @@ void ls_srv_notify_conn(void *cls, struct MHD_Connection *c, void **socket_conte
     }
 }
 
-/* The head deadline: a connection whose request head is not complete within
- * --header-timeout seconds of its start (or of its previous response) is shut down.
- * MHD's own timeout only measures inactivity, which a client trickling one header line
- * every few seconds never reaches.  The descriptor is shut down under cmu, which the
- * close notification also takes, so it cannot have been reused. */
+/* Bytes received on a TCP socket so far (TCP_INFO), or UINT64_MAX when the kernel does not say. */
+static uint64_t rx_bytes(int fd, uint32_t *last_recv_ms) {
+    struct tcp_info ti;
+    memset(&ti, 0, sizeof ti);
+    socklen_t l = sizeof ti;
+    if (fd < 0 || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &l) != 0 ||
+        l < offsetof(struct tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received)
+        return UINT64_MAX;
+    if (last_recv_ms) *last_recv_ms = ti.tcpi_last_data_recv;
+    return ti.tcpi_bytes_received;
+}
+
+/* The head and body deadlines.  A connection whose request head has begun to arrive and
+ * is not complete within --header-timeout seconds, or whose body is not complete within
+ * --body-timeout seconds of its head, is shut down and counted.  MHD's own timeout only
+ * measures inactivity, which a client trickling a byte every few seconds never reaches.
+ * A connection awaiting a head that has not begun (a new one, or keep-alive after a
+ * response) is idle, not late: MHD's --timeout closes it, and it is not counted here.
+ * The head begins when the socket has received bytes since it began to wait (TCP_INFO);
+ * its clock starts at the last data received, so a head is never cut early.  The
+ * descriptor is shut down under cmu, which the close notification also takes, so it
+ * cannot have been reused. */
 void *ls_srv_reaper_main(void *arg) {
     server *s = arg;
-    const double limit = 1000.0 * s->p->header_timeout_s;
+    const double hlimit = 1000.0 * s->p->header_timeout_s, blimit = 1000.0 * s->p->body_timeout_s;
     for (;;) {
-        /* mu before cmu, as /metrics takes them; the count is in before /metrics can be
-         * answered to a client that saw the cut */
-        pthread_mutex_lock(&s->mu);
         pthread_mutex_lock(&s->cmu);
         bool stop = s->stop_reaper;
         double now = now_ms();
-        int cut = 0;
-        for (sock *k = s->socks; k && !stop; k = k->next)
-            if (!k->head_done && !k->cut && k->fd >= 0 && now - k->head_t0 > limit) {
+        int late = 0;
+        for (sock *k = s->socks; k && !stop; k = k->next) {
+            if (k->cut || k->fd < 0) continue;
+            if (k->phase == SK_HEAD && !k->head_started && now >= k->next_check) {
+                uint32_t ago = 0;
+                uint64_t rx = rx_bytes(k->fd, &ago);
+                k->next_check = now + 250;
+                if (rx > k->rx_mark) {
+                    k->head_started = true;
+                    k->head_t0 = rx == UINT64_MAX || now - ago < k->idle_t0 ? k->idle_t0 : now - ago;
+                }
+            }
+            late += (k->phase == SK_HEAD && k->head_started && now - k->head_t0 > hlimit) ||
+                    (k->phase == SK_BODY && blimit > 0 && now - k->body_t0 > blimit);
+        }
+        pthread_mutex_unlock(&s->cmu);
+        if (stop) break;
+        int heads = 0, bodies = 0;
+        if (late) {
+            /* mu before cmu, as /metrics takes them; the count is in before /metrics can be
+             * answered to a client that saw the cut */
+            pthread_mutex_lock(&s->mu);
+            pthread_mutex_lock(&s->cmu);
+            now = now_ms();
+            for (sock *k = s->socks; k; k = k->next) {
+                if (k->cut || k->fd < 0) continue;
+                bool head = k->phase == SK_HEAD && k->head_started && now - k->head_t0 > hlimit,
+                     body = k->phase == SK_BODY && blimit > 0 && now - k->body_t0 > blimit;
+                if (!head && !body) continue;
                 shutdown(k->fd, SHUT_RDWR);
                 k->cut = true;
-                cut++;
+                heads += head;
+                bodies += body;
             }
-        s->ct.head_timeouts += (uint64_t)cut;
-        pthread_mutex_unlock(&s->cmu);
-        pthread_mutex_unlock(&s->mu);
-        if (stop) break;
-        if (cut)
-            fprintf(stderr, "lockstep serve: cut %d connection(s) whose request head took over %d s\n", cut,
+            s->ct.head_timeouts += (uint64_t)heads;
+            s->ct.body_timeouts += (uint64_t)bodies;
+            pthread_mutex_unlock(&s->cmu);
+            pthread_mutex_unlock(&s->mu);
+        }
+        if (heads)
+            fprintf(stderr, "lockstep serve: cut %d connection(s) whose request head took over %d s\n", heads,
                     s->p->header_timeout_s);
+        if (bodies)
+            fprintf(stderr, "lockstep serve: cut %d connection(s) whose request body took over %d s\n", bodies,
+                    s->p->body_timeout_s);
         usleep(100 * 1000);
     }
     return NULL;
@@ -111,6 +159,7 @@ void ls_srv_common_headers(server *s, struct MHD_Connection *c, struct MHD_Respo
 
 enum MHD_Result ls_srv_send_text(server *s, struct MHD_Connection *c, unsigned status, const char *ctype, char *text,
                                  const char *retry_after) {
+    if (!(text = ls_srv_utf8_sanitize(text))) return MHD_NO; /* every reply is valid UTF-8 */
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
     if (!r) {
         free(text);
@@ -192,51 +241,6 @@ static enum MHD_Result preflight(server *s, struct MHD_Connection *c) {
     return res;
 }
 
-const char *ls_srv_json_nul(const char *b, size_t n, char *msg, size_t cap) {
-    char key[64] = "";
-    bool in = false;
-    size_t start = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!in) {
-            if (b[i] == '"') {
-                in = true;
-                start = i + 1;
-            }
-            continue;
-        }
-        if (b[i] == '\\') {
-            if (i + 5 < n && b[i + 1] == 'u' && !memcmp(b + i + 2, "0000", 4)) {
-                size_t e = i; /* is this string a key? (followed by ':') */
-                while (e < n && b[e] != '"') e += b[e] == '\\' ? 2 : 1;
-                size_t q = e + 1;
-                while (q < n && (b[q] == ' ' || b[q] == '\t' || b[q] == '\n' || b[q] == '\r')) q++;
-                if (q < n && b[q] == ':')
-                    snprintf(msg, cap, "a JSON key contains a NUL character (\\u0000), which is not accepted");
-                else if (key[0])
-                    snprintf(msg, cap, "'%s' contains a NUL character (\\u0000), which is not accepted in text", key);
-                else
-                    snprintf(msg, cap, "a JSON string contains a NUL character (\\u0000), which is not accepted");
-                return msg;
-            }
-            i++;
-            continue;
-        }
-        if (b[i] == '"') {
-            in = false;
-            size_t q = i + 1;
-            while (q < n && (b[q] == ' ' || b[q] == '\t' || b[q] == '\n' || b[q] == '\r')) q++;
-            if (q < n && b[q] == ':') {
-                size_t l = i - start < sizeof key - 1 ? i - start : sizeof key - 1;
-                memcpy(key, b + start, l);
-                key[l] = 0;
-                for (size_t z = 0; z < l; z++)
-                    if ((unsigned char)key[z] < 0x20 || key[z] == '\\' || key[z] == '\'') key[z] = '?';
-            }
-        }
-    }
-    return NULL;
-}
-
 static enum MHD_Result sum_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
     (void)kind;
     *(size_t *)cls += strlen(key) + (value ? strlen(value) : 0) + 4;
@@ -265,6 +269,46 @@ static void copy_printable(char *dst, size_t cap, const char *src) {
     for (; src && src[i] && i + 1 < cap; i++)
         dst[i] = (unsigned char)src[i] < 0x21 || (unsigned char)src[i] == 0x7f || src[i] == '"' ? '?' : src[i];
     dst[i] = 0;
+}
+
+/* Whether a request's Origin may use the server.  Browsers send Origin on every
+ * cross-origin request and on every POST; other clients (curl, the SDKs) send none.
+ * Allowed: no Origin; --cors-origin's value (every origin with *); and the server's own
+ * origin, http(s)://HOST where HOST is the request's Host header (a page served from the
+ * same host and port, e.g. through a proxy that passes Host on).  Any other origin is
+ * refused before any work, so a web page cannot drive a key-less server on this machine
+ * with requests the browser sends without asking (a "simple" POST with text/plain). */
+static bool origin_ok(const server *s, const char *origin, const char *host) {
+    if (!origin) return true;
+    const char *cors = s->p->cors_origin;
+    if (cors && (!strcmp(cors, "*") || !strcmp(origin, cors))) return true;
+    const char *auth = !strncmp(origin, "http://", 7) ? origin + 7 : !strncmp(origin, "https://", 8) ? origin + 8 : NULL;
+    return auth && host && *auth && !strcasecmp(auth, host);
+}
+
+/* A POST's Content-Type: application/json (any parameters) always; no Content-Type, or
+ * application/x-www-form-urlencoded (what `curl -d` sends), only without Origin: a browser
+ * can send those cross-origin without a preflight, other clients send them by default.
+ * Every other type (text/plain and multipart/form-data, a browser's other preflight-free
+ * types, among them) is refused: the body is JSON.  0: accepted; else the status, 415. */
+static unsigned ctype_check(const char *ct, const char *origin, char *msg, size_t cap) {
+    char mt[64] = "";
+    if (ct) {
+        while (*ct == ' ' || *ct == '\t') ct++;
+        size_t n = strcspn(ct, "; \t");
+        if (n >= sizeof mt) n = sizeof mt - 1;
+        for (size_t i = 0; i < n; i++) mt[i] = (unsigned char)ct[i] < 0x21 || ct[i] == '\'' ? '?' : ct[i];
+        mt[n] = 0;
+    }
+    if (!strcasecmp(mt, "application/json")) return 0;
+    bool plain = !ct || !strcasecmp(mt, "application/x-www-form-urlencoded");
+    if (plain && !origin) return 0;
+    if (!ct)
+        snprintf(msg, cap, "a request with an Origin header must send Content-Type: application/json");
+    else
+        snprintf(msg, cap, "Content-Type '%.60s' is not accepted: send the JSON body as application/json%s", mt,
+                 plain ? " (a request with an Origin header must)" : "");
+    return 415;
 }
 
 /* Constant-time comparison of the presented key with the configured one. */
@@ -316,14 +360,24 @@ static enum MHD_Result models(server *s, struct MHD_Connection *c) {
 
 /* POST /tokenize {"content", "add_special"} and POST /detokenize {"tokens"}. */
 static enum MHD_Result tokenize_ep(server *s, struct MHD_Connection *c, conn *cn, bool detok) {
-    cJSON *j = cJSON_ParseWithLength(cn->body ? cn->body : "", cn->len);
-    if (!cJSON_IsObject(j)) {
-        cJSON_Delete(j);
-        return ls_srv_send_error(s, c, 400, "invalid_request_error", "the body must be a JSON object", NULL);
-    }
+    ls_err perr;
+    cJSON *j = ls_srv_json_parse(cn->body, cn->len, &perr);
+    if (!j)
+        return ls_srv_send_error(s, c, perr.code == LS_E_NOMEM ? 500 : 400, "invalid_request_error", perr.msg, NULL);
     cJSON *o = cJSON_CreateObject();
     const char *bad = NULL;
     char msg[sizeof(((ls_err *)0)->msg)];
+    const cJSON *key;
+    cJSON_ArrayForEach(key, j) {
+        if (cJSON_IsNull(key) || (detok ? !strcmp(key->string, "tokens")
+                                        : !strcmp(key->string, "content") || !strcmp(key->string, "add_special")))
+            continue;
+        snprintf(msg, sizeof msg, "unsupported parameter '%.60s' (/%s takes %s)", key->string,
+                 detok ? "detokenize" : "tokenize", detok ? "tokens" : "content and add_special");
+        bad = msg;
+        break;
+    }
+    if (bad) goto answer;
     if (!detok) {
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(j, "content"),
                     *add = cJSON_GetObjectItemCaseSensitive(j, "add_special");
@@ -371,6 +425,7 @@ static enum MHD_Result tokenize_ep(server *s, struct MHD_Connection *c, conn *cn
         }
         free(ids);
     }
+answer:
     cJSON_Delete(j);
     if (bad) {
         cJSON_Delete(o);
@@ -402,6 +457,84 @@ static bool take_upload(server *s, conn *cn, const char *upload, size_t n) {
     return true;
 }
 
+/* What can be refused from the head alone, before the body is read: MHD_YES to go on, or
+ * the response queued (*res). */
+static bool refuse_head(server *s, struct MHD_Connection *c, const char *url, const char *method, int n_socks,
+                        enum MHD_Result *res) {
+    char msg[256];
+    if (n_socks > s->p->max_connections) {
+        pthread_mutex_lock(&s->mu);
+        s->ct.conn_refused++;
+        pthread_mutex_unlock(&s->mu);
+        snprintf(msg, sizeof msg, "too many open connections (limit %d); retry later", s->p->max_connections);
+        *res = ls_srv_send_error(s, c, 503, "server_busy", msg, "1");
+        return true;
+    }
+    if (__atomic_load_n(&s->draining, __ATOMIC_ACQUIRE)) {
+        *res = ls_srv_send_error(s, c, 503, "server_shutdown",
+                                 "the server is shutting down: retry this request on another replica", "1");
+        return true;
+    }
+    const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
+    if (s->loopback && !host_ok(host)) {
+        *res = ls_srv_send_error(s, c, 403, "invalid_request_error",
+                                 "this server is bound to loopback and answers only Host: localhost, 127.0.0.1 "
+                                 "or [::1] (a DNS-rebinding defence)",
+                                 NULL);
+        return true;
+    }
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (!origin_ok(s, origin, host)) {
+        char o[100];
+        copy_printable(o, sizeof o, origin);
+        snprintf(msg, sizeof msg, "requests from the web page origin '%s' are not allowed (start the server with "
+                                  "--cors-origin to allow one)", o);
+        *res = ls_srv_send_error(s, c, 403, "invalid_request_error", msg, NULL);
+        return true;
+    }
+    size_t ubytes = strlen(url); /* the path and its query arguments */
+    MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, sum_header, &ubytes);
+    if (ubytes > 8192) {
+        *res = ls_srv_send_error(s, c, 414, "invalid_request_error", "the URL is longer than 8192 bytes", NULL);
+        return true;
+    }
+    size_t hbytes = 0;
+    MHD_get_connection_values(c, MHD_HEADER_KIND, sum_header, &hbytes);
+    if (hbytes > 16384) {
+        *res = ls_srv_send_error(s, c, 431, "invalid_request_error", "the request headers are larger than 16384 bytes",
+                                 NULL);
+        return true;
+    }
+    if (!strcmp(method, "POST")) {
+        unsigned st = ctype_check(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type"), origin, msg,
+                                  sizeof msg);
+        if (st) {
+            *res = ls_srv_send_error(s, c, st, "invalid_request_error", msg, NULL);
+            return true;
+        }
+    }
+    /* a body declared over the limit is refused now, not read first */
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    if (cl) {
+        char *e;
+        unsigned long long n = strtoull(cl, &e, 10);
+        if (e != cl && n > s->p->max_body) {
+            snprintf(msg, sizeof msg, "the request body (Content-Length %llu) exceeds the limit of %zu bytes", n,
+                     s->p->max_body);
+            *res = ls_srv_send_error(s, c, 413, "invalid_request_error", msg, NULL);
+            return true;
+        }
+    }
+    return false;
+}
+
+static void set_phase(server *s, sock *k, int phase) {
+    if (!k) return;
+    pthread_mutex_lock(&s->cmu);
+    k->phase = phase;
+    pthread_mutex_unlock(&s->cmu);
+}
+
 enum MHD_Result ls_srv_handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     (void)version;
@@ -416,7 +549,8 @@ enum MHD_Result ls_srv_handler(void *cls, struct MHD_Connection *c, const char *
         if (k) {
             static uint64_t counter;
             pthread_mutex_lock(&s->cmu);
-            k->head_done = true;
+            k->phase = SK_BODY; /* the head is complete: the body's deadline starts */
+            k->body_t0 = cn->t0;
             n_socks = s->n_socks;
             pthread_mutex_unlock(&s->cmu);
             k->t0 = cn->t0;
@@ -428,29 +562,14 @@ enum MHD_Result ls_srv_handler(void *cls, struct MHD_Connection *c, const char *
             k->n_prompt = k->n_gen = 0;
             k->note = NULL;
         }
-        /* What can be refused from the head alone (MHD reads the body only after). */
-        if (n_socks > s->p->max_connections) {
-            pthread_mutex_lock(&s->mu);
-            s->ct.conn_refused++;
-            pthread_mutex_unlock(&s->mu);
-            char msg[128];
-            snprintf(msg, sizeof msg, "too many open connections (limit %d); retry later", s->p->max_connections);
-            return ls_srv_send_error(s, c, 503, "server_busy", msg, "1");
+        pthread_mutex_lock(&s->mu);
+        s->busy++; /* until ls_srv_completed: the shutdown drain waits for it */
+        pthread_mutex_unlock(&s->mu);
+        enum MHD_Result res;
+        if (refuse_head(s, c, url, method, n_socks, &res)) {
+            set_phase(s, k, SK_HANDLING);
+            return res;
         }
-        if (s->loopback && !host_ok(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host")))
-            return ls_srv_send_error(s, c, 403, "invalid_request_error",
-                                     "this server is bound to loopback and answers only Host: localhost, 127.0.0.1 "
-                                     "or [::1] (a DNS-rebinding defence)",
-                                     NULL);
-        size_t ubytes = strlen(url); /* the path and its query arguments */
-        MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, sum_header, &ubytes);
-        if (ubytes > 8192) return ls_srv_send_error(s, c, 414, "invalid_request_error",
-                                                    "the URL is longer than 8192 bytes", NULL);
-        size_t hbytes = 0;
-        MHD_get_connection_values(c, MHD_HEADER_KIND, sum_header, &hbytes);
-        if (hbytes > 16384)
-            return ls_srv_send_error(s, c, 431, "invalid_request_error",
-                                     "the request headers are larger than 16384 bytes", NULL);
         return MHD_YES;
     }
     if (*upload_size) {
@@ -458,6 +577,7 @@ enum MHD_Result ls_srv_handler(void *cls, struct MHD_Connection *c, const char *
         *upload_size = 0;
         return MHD_YES;
     }
+    set_phase(s, ls_srv_sock(c), SK_HANDLING); /* the body is complete */
     const bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
     if (!strcmp(method, "OPTIONS")) {
         if (s->p->cors_origin) return preflight(s, c);
@@ -476,11 +596,6 @@ enum MHD_Result ls_srv_handler(void *cls, struct MHD_Connection *c, const char *
         char msg[128];
         snprintf(msg, sizeof msg, "the request body exceeds the limit of %zu bytes", s->p->max_body);
         return ls_srv_send_error(s, c, 413, "invalid_request_error", msg, NULL);
-    }
-    if (post && cn->body) { /* cJSON would end the string at a NUL: refuse rather than truncate */
-        char msg[160];
-        if (ls_srv_json_nul(cn->body, cn->len, msg, sizeof msg))
-            return ls_srv_send_error(s, c, 400, "invalid_request_error", msg, NULL);
     }
     bool chat = !strcmp(url, "/v1/chat/completions"), cmpl = !strcmp(url, "/v1/completions");
     if (chat || cmpl) {
@@ -546,13 +661,20 @@ void ls_srv_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
     sock *k = ls_srv_sock(c);
     if (k && *con_cls) {
         access_log(s, k, toe);
-        pthread_mutex_lock(&s->cmu); /* the next request's head starts now (keep-alive) */
-        k->head_done = false;
-        k->head_t0 = now_ms();
+        k->last_toe = (int)toe;
+        uint64_t rx = rx_bytes(k->fd, NULL);
+        pthread_mutex_lock(&s->cmu); /* it awaits the next request's head (keep-alive) */
+        k->phase = SK_HEAD;
+        k->head_started = false;
+        k->rx_mark = rx == UINT64_MAX ? 0 : rx;
+        k->idle_t0 = k->next_check = now_ms();
         pthread_mutex_unlock(&s->cmu);
     }
     conn *cn = *con_cls;
     if (cn) {
+        pthread_mutex_lock(&s->mu);
+        s->busy--;
+        pthread_mutex_unlock(&s->mu);
         free(cn->body);
         free(cn);
     }

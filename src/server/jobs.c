@@ -136,7 +136,6 @@ static void on_event(void *ud, const ls_event *ev) {
     if (done && lat[3] >= 0) ls_srv_count_latency(s, lat[0], lat[1], lat[2], lat[3]);
     if (done) {
         pthread_mutex_lock(&s->mu);
-        if (ev->finish == LS_FINISH_CANCELLED && s->shutting_down) s->ct.cancelled_shutdown++;
         s->live--;
         s->ct.gen_tokens += (uint64_t)ev->n_gen;
         s->ct.drafted += (uint64_t)ev->n_drafted;
@@ -166,7 +165,7 @@ void *ls_srv_engine_main(void *arg) {
 }
 
 static void out_append(job *j, char *s) {
-    if (!s) return;
+    if (!(s = ls_srv_utf8_sanitize(s))) return; /* every event is valid UTF-8 */
     size_t n = strlen(s);
     char *o = realloc(j->out, j->out_len + n + 1);
     if (o) {
@@ -283,6 +282,13 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     }
 }
 
+/* Why a stream's response ended before its generation: MHD's --timeout (the client
+ * stopped reading), or the client went away.  MHD tells the completion callback, which
+ * runs before the response is freed, and the callback keeps it in the connection. */
+static int stream_cause(const sock *k) {
+    return k && k->last_toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED ? LS_CANCEL_TIMEOUT : LS_CANCEL_CLIENT;
+}
+
 /* The response is gone (finished, or the client disconnected). */
 static void stream_free(void *cls) {
     job *j = cls;
@@ -293,6 +299,7 @@ static void stream_free(void *cls) {
     pthread_mutex_unlock(&j->mu);
     if (!done) ls_engine_cancel(j->srv->e, j->engine_id); /* frees its KV at the next step */
     wake_engine(j->srv);
+    if (!done || cut) ls_srv_count_cancel(j->srv, !done ? stream_cause(j->sk) : LS_CANCEL_SHUTDOWN);
     fprintf(stderr, "lockstep serve: %s %s stream prompt=%d gen=%d ms=%.0f%s\n", j->id, j->path, j->n_prompt, n_tokens,
             now_ms() - j->t0,
             !done ? " (client left; cancelled)" : cut ? " cancelled: the shutdown grace period ended" : "");
@@ -301,7 +308,7 @@ static void stream_free(void *cls) {
 
 /* Whether the client closed its end: the socket reads as end-of-file (or fails).  A
  * client that only half-closes (shutdown(SHUT_WR)) while it waits looks the same. */
-static bool client_gone(struct MHD_Connection *c) {
+bool ls_srv_client_gone(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (!ci) return false;
     struct pollfd pfd = {.fd = ci->connect_fd, .events = POLLIN | POLLRDHUP};
@@ -422,6 +429,13 @@ static unsigned submit_job(server *s, job *j, ls_err *err) {
     j->refs = 2; /* the HTTP side and the engine's events */
     j->t_submit = now_ms();
     pthread_mutex_lock(&s->mu);
+    if (s->shutting_down) { /* the grace period is over: nothing new reaches the engine */
+        pthread_mutex_unlock(&s->mu);
+        j->refs = 1;
+        ls_srv_error(err, LS_E_INVALID, "the server shut down before this request could start; retry it on another "
+                                          "replica");
+        return 503;
+    }
     ls_status st = ls_engine_submit(s->e, &q, &j->engine_id, err);
     if (!st) {
         for (int k = 0; k < s->p->n_parallel && s->slots && j->slot < 0; k++)
@@ -440,6 +454,23 @@ static unsigned submit_job(server *s, job *j, ls_err *err) {
         return st == LS_E_NOMEM ? 500 : 400;
     }
     return 0;
+}
+
+static enum MHD_Result send_submit_error(server *s, struct MHD_Connection *c, unsigned status, const ls_err *err) {
+    if (status == 503) ls_srv_count_cancel(s, LS_CANCEL_SHUTDOWN);
+    return ls_srv_send_error(s, c, status,
+                             status == 500 ? "server_error" : status == 503 ? "server_shutdown" : "invalid_request_error",
+                             err->msg, status == 503 ? "1" : NULL);
+}
+
+/* A client that left while its request was parsed (a grammar or schema compiled, a long
+ * prompt tokenized) is noticed before the engine sees the request. */
+static bool gone_before_submit(server *s, struct MHD_Connection *c, const job *j) {
+    if (!ls_srv_client_gone(c)) return false;
+    fprintf(stderr, "lockstep serve: %s %s client gone before the request started: not submitted\n", j->id, j->path);
+    if (j->sk) j->sk->note = "cancelled (client gone)";
+    ls_srv_count_cancel(s, LS_CANCEL_CLIENT);
+    return true;
 }
 
 static void set_num(cJSON *o, const char *k, double v) { cJSON_ReplaceItemInObject(o, k, cJSON_CreateNumber(v)); }
@@ -464,7 +495,7 @@ typedef struct {
 } group;
 
 static void grp_append(group *g, char *t) {
-    if (!t) return;
+    if (!(t = ls_srv_utf8_sanitize(t))) return; /* every event is valid UTF-8 */
     size_t n = strlen(t);
     char *o = realloc(g->out, g->out_len + n + 1);
     if (o) {
@@ -584,13 +615,17 @@ static ssize_t group_reader(void *cls, uint64_t pos, char *buf, size_t max) {
 static void group_free(void *cls) {
     group *g = cls;
     server *s = g->js[0]->srv;
+    bool left = false, cut = false;
     for (int32_t k = 0; k < g->n; k++) {
         pthread_mutex_lock(&g->js[k]->mu);
         bool done = g->js[k]->done;
+        cut = cut || g->js[k]->shutdown_cut;
         pthread_mutex_unlock(&g->js[k]->mu);
         if (!done) ls_engine_cancel(s->e, g->js[k]->engine_id);
+        left = left || !done;
     }
     wake_engine(s);
+    if (left || cut) ls_srv_count_cancel(s, left ? stream_cause(g->js[0]->sk) : LS_CANCEL_SHUTDOWN);
     fprintf(stderr, "lockstep serve: %s %s stream choices=%d ms=%.0f\n", g->js[0]->id, g->js[0]->path, g->n,
             now_ms() - g->js[0]->t0);
     for (int32_t k = 0; k < g->n; k++) job_unref(g->js[k]);
@@ -626,6 +661,11 @@ static enum MHD_Result generate_many(server *s, struct MHD_Connection *c, conn *
         for (int32_t k = 0; k < n_all; k++) job_unref(js[k]);
         return ls_srv_send_error(s, c, 500, "server_error", "out of memory", NULL);
     }
+    if (gone_before_submit(s, c, j0)) {
+        for (int32_t k = 0; k < n_all; k++) job_unref(js[k]);
+        free(g);
+        return MHD_NO;
+    }
     for (int32_t i = 0; i < n_all; i++) {
         unsigned fail = submit_job(s, js[i], &err);
         if (fail) {
@@ -633,7 +673,7 @@ static enum MHD_Result generate_many(server *s, struct MHD_Connection *c, conn *
             wake_engine(s);
             for (int32_t k = 0; k < n_all; k++) job_unref(js[k]);
             free(g);
-            return ls_srv_send_error(s, c, fail, fail == 500 ? "server_error" : "invalid_request_error", err.msg, NULL);
+            return send_submit_error(s, c, fail, &err);
         }
     }
     if (g) {
@@ -654,20 +694,36 @@ static enum MHD_Result generate_many(server *s, struct MHD_Connection *c, conn *
         ls_srv_count_status(s, 200);
         return res;
     }
-    bool gone = false, failed = false;
+    bool gone = false, failed = false, cut = false;
     for (int32_t i = 0; i < n_all; i++) {
         job *j = js[i];
         pthread_mutex_lock(&j->mu);
         while (!j->done) {
             job_wait(j, 200);
-            if (!j->done && !gone && client_gone(c)) {
+            if (!j->done && !gone && ls_srv_client_gone(c)) {
                 gone = true;
                 for (int32_t k = 0; k < n_all; k++) ls_engine_cancel(s->e, js[k]->engine_id);
                 wake_engine(s);
             }
         }
         failed = failed || j->finish == LS_FINISH_ERROR;
+        cut = cut || j->finish == LS_FINISH_CANCELLED;
         pthread_mutex_unlock(&j->mu);
+    }
+    if (gone) {
+        if (j0->sk) j0->sk->note = "cancelled (client gone)";
+        ls_srv_count_cancel(s, LS_CANCEL_CLIENT);
+    }
+    if (!gone && !failed && cut) { /* cut at the end of the shutdown grace period */
+        fprintf(stderr, "lockstep serve: %s %s choices=%d ms=%.0f status=503 cancelled: the shutdown grace period "
+                        "ended\n", j0->id, path, n_all, now_ms() - j0->t0);
+        if (j0->sk) j0->sk->note = "cancelled (shutdown)";
+        for (int32_t k = 0; k < n_all; k++) job_unref(js[k]);
+        ls_srv_count_cancel(s, LS_CANCEL_SHUTDOWN);
+        return ls_srv_send_error(s, c, 503, "server_shutdown",
+                                 "the server shut down before this request finished (finish_reason: cancelled); "
+                                 "retry it on another replica",
+                                 "1");
     }
     if (gone || failed) {
         fprintf(stderr, "lockstep serve: %s %s choices=%d ms=%.0f %s\n", j0->id, path, n_all, now_ms() - j0->t0,
@@ -720,10 +776,14 @@ enum MHD_Result ls_srv_generate(server *s, struct MHD_Connection *c, conn *cn, b
         job_unref(j);
         return ls_srv_send_error(s, c, 503, "server_busy", "the request queue is full; retry later", "1");
     }
+    if (gone_before_submit(s, c, j)) {
+        job_unref(j);
+        return MHD_NO;
+    }
     unsigned fail = submit_job(s, j, &err);
     if (fail) {
         job_unref(j);
-        return ls_srv_send_error(s, c, fail, fail == 500 ? "server_error" : "invalid_request_error", err.msg, NULL);
+        return send_submit_error(s, c, fail, &err);
     }
     if (j->req.stream) {
         j->out_t = now_ms(); /* no reader runs yet: no lock needed */
@@ -748,7 +808,7 @@ enum MHD_Result ls_srv_generate(server *s, struct MHD_Connection *c, conn *cn, b
     bool gone = false;
     while (!j->done) {
         job_wait(j, 200);
-        if (!j->done && !gone && client_gone(c)) {
+        if (!j->done && !gone && ls_srv_client_gone(c)) {
             gone = true;
             ls_engine_cancel(s->e, j->engine_id);
             wake_engine(s);
@@ -763,9 +823,7 @@ enum MHD_Result ls_srv_generate(server *s, struct MHD_Connection *c, conn *cn, b
             j->sk->n_gen = n;
             j->sk->note = "cancelled (client gone)";
         }
-        pthread_mutex_lock(&s->mu);
-        s->ct.cancelled_client++;
-        pthread_mutex_unlock(&s->mu);
+        ls_srv_count_cancel(s, LS_CANCEL_CLIENT);
         job_unref(j);
         return MHD_NO; /* nobody to answer: close the connection */
     }
@@ -788,10 +846,11 @@ enum MHD_Result ls_srv_generate(server *s, struct MHD_Connection *c, conn *cn, b
             j->sk->note = "cancelled (shutdown)";
         }
         job_unref(j);
+        ls_srv_count_cancel(s, LS_CANCEL_SHUTDOWN);
         return ls_srv_send_error(s, c, 503, "server_shutdown",
                                  "the server shut down before this request finished (finish_reason: cancelled); "
                                  "retry it on another replica",
-                                 NULL);
+                                 "1");
     }
     if (j->sk) j->sk->n_gen = j->n_tokens;
     cJSON *o = ls_srv_response(j);

@@ -7,8 +7,16 @@
 
 #include <time.h>
 
-static const char *const codes[] = {"2xx", "400", "401", "403", "404", "405", "413", "414", "431", "500", "503"};
+static const char *const codes[] = {"2xx", "400", "401", "403", "404", "405", "413", "414", "415", "431", "500", "503"};
 #define N_CODES (int)(sizeof codes / sizeof codes[0])
+
+void ls_srv_count_cancel(server *s, int cause) {
+    pthread_mutex_lock(&s->mu);
+    if (cause == LS_CANCEL_SHUTDOWN) s->ct.cancelled_shutdown++;
+    else if (cause == LS_CANCEL_TIMEOUT) s->ct.cancelled_timeout++;
+    else s->ct.cancelled_client++;
+    pthread_mutex_unlock(&s->mu);
+}
 
 void ls_srv_count_status(server *s, unsigned status) {
     char b[8];
@@ -153,16 +161,21 @@ enum MHD_Result ls_srv_metrics(server *s, struct MHD_Connection *c) {
                   "# TYPE lockstep_generation_tokens_per_second gauge\nlockstep_generation_tokens_per_second %.1f\n"
                   "# HELP lockstep_spec_acceptance_ratio Accepted / drafted tokens since start (0 without drafts).\n"
                   "# TYPE lockstep_spec_acceptance_ratio gauge\nlockstep_spec_acceptance_ratio %.6f\n"
+                  "# HELP lockstep_requests_cancelled_total Requests whose generation was cut, by cause.\n"
                   "# TYPE lockstep_requests_cancelled_total counter\n"
                   "lockstep_requests_cancelled_total{reason=\"shutdown\"} %llu\n"
                   "lockstep_requests_cancelled_total{reason=\"client_gone\"} %llu\n"
+                  "lockstep_requests_cancelled_total{reason=\"timeout\"} %llu\n"
                   "# HELP lockstep_head_timeouts_total Connections cut because their request head took too long.\n"
                   "# TYPE lockstep_head_timeouts_total counter\nlockstep_head_timeouts_total %llu\n"
+                  "# HELP lockstep_body_timeouts_total Connections cut because their request body took too long.\n"
+                  "# TYPE lockstep_body_timeouts_total counter\nlockstep_body_timeouts_total %llu\n"
                   "# HELP lockstep_connections_refused_total Requests answered 503 over --max-connections.\n"
                   "# TYPE lockstep_connections_refused_total counter\nlockstep_connections_refused_total %llu\n",
                   tokens_per_second(k), k->drafted ? (double)k->accepted / (double)k->drafted : 0.0,
                   (unsigned long long)k->cancelled_shutdown, (unsigned long long)k->cancelled_client,
-                  (unsigned long long)k->head_timeouts, (unsigned long long)k->conn_refused);
+                  (unsigned long long)k->cancelled_timeout, (unsigned long long)k->head_timeouts,
+                  (unsigned long long)k->body_timeouts, (unsigned long long)k->conn_refused);
     pthread_mutex_lock(&s->cmu);
     int open_conns = s->n_socks;
     pthread_mutex_unlock(&s->cmu);

@@ -32,11 +32,10 @@ static const char *const NAT_PASS[] = {"prompt", "temperature", "top_k", "top_p"
 enum MHD_Result ls_srv_native_completion(server *s, struct MHD_Connection *c, conn *cn) {
     char msg[256];
     const char *bad = NULL;
-    cJSON *j = cJSON_ParseWithLength(cn->body ? cn->body : "", cn->len);
-    if (!cJSON_IsObject(j)) {
-        cJSON_Delete(j);
-        return ls_srv_send_error(s, c, 400, "invalid_request_error", "the body must be a JSON object", NULL);
-    }
+    ls_err perr;
+    cJSON *j = ls_srv_json_parse(cn->body, cn->len, &perr);
+    if (!j)
+        return ls_srv_send_error(s, c, perr.code == LS_E_NOMEM ? 500 : 400, "invalid_request_error", perr.msg, NULL);
     const cJSON *v;
     cJSON_ArrayForEach(v, j) {
         bool ok = cJSON_IsNull(v);

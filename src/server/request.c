@@ -278,6 +278,395 @@ static ls_status add_stop(ls_srv_req *r, const cJSON *s, ls_err *err) {
     return LS_OK;
 }
 
+/* Every key of an object the server reads is one it acts on: `allowed` (NULL-ended); a
+ * key whose value is null is taken as absent.  what: the object's JSON path. */
+static ls_status only_keys(const cJSON *o, const char *const *allowed, const char *what, ls_err *err) {
+    const cJSON *v;
+    cJSON_ArrayForEach(v, o) {
+        if (cJSON_IsNull(v)) continue;
+        bool ok = false;
+        for (int i = 0; allowed[i] && !ok; i++) ok = !strcmp(v->string, allowed[i]);
+        if (!ok)
+            return ls_srv_error(err, LS_E_INVALID, "unsupported parameter '%s.%.60s': lockstep does not implement it "
+                                                   "(it is refused rather than ignored)", what, v->string);
+    }
+    return LS_OK;
+}
+
+/* messages[i]: role, content, and for the tool flow tool_calls / tool_call_id (their
+ * values are checked by server/tools.c); content parts {type, text}; a tool call {id,
+ * type, function {name, arguments}}.  `name` (a participant's name) is refused: the
+ * chat templates have no place for it, and dropping it would change the conversation. */
+static ls_status check_message_keys(const cJSON *msgs, ls_err *err) {
+    static const char *const MSG[] = {"role", "content", "tool_calls", "tool_call_id", NULL},
+                             *const PART[] = {"type", "text", NULL}, *const CALL[] = {"id", "type", "function", NULL},
+                             *const FN[] = {"name", "arguments", NULL};
+    char what[96];
+    int i = 0;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, msgs) {
+        snprintf(what, sizeof what, "messages[%d]", i);
+        ls_status st = cJSON_IsObject(m) ? only_keys(m, MSG, what, err) : LS_OK;
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(m, "content"), *tc = cJSON_GetObjectItemCaseSensitive(m, "tool_calls"), *x;
+        int k = 0;
+        if (cJSON_IsArray(c)) cJSON_ArrayForEach(x, c) {
+                snprintf(what, sizeof what, "messages[%d].content[%d]", i, k++);
+                if (!st && cJSON_IsObject(x)) st = only_keys(x, PART, what, err);
+            }
+        k = 0;
+        if (cJSON_IsArray(tc)) cJSON_ArrayForEach(x, tc) {
+                snprintf(what, sizeof what, "messages[%d].tool_calls[%d]", i, k);
+                if (!st && cJSON_IsObject(x)) st = only_keys(x, CALL, what, err);
+                const cJSON *f = cJSON_GetObjectItemCaseSensitive(x, "function");
+                snprintf(what, sizeof what, "messages[%d].tool_calls[%d].function", i, k++);
+                if (!st && cJSON_IsObject(f)) st = only_keys(f, FN, what, err);
+            }
+        if (st) return st;
+        i++;
+    }
+    return LS_OK;
+}
+
+/* tool_choice {"type": "function", "function": {"name": ...}} */
+static ls_status check_tool_choice_keys(const cJSON *tch, ls_err *err) {
+    static const char *const TC[] = {"type", "function", NULL}, *const FN[] = {"name", NULL};
+    const cJSON *ty = cJSON_GetObjectItemCaseSensitive(tch, "type");
+    if (ty && !cJSON_IsNull(ty) && (!cJSON_IsString(ty) || strcmp(ty->valuestring, "function")))
+        return ls_srv_error(err, LS_E_INVALID, "'tool_choice.type' must be \"function\"");
+    ls_status st = only_keys(tch, TC, "tool_choice", err);
+    return st ? st : only_keys(cJSON_GetObjectItemCaseSensitive(tch, "function"), FN, "tool_choice.function", err);
+}
+
+/* ---- strict JSON (ls_srv_json_parse) ------------------------------------------------ */
+typedef struct {
+    const unsigned char *b;
+    size_t n, i;
+    int top; /* containers around the current value: path[0 .. top) */
+    struct {
+        const unsigned char *key; /* NULL: an array element */
+        size_t klen;
+        int idx;
+    } path[LS_SRV_JSON_DEPTH + 1];
+    ls_err *err;
+} jscan;
+
+/* The current place as a JSON path (messages[1].content); "" at the top. */
+static void jpath(const jscan *s, char *out, size_t cap) {
+    size_t o = 0;
+    for (int d = 0; d < s->top && o + 16 < cap; d++) {
+        if (!s->path[d].key) {
+            int w = snprintf(out + o, cap - o, "[%d]", s->path[d].idx);
+            o += w > 0 ? (size_t)w : 0;
+            continue;
+        }
+        if (d) out[o++] = '.';
+        for (size_t k = 0; k < s->path[d].klen && k < 48 && o + 16 < cap; k++) {
+            unsigned char ch = s->path[d].key[k];
+            out[o++] = ch < 0x20 || ch >= 0x7f || ch == '\'' || ch == '\\' || ch == '"' ? '?' : (char)ch;
+        }
+    }
+    out[o < cap ? o : cap - 1] = 0;
+}
+
+static bool jsyntax(jscan *s, const char *what) {
+    ls_srv_error(s->err, LS_E_INVALID, "the body is not valid JSON: %s at byte %zu", what, s->i);
+    return false;
+}
+
+/* A string (a value, or a key of the object at the current place) that is refused. */
+static bool jstr_fail(jscan *s, bool key, const char *what) {
+    char p[200];
+    jpath(s, p, sizeof p);
+    if (key && p[0]) ls_srv_error(s->err, LS_E_INVALID, "a key in '%s' %s", p, what);
+    else if (key) ls_srv_error(s->err, LS_E_INVALID, "a key of the body %s", what);
+    else if (p[0]) ls_srv_error(s->err, LS_E_INVALID, "'%s' %s", p, what);
+    else ls_srv_error(s->err, LS_E_INVALID, "the body %s", what);
+    return false;
+}
+
+static void jws(jscan *s) {
+    while (s->i < s->n && (s->b[s->i] == ' ' || s->b[s->i] == '\t' || s->b[s->i] == '\n' || s->b[s->i] == '\r'))
+        s->i++;
+}
+
+static bool jhex4(const jscan *s, size_t at, unsigned *u) {
+    if (at + 4 > s->n) return false;
+    *u = 0;
+    for (size_t k = at; k < at + 4; k++) {
+        unsigned char c = s->b[k];
+        unsigned v = c >= '0' && c <= '9'   ? (unsigned)(c - '0')
+                     : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a') + 10u
+                     : c >= 'A' && c <= 'F' ? (unsigned)(c - 'A') + 10u
+                                            : 16u;
+        if (v > 15) return false;
+        *u = *u * 16 + v;
+    }
+    return true;
+}
+
+static bool jstring(jscan *s, bool key) {
+    char what[160];
+    s->i++; /* the opening quote */
+    while (s->i < s->n) {
+        unsigned char c = s->b[s->i];
+        if (c == '"') {
+            s->i++;
+            return true;
+        }
+        if (c == '\\') {
+            if (s->i + 1 >= s->n) break;
+            unsigned char e = s->b[s->i + 1];
+            if (e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n' || e == 'r' || e == 't') {
+                s->i += 2;
+                continue;
+            }
+            unsigned u, lo;
+            if (e != 'u' || !jhex4(s, s->i + 2, &u)) return jsyntax(s, "a bad escape in a string");
+            if (u == 0) return jstr_fail(s, key, "contains a NUL character (\\u0000), which is not accepted");
+            if (u >= 0xDC00 && u <= 0xDFFF) return jstr_fail(s, key, "has an unpaired UTF-16 surrogate escape");
+            if (u >= 0xD800 && u <= 0xDBFF) {
+                if (s->i + 12 > s->n || s->b[s->i + 6] != '\\' || s->b[s->i + 7] != 'u' || !jhex4(s, s->i + 8, &lo) ||
+                    lo < 0xDC00 || lo > 0xDFFF)
+                    return jstr_fail(s, key, "has an unpaired UTF-16 surrogate escape");
+                s->i += 12;
+                continue;
+            }
+            s->i += 6;
+            continue;
+        }
+        if (c < 0x20) {
+            if (c == 0)
+                return jstr_fail(s, key, "contains a raw NUL byte, which is not accepted (JSON strings must escape "
+                                         "control characters)");
+            snprintf(what, sizeof what, "contains a raw control character (0x%02x): JSON strings must escape them", c);
+            return jstr_fail(s, key, what);
+        }
+        size_t l = c < 0x80 ? 1 : ls_utf8_valid_len(s->b + s->i, s->n - s->i);
+        if (!l) {
+            snprintf(what, sizeof what, "is not valid UTF-8 (byte 0x%02x at byte %zu of the body)", c, s->i);
+            return jstr_fail(s, key, what);
+        }
+        s->i += l;
+    }
+    return jsyntax(s, "an unterminated string");
+}
+
+static bool jdigits(jscan *s) {
+    size_t from = s->i;
+    while (s->i < s->n && s->b[s->i] >= '0' && s->b[s->i] <= '9') s->i++;
+    return s->i > from;
+}
+
+static bool jvalue(jscan *s);
+
+static bool jcontainer(jscan *s, bool obj) {
+    if (s->top >= LS_SRV_JSON_DEPTH) {
+        char p[200];
+        jpath(s, p, sizeof p);
+        ls_srv_error(s->err, LS_E_INVALID, "the body nests objects and arrays deeper than %d levels (at '%s')",
+                     LS_SRV_JSON_DEPTH, p);
+        return false;
+    }
+    s->i++;
+    jws(s);
+    if (s->i < s->n && s->b[s->i] == (obj ? '}' : ']')) {
+        s->i++;
+        return true;
+    }
+    for (int idx = 0;; idx++) {
+        if (obj) {
+            jws(s);
+            if (s->i >= s->n || s->b[s->i] != '"') return jsyntax(s, "expected a key (a string)");
+            size_t k0 = s->i + 1;
+            if (!jstring(s, true)) return false;
+            s->path[s->top].key = s->b + k0;
+            s->path[s->top].klen = s->i - 1 - k0;
+            jws(s);
+            if (s->i >= s->n || s->b[s->i] != ':') return jsyntax(s, "expected ':' after a key");
+            s->i++;
+        } else {
+            s->path[s->top].key = NULL;
+            s->path[s->top].idx = idx;
+        }
+        s->top++;
+        if (!jvalue(s)) return false;
+        s->top--;
+        jws(s);
+        if (s->i < s->n && s->b[s->i] == ',') {
+            s->i++;
+            continue;
+        }
+        if (s->i < s->n && s->b[s->i] == (obj ? '}' : ']')) {
+            s->i++;
+            return true;
+        }
+        return jsyntax(s, obj ? "expected ',' or '}'" : "expected ',' or ']'");
+    }
+}
+
+static bool jvalue(jscan *s) {
+    jws(s);
+    if (s->i >= s->n) return jsyntax(s, "the body ends early");
+    unsigned char c = s->b[s->i];
+    if (c == '{' || c == '[') return jcontainer(s, c == '{');
+    if (c == '"') return jstring(s, false);
+    if (c == '-' || (c >= '0' && c <= '9')) {
+        if (c == '-') s->i++;
+        if (s->i < s->n && s->b[s->i] == '0') s->i++;
+        else if (!jdigits(s)) return jsyntax(s, "a bad number");
+        if (s->i < s->n && s->b[s->i] == '.') {
+            s->i++;
+            if (!jdigits(s)) return jsyntax(s, "a bad number");
+        }
+        if (s->i < s->n && (s->b[s->i] == 'e' || s->b[s->i] == 'E')) {
+            s->i++;
+            if (s->i < s->n && (s->b[s->i] == '+' || s->b[s->i] == '-')) s->i++;
+            if (!jdigits(s)) return jsyntax(s, "a bad number");
+        }
+        return true;
+    }
+    static const char *const lits[] = {"true", "false", "null"};
+    for (int k = 0; k < 3; k++) {
+        size_t l = strlen(lits[k]);
+        if (s->n - s->i >= l && !memcmp(s->b + s->i, lits[k], l)) {
+            s->i += l;
+            return true;
+        }
+    }
+    return jsyntax(s, "an unexpected character");
+}
+
+static int key_cmp(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+static void path_add(char *path, size_t cap, const cJSON *v, int idx) {
+    size_t o = strlen(path);
+    if (o + 16 >= cap) return;
+    if (!v->string) {
+        snprintf(path + o, cap - o, "[%d]", idx);
+        return;
+    }
+    if (o) path[o++] = '.';
+    for (size_t k = 0; v->string[k] && k < 48 && o + 2 < cap; k++) {
+        unsigned char ch = (unsigned char)v->string[k];
+        path[o++] = ch < 0x20 || ch >= 0x7f || ch == '\'' || ch == '\\' || ch == '"' ? '?' : (char)ch;
+    }
+    path[o] = 0;
+}
+
+/* No object in the tree gives a key twice (sorted per object: a body of many keys is
+ * not quadratic).  path: the place of o, extended in place. */
+static ls_status dup_keys(const cJSON *o, char *path, size_t cap, ls_err *err) {
+    int n = 0;
+    const cJSON *v;
+    cJSON_ArrayForEach(v, o) n++;
+    if (cJSON_IsObject(o) && n > 1) {
+        const char **keys = malloc((size_t)n * sizeof *keys);
+        if (!keys) return ls_srv_error(err, LS_E_NOMEM, "out of memory");
+        int k = 0;
+        cJSON_ArrayForEach(v, o) keys[k++] = v->string;
+        qsort(keys, (size_t)n, sizeof *keys, key_cmp);
+        for (k = 1; k < n && strcmp(keys[k - 1], keys[k]); k++) {}
+        if (k < n) {
+            char kb[64];
+            size_t l = 0;
+            for (; keys[k][l] && l < 48; l++) {
+                unsigned char ch = (unsigned char)keys[k][l];
+                kb[l] = ch < 0x20 || ch >= 0x7f || ch == '\'' || ch == '\\' ? '?' : (char)ch;
+            }
+            kb[l] = 0;
+            free(keys);
+            if (path[0]) return ls_srv_error(err, LS_E_INVALID, "'%s' gives the key '%s' twice", path, kb);
+            return ls_srv_error(err, LS_E_INVALID, "the body gives the key '%s' twice", kb);
+        }
+        free(keys);
+    }
+    int idx = 0;
+    size_t at = strlen(path);
+    cJSON_ArrayForEach(v, o) {
+        if (cJSON_IsObject(v) || cJSON_IsArray(v)) {
+            path_add(path, cap, v, idx);
+            ls_status st = dup_keys(v, path, cap, err);
+            path[at] = 0;
+            if (st) return st;
+        }
+        idx++;
+    }
+    return LS_OK;
+}
+
+cJSON *ls_srv_json_parse(const char *body, size_t len, ls_err *err) {
+    jscan s = {.b = (const unsigned char *)(body ? body : ""), .n = body ? len : 0, .err = err};
+    jws(&s);
+    if (s.i >= s.n) {
+        ls_srv_error(err, LS_E_INVALID, "the body is empty: it must be a JSON object");
+        return NULL;
+    }
+    if (s.b[s.i] != '{') {
+        ls_srv_error(err, LS_E_INVALID, "the body must be a JSON object");
+        return NULL;
+    }
+    if (!jvalue(&s)) return NULL;
+    jws(&s);
+    if (s.i < s.n) {
+        ls_srv_error(err, LS_E_INVALID, "the body has more after its JSON object (at byte %zu): send one object", s.i);
+        return NULL;
+    }
+    cJSON *j = cJSON_ParseWithLength(body, len);
+    if (!j) { /* valid JSON cJSON cannot hold: a number literal longer than it reads, or no memory */
+        ls_srv_error(err, LS_E_INVALID, "the body could not be read (a number literal too long, or out of memory)");
+        return NULL;
+    }
+    char path[256] = "";
+    if (dup_keys(j, path, sizeof path, err)) {
+        cJSON_Delete(j);
+        return NULL;
+    }
+    return j;
+}
+
+char *ls_srv_utf8_sanitize(char *s) {
+    if (!s) return NULL;
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = strlen(s), bad = 0;
+    for (size_t i = 0, l; i < n; i += l ? l : 1)
+        if (!(l = p[i] < 0x80 ? 1 : ls_utf8_valid_len(p + i, n - i))) bad++;
+    if (!bad) return s;
+    char *o = malloc(n + 2 * bad + 1); /* each bad byte at most: 1 byte -> 3 */
+    if (!o) {
+        free(s);
+        return NULL;
+    }
+    size_t w = 0;
+    for (size_t i = 0; i < n;) {
+        size_t l = p[i] < 0x80 ? 1 : ls_utf8_valid_len(p + i, n - i);
+        if (l) {
+            memcpy(o + w, p + i, l);
+            w += l;
+            i += l;
+            continue;
+        }
+        /* the maximal subpart: a lead byte and the continuation bytes that could still
+         * have completed it (Unicode 3.9, table 3-7) */
+        unsigned c = p[i], lo = 0x80, hi = 0xBF;
+        size_t want = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 1;
+        if (c == 0xE0) lo = 0xA0;
+        else if (c == 0xED) hi = 0x9F;
+        else if (c == 0xF0) lo = 0x90;
+        else if (c == 0xF4) hi = 0x8F;
+        size_t k = 1;
+        if (want > 1 && i + 1 < n && p[i + 1] >= lo && p[i + 1] <= hi) {
+            k = 2;
+            while (k < want && i + k < n && p[i + k] >= 0x80 && p[i + k] <= 0xBF) k++;
+        }
+        memcpy(o + w, "\xEF\xBF\xBD", 3);
+        w += 3;
+        i += k;
+    }
+    o[w] = 0;
+    free(s);
+    return o;
+}
+
 ls_status ls_srv_parse(const char *body, size_t len, bool chat, ls_srv_render_fn render, void *render_ud,
                        const ls_srv_limits *lim, ls_srv_req *r, ls_err *err) {
     memset(r, 0, sizeof *r);
@@ -286,12 +675,8 @@ ls_status ls_srv_parse(const char *body, size_t len, bool chat, ls_srv_render_fn
     r->temperature = 1.0f;
     r->top_p = 1.0f;
     ls_status st = LS_OK;
-    cJSON *j = cJSON_ParseWithLength(body, len);
-    if (!j) return ls_srv_error(err, LS_E_INVALID, "the body is not valid JSON");
-    if (!cJSON_IsObject(j)) {
-        st = ls_srv_error(err, LS_E_INVALID, "the body must be a JSON object");
-        goto done;
-    }
+    cJSON *j = ls_srv_json_parse(body, len, err);
+    if (!j) return err ? err->code : LS_E_INVALID;
     if ((st = check_keys(j, chat, err))) goto done;
     double v;
     v = r->temperature;
@@ -352,6 +737,16 @@ ls_status ls_srv_parse(const char *body, size_t len, bool chat, ls_srv_render_fn
     if (so && !cJSON_IsNull(so)) {
         if (!cJSON_IsObject(so)) {
             st = ls_srv_error(err, LS_E_INVALID, "'stream_options' must be an object");
+            goto done;
+        }
+        const cJSON *k;
+        cJSON_ArrayForEach(k, so) if (strcmp(k->string, "include_usage") && !cJSON_IsNull(k)) {
+            st = ls_srv_error(err, LS_E_INVALID, "unsupported parameter 'stream_options.%.60s' (only include_usage)",
+                              k->string);
+            goto done;
+        }
+        if (!r->stream) { /* as OpenAI answers it */
+            st = ls_srv_error(err, LS_E_INVALID, "'stream_options' is only allowed with 'stream': true");
             goto done;
         }
         if ((st = bool_field(so, "include_usage", &r->include_usage, err))) goto done;
@@ -436,6 +831,7 @@ ls_status ls_srv_parse(const char *body, size_t len, bool chat, ls_srv_render_fn
             if (cJSON_IsString(tch) && !strcmp(tch->valuestring, "none")) r->tool_choice = LS_SRV_TC_NONE;
             else if (cJSON_IsString(tch) && !strcmp(tch->valuestring, "auto")) r->tool_choice = LS_SRV_TC_AUTO;
             else if (cJSON_IsString(tch) && !strcmp(tch->valuestring, "required")) r->tool_choice = LS_SRV_TC_REQUIRED;
+            else if (cJSON_IsObject(tch) && cJSON_IsString(fn) && (st = check_tool_choice_keys(tch, err))) goto done;
             else if (cJSON_IsObject(tch) && cJSON_IsString(fn)) {
                 r->tool_choice = LS_SRV_TC_NAMED;
                 snprintf(r->tool_name, sizeof r->tool_name, "%s", fn->valuestring);
@@ -475,6 +871,7 @@ ls_status ls_srv_parse(const char *body, size_t len, bool chat, ls_srv_render_fn
             st = ls_srv_error(err, LS_E_INVALID, "'tools' with 'stream' is supported with 'n' 1 only");
             goto done;
         }
+        if ((st = check_message_keys(msgs, err))) goto done;
         bool tool_path = r->n_tools > 0;
         const cJSON *mm;
         cJSON_ArrayForEach(mm, msgs) {

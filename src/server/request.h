@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <cjson/cJSON.h>
+
 #include "lockstep.h"
 
 #define LS_SRV_MAX_STOP 4
@@ -80,6 +82,23 @@ ls_status ls_srv_parse(const char *body, size_t len, bool chat, ls_srv_render_fn
 ls_sampler_params ls_srv_sampling(const ls_srv_req *r);
 /* Choice i's seed: the request's for i = 0, else 53 bits mixed from (seed, i). */
 int64_t ls_srv_choice_seed(int64_t seed, int32_t i);
+/* The deepest nesting of objects and arrays a body may have (cJSON's own limit is 1000;
+ * no request needs more than a few levels, a JSON Schema a few dozen). */
+#define LS_SRV_JSON_DEPTH 64
+
+/* A request body as a JSON object, read strictly (RFC 8259 and more): whitespace, literals
+ * and numbers as the grammar says; strings without raw control characters (NUL
+ * included), without \u0000 (cJSON would end the C string there) or unpaired surrogate
+ * escapes, and valid UTF-8; at most LS_SRV_JSON_DEPTH levels; nothing after the object;
+ * no key twice in one object.  A rejection is LS_E_INVALID with a message naming the
+ * place as a JSON path ('messages[1].content'); NULL with err set on failure. */
+cJSON *ls_srv_json_parse(const char *body, size_t len, ls_err *err);
+/* s (a malloc'd C string) as valid UTF-8: itself when it is, else a new string (s freed)
+ * with each maximal ill-formed subsequence replaced by U+FFFD (Unicode's "substitution
+ * of maximal subparts", what Python's bytes.decode(errors="replace") does); NULL (s
+ * freed) when out of memory. */
+char *ls_srv_utf8_sanitize(char *s);
+
 /* Fills err (when non-NULL) and returns code. */
 ls_status ls_srv_error(ls_err *err, ls_status code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void ls_srv_req_free(ls_srv_req *r);

@@ -148,6 +148,7 @@ int ls_server_run(const ls_server_params *p, ls_err *err) {
     bool engine_started = false, reaper_started = false;
     struct addrinfo *ai = NULL;
     struct MHD_Daemon *d = NULL;
+    MHD_socket lfd = MHD_INVALID_SOCKET;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
@@ -232,22 +233,27 @@ int ls_server_run(const ls_server_params *p, ls_err *err) {
             p->n_parallel, s->n_ctx);
     while (!g_stop) usleep(100 * 1000);
 
-    /* Shutdown: stop accepting, let in-flight requests finish within the grace
-     * period, cancel what is left, then stop. */
+    /* Shutdown: stop accepting (the listening socket is shut down, so a new connection is
+     * refused at once instead of waiting in the backlog), answer 503 to new requests on
+     * open connections, let in-flight requests finish within the grace period; then
+     * submit nothing more, cancel what is left, and stop. */
     fprintf(stderr, "lockstep serve: stopping; draining in-flight requests (up to %d s)\n", p->timeout_s);
-    MHD_quiesce_daemon(d);
+    __atomic_store_n(&s->draining, true, __ATOMIC_RELEASE);
+    lfd = MHD_quiesce_daemon(d);
+    if (lfd != MHD_INVALID_SOCKET) shutdown(lfd, SHUT_RDWR);
     double deadline = now_ms() + 1000.0 * p->timeout_s;
     for (;;) {
         pthread_mutex_lock(&s->mu);
-        int live = s->live;
-        pthread_mutex_unlock(&s->mu);
-        if (live == 0) break;
-        if (now_ms() > deadline) {
-            pthread_mutex_lock(&s->mu);
-            if (!s->shutting_down)
-                fprintf(stderr, "lockstep serve: grace period over: cancelling %d request(s)\n", s->live);
+        int live = s->live, busy = s->busy;
+        bool cut = s->shutting_down;
+        if (!cut && now_ms() > deadline) {
+            fprintf(stderr, "lockstep serve: grace period over: cancelling %d request(s)\n", live);
             __atomic_store_n(&s->shutting_down, true, __ATOMIC_RELEASE);
-            pthread_mutex_unlock(&s->mu);
+            cut = true;
+        }
+        pthread_mutex_unlock(&s->mu);
+        if (live == 0 && (busy == 0 || cut)) break;
+        if (cut) {
             ls_engine_cancel_all(s->e);
             pthread_mutex_lock(&s->mu);
             pthread_cond_signal(&s->work);
@@ -255,8 +261,13 @@ int ls_server_run(const ls_server_params *p, ls_err *err) {
         }
         usleep(50 * 1000);
     }
+    pthread_mutex_lock(&s->mu); /* a handler still parsing its request submits nothing now */
+    __atomic_store_n(&s->shutting_down, true, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&s->mu);
     MHD_stop_daemon(d);
     d = NULL;
+    if (lfd != MHD_INVALID_SOCKET) close(lfd); /* quiesced: MHD leaves it to us */
+    lfd = MHD_INVALID_SOCKET;
     fprintf(stderr, "lockstep serve: stopped\n");
     rc = 0;
 out:

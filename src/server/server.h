@@ -33,6 +33,7 @@ typedef struct {
     const char *device;        /* "cpu" (NULL) or "cuda" */
     int max_connections;       /* open connections beyond this get 503 (default 8192) */
     int header_timeout_s;      /* a request head must arrive within this (default 10) */
+    int body_timeout_s;        /* a request body must arrive within this of its head (default 60) */
     const char *cors_origin;   /* NULL: no CORS headers; "*" or one origin */
 } ls_server_params;
 

@@ -29,16 +29,26 @@ typedef ls_logprobs ls_tok_lp;
 
 typedef struct server server;
 
+/* Where a connection's current request is (the reaper's deadlines). */
+enum { SK_HEAD = 0, SK_BODY, SK_HANDLING };
+
 /* One TCP connection (MHD's socket context, from MHD_OPTION_NOTIFY_CONNECTION): the
- * reaper's head deadline, and the access-log fields of the request on it.  The log
- * fields are written by the connection's own thread only; fd, head_t0, head_done and
- * the list links are guarded by server.cmu. */
+ * reaper's head and body deadlines, and the access-log fields of the request on it.  The
+ * log fields are written by the connection's own thread only; fd, phase, the deadline
+ * fields and the list links are guarded by server.cmu. */
 typedef struct sock {
     struct sock *prev, *next;
     int fd;
-    double head_t0;            /* when the current request's head began (ms, monotonic) */
-    bool head_done;            /* its head is complete (the handler saw it) */
+    int phase;                 /* SK_*: awaiting a head, reading the body, handling/answering */
+    bool head_started;         /* a byte of the awaited head has arrived (an idle keep-alive
+                                * connection has none: it is not under --header-timeout) */
+    uint64_t rx_mark;          /* bytes received when the connection began to await this head */
+    double idle_t0;            /* when it began to await this head (ms, monotonic) */
+    double head_t0;            /* when this head's first bytes arrived (head_started) */
+    double body_t0;            /* when the head was complete (SK_BODY) */
+    double next_check;         /* the reaper's next look at an unstarted head */
     bool cut;                  /* the reaper shut it down */
+    int last_toe;              /* the previous request's MHD_RequestTerminationCode */
     char client[64];
     /* the current request, for the access log */
     double t0;
@@ -82,6 +92,7 @@ typedef struct job {
     sock *sk;           /* the connection it arrived on (its access-log fields) */
     double t_submit, t_first, t_last; /* ms, monotonic: submitted, first and last token */
     bool shutdown_cut;  /* cancelled at the end of the shutdown grace period */
+    bool counted;       /* its cancellation is counted (metrics: once per HTTP request) */
     bool native;        /* llama-server's /completion (native.c shapes the replies) */
     bool stop_eos;      /* finished on an end-of-generation / stop token (not a stop string) */
     int32_t choice;     /* the choice's index (n > 1 or a list of prompts) */
@@ -122,7 +133,7 @@ typedef struct {
     uint64_t batch_hist[9];    /* rows per step: <=1 2 4 8 16 32 64 128 +Inf */
     uint64_t batch_rows_sum;
     ls_srv_hist queue, ttft, tpot, e2e;
-    uint64_t cancelled_shutdown, cancelled_client, head_timeouts, conn_refused;
+    uint64_t cancelled_shutdown, cancelled_client, cancelled_timeout, head_timeouts, body_timeouts, conn_refused;
     double tps_t[16];          /* generated tokens per second: a ring of 1-second slots */
     uint64_t tps_n[16];
 } ls_srv_counters;
@@ -142,12 +153,15 @@ struct server {
                                 * (release) the verdict, spec and the engine to the handlers */
     bool stop_engine;
     int live;                  /* requests submitted and not finished */
+    int busy;                  /* HTTP requests between their complete head and their end */
     ls_probe_result probe;     /* the startup verdict (verdict UNPROBED with --no-probe) */
     char parity[32];           /* "verified", "scoped", "failed", "skipped" */
     char spec_state[64];       /* the drafter and whether it serves: "off", "ngram", "ngram (declined)" */
     ls_spec_params spec;       /* kind LS_SPEC_OFF: no speculation */
     ls_srv_counters ct;
-    bool shutting_down;        /* the grace period is over: what is cancelled now is cut */
+    bool shutting_down;        /* the grace period is over: what is cancelled now is cut, and
+                                * nothing more is submitted (guarded by mu; read atomically) */
+    bool draining;             /* SIGINT/SIGTERM came: new requests get 503 (atomic) */
     bool loopback;             /* bound to a loopback address: the Host check applies */
     pthread_mutex_t cmu;       /* guards the connection list */
     sock *socks;
@@ -175,9 +189,11 @@ void ls_srv_common_headers(server *s, struct MHD_Connection *c, struct MHD_Respo
 sock *ls_srv_sock(struct MHD_Connection *c);
 void ls_srv_notify_conn(void *cls, struct MHD_Connection *c, void **socket_context, enum MHD_ConnectionNotificationCode code);
 void *ls_srv_reaper_main(void *arg);
-/* The first problem in a JSON body that cJSON would hide (a \u0000 escape in a string,
- * which would end the C string there): a message naming the field, or NULL. */
-const char *ls_srv_json_nul(const char *body, size_t len, char *msg, size_t cap);
+/* Whether the client closed its end (the socket reads as end-of-file, or fails). */
+bool ls_srv_client_gone(struct MHD_Connection *c);
+/* Counts one HTTP request cancelled, by cause. */
+enum { LS_CANCEL_CLIENT = 1, LS_CANCEL_SHUTDOWN, LS_CANCEL_TIMEOUT };
+void ls_srv_count_cancel(server *s, int cause);
 
 /* jobs.c */
 enum MHD_Result ls_srv_generate(server *s, struct MHD_Connection *c, conn *cn, bool chat, const char *path);
