@@ -76,7 +76,13 @@ bool parity_refs_make(parity_refs *r, ls_model *m, int nseq, int nctx, int min_l
 
 size_t parity_run_mix(const parity_refs *r, ls_cuda_fwd *g, ls_cuda_kv *kv, uint64_t seed, double fast_frac, int bmax,
                       size_t *cmp, size_t *rows_out, double *fast_err) {
+    return parity_run_mix_runs(r, g, kv, seed, fast_frac, 0, bmax, cmp, rows_out, fast_err);
+}
+
+size_t parity_run_mix_runs(const parity_refs *r, ls_cuda_fwd *g, ls_cuda_kv *kv, uint64_t seed, double fast_frac,
+                           int fast_run, int bmax, size_t *cmp, size_t *rows_out, double *fast_err) {
     const int bps = r->nctx / LS_KV_BLOCK, nseq = r->nseq, V = r->V;
+    if (fast_run > 200) fast_run = 200; /* the reordering below holds a run of up to 232 rows */
     int32_t **tables = malloc(sizeof(int32_t *) * (size_t)nseq);
     int32_t *perm = malloc(sizeof(int32_t) * (size_t)nseq * bps);
     int *cur = calloc((size_t)nseq, sizeof(int)), *order = malloc(sizeof(int) * (size_t)nseq);
@@ -111,10 +117,30 @@ size_t parity_run_mix(const parity_refs *r, ls_cuda_fwd *g, ls_cuda_kv *kv, uint
             order[i] = order[j];
             order[j] = t;
         }
-        const int cap = 1 + (int)(synth_next(&s) % (uint64_t)bmax);
-        int n = 0;
+        int n = 0, nf = 0;
+        if (fast_run > 0) { /* the fast sequences' rows first, as one run */
+            const int want = fast_run + (int)(synth_next(&s) % 33);
+            for (int k = 0; k < na && n < want; k++) {
+                const int q = order[k];
+                if (!seq_fast[q]) continue;
+                int c = r->len[q] - cur[q];
+                if (c > want - n) c = want - n;
+                for (int i = 0; i < c; i++, n++) {
+                    tok[n] = r->tok[q][cur[q] + i];
+                    pos[n] = cur[q] + i;
+                    seq[n] = q;
+                    lr[n] = n;
+                    need[n] = 0;
+                }
+                cur[q] += c;
+            }
+            nf = n;
+        }
+        const int room = bmax - n;
+        const int cap = n + (room > 0 ? 1 + (int)(synth_next(&s) % (uint64_t)room) : 0);
         for (int k = 0; k < na && n < cap; k++) {
             const int q = order[k];
+            if (fast_run > 0 && seq_fast[q]) continue;
             const uint64_t u = synth_next(&s) % 10;
             int c = u < 5 ? 1 : u < 8 ? 2 + (int)(synth_next(&s) % 8) : 1 + (int)(synth_next(&s) % 33);
             if (c > r->len[q] - cur[q]) c = r->len[q] - cur[q];
@@ -129,6 +155,18 @@ size_t parity_run_mix(const parity_refs *r, ls_cuda_fwd *g, ls_cuda_kv *kv, uint
             }
             cur[q] += c;
         }
+        if (nf > 0 && n > nf && (synth_next(&s) & 1)) { /* the fast run after the others' rows */
+            int32_t tt[256], tp[256], ts[256];
+            uint8_t tn[256];
+            const int ne = n - nf;
+            memcpy(tt, tok, 4 * (size_t)nf), memcpy(tp, pos, 4 * (size_t)nf), memcpy(ts, seq, 4 * (size_t)nf);
+            memcpy(tn, need, (size_t)nf);
+            memmove(tok, tok + nf, 4 * (size_t)ne), memmove(pos, pos + nf, 4 * (size_t)ne);
+            memmove(seq, seq + nf, 4 * (size_t)ne), memmove(need, need + nf, (size_t)ne);
+            memcpy(tok + ne, tt, 4 * (size_t)nf), memcpy(pos + ne, tp, 4 * (size_t)nf), memcpy(seq + ne, ts, 4 * (size_t)nf);
+            memcpy(need + ne, tn, (size_t)nf);
+        }
+        if (n == 0) continue; /* only exact rows left and a cap of 0: draw again */
         ls_batch b = {.n = n, .token = tok, .pos = pos, .seq = seq, .tables = (const int32_t *const *)tables,
                       .logit_row = lr, .need_parity = need};
         ls_err err;

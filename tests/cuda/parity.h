@@ -32,6 +32,15 @@ void parity_refs_free(parity_refs *r);
 size_t parity_run_mix(const parity_refs *r, ls_cuda_fwd *g, ls_cuda_kv *kv, uint64_t seed, double fast_frac, int bmax,
                       size_t *cmp, size_t *rows, double *fast_err);
 
+/* The same with fast_run > 0: every forward first gathers the fast sequences' next rows
+ * into one contiguous run of fast_run..fast_run+32 rows (prefill chunks of several fast
+ * sequences side by side, as long as they have rows left), so that a fast family that
+ * needs long runs (cuBLAS from fast_min_rows) really serves them, then adds up to
+ * bmax - fast_run rows of the other sequences, before or after that run (bmax: at least
+ * fast_run + 33). */
+size_t parity_run_mix_runs(const parity_refs *r, ls_cuda_fwd *g, ls_cuda_kv *kv, uint64_t seed, double fast_frac,
+                           int fast_run, int bmax, size_t *cmp, size_t *rows, double *fast_err);
+
 size_t parity_diff_bytes(const void *a, const void *b, size_t n);
 
 #endif

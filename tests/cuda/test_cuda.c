@@ -13,8 +13,10 @@
  *     over shuffled paged KV, == the CPU forward of that sequence alone; under three
  *     kernel policies (default, tensor-core GEMM for every run, warp kernel for every
  *     run, no graphs); with random rows on the fast family (their rows not compared, the
- *     others must stay exact); and a forked sequence whose partial block was copied with
- *     ls_cuda_kv_block_copy;
+ *     others must stay exact); with the fast sequences' rows side by side in runs of at
+ *     least fast_min_rows beside exact rows: the exact rows compared, and the fast rows
+ *     must have taken cuBLAS (stats.rows_cublas > 0, a relative error > 0 and < FAST_ERR_MAX);
+ *     and a forked sequence whose partial block was copied with ls_cuda_kv_block_copy;
  *  4. the same for one synthetic file of every family (synth_families: llama with
  *     rope_freqs.weight, mistral, qwen2 with biases and with YaRN, qwen3 with q/k norms,
  *     gemma3 with GeGLU, post-norms, embedding scale and a window of 11 positions over
@@ -178,6 +180,12 @@ static void test_matmul(void) {
 /* ---- 3. whole forwards --------------------------------------------------------------- */
 #define NSEQ 16
 #define NCTX 256
+/* The fast family's bound: logits' relative L2 error against the CPU's of a sequence whose
+ * matmuls ran (in part) as fp16 GEMMs: weights and activations rounded to 11 significant
+ * bits (relative 2^-11 = 4.9e-4 each; one matmul measured 3.7e-3 in test_matmul), compounded
+ * over the layers and the sequence's own inexact K/V.  A wrong result (another row's, a
+ * missing epilogue) is of order 1. */
+#define FAST_ERR_MAX 0.1
 /* A sequence forked from sequence 1 after P tokens: its full blocks are shared, its partial
  * block copied with ls_cuda_kv_block_copy; then it continues with its own tokens. */
 static void test_fork(parity_refs *fx, ls_cuda_fwd *g, ls_cuda_kv *kv, const char *name) {
@@ -264,7 +272,7 @@ static void test_model(const synth_cfg *c, uint64_t seed) {
         return;
     }
     const double t1 = now_s();
-    ls_cuda_fwd *g = ls_cuda_fwd_create(fx.m, &(ls_fwd_params){.n_rows = 64, .n_ctx = NCTX}, &err);
+    ls_cuda_fwd *g = ls_cuda_fwd_create(fx.m, &(ls_fwd_params){.n_rows = 160, .n_ctx = NCTX}, &err);
     ls_cuda_kv *kv = g ? ls_cuda_kv_create(fx.m, NSEQ * (NCTX / LS_KV_BLOCK), &err) : NULL;
     if (!g || !kv) {
         printf("FAIL cuda fwd %s: %s\n", c->name, err.msg);
@@ -309,12 +317,47 @@ static void test_model(const synth_cfg *c, uint64_t seed) {
                  "others compared; fast rows' relative error %.2e)", c->name, rows, fe);
         report(what, d, cmp);
     }
+    {   /* the fast family where it runs: the fast sequences' rows side by side in runs of at
+         * least fast_min_rows (64), which cuBLAS serves, with exact sequences in the same
+         * forwards; the exact rows compared, the fast ones checked to differ (they took a
+         * free-order fp16 GEMM) and to stay within FAST_ERR_MAX of the CPU's logits */
+        ls_cuda_opts o;
+        ls_cuda_fwd_get_opts(g, &o);
+        ls_cuda_stats s0, s1;
+        ls_cuda_fwd_stats(g, &s0);
+        size_t cmp, rows;
+        double fe = 0;
+        const size_t d = parity_run_mix_runs(&fx, g, kv, seed + 131, 0.4, o.fast_min_rows, o.fast_min_rows + 64, &cmp, &rows,
+                                             &fe);
+        ls_cuda_fwd_stats(g, &s1);
+        const uint64_t blas_rows = s1.rows_cublas - s0.rows_cublas, fast_rows = s1.rows_fast - s0.rows_fast;
+        char what[240];
+        snprintf(what, sizeof what, "%s: %zu rows, fast runs of %d..%d rows beside exact rows (the exact compared)", c->name,
+                 rows, o.fast_min_rows, o.fast_min_rows + 32);
+        report(what, d, cmp);
+        /* float matrices always take their one exact kernel: a model of only float
+         * matrices must come out exact on the fast family too */
+        const bool all_float = c->t_q <= 1 && c->t_k <= 1 && c->t_v <= 1 && c->t_o <= 1 &&
+                               (c->t_gate <= 1 || c->t_gate == 30) && (c->t_up <= 1 || c->t_up == 30) &&
+                               (c->t_down <= 1 || c->t_down == 30) &&
+                               (c->t_out < 0 ? c->t_embd <= 1 || c->t_embd == 30 : c->t_out <= 1 || c->t_out == 30);
+        const bool took = all_float ? blas_rows == 0 && fe == 0.0
+                                    : s1.cublas && blas_rows > 0 && fe > 0.0 && fe < FAST_ERR_MAX;
+        g_checks++;
+        if (!took) g_failed++;
+        printf("%-4s %s: fast family: %llu of %llu fast rows through cuBLAS (cuBLAS %s); fast rows' relative L2 error "
+               "vs the CPU %.2e (must be > 0 and < %.0e)\n",
+               took ? "ok" : "FAIL", c->name, (unsigned long long)blas_rows, (unsigned long long)fast_rows,
+               s1.cublas ? "loaded" : "missing", fe, FAST_ERR_MAX);
+        if (all_float) printf("     (float matrices only: the fast family is the exact one here, so 0 rows and 0 error)\n");
+        fflush(stdout);
+    }
     if (!g_quick) test_fork(&fx, g, kv, c->name);
     ls_cuda_stats st;
     ls_cuda_fwd_stats(g, &st);
-    printf("info %s: device weights %.1f MiB, rows exact %llu, fast %llu, cuBLAS %s\n", c->name,
+    printf("info %s: device weights %.1f MiB, rows exact %llu, fast %llu (through cuBLAS %llu), cuBLAS %s\n", c->name,
            (double)st.weight_bytes / 1048576.0, (unsigned long long)st.rows_exact, (unsigned long long)st.rows_fast,
-           st.cublas ? "yes" : "no");
+           (unsigned long long)st.rows_cublas, st.cublas ? "yes" : "no");
     ls_cuda_kv_free(kv);
     ls_cuda_fwd_free(g);
     parity_refs_free(&fx);

@@ -10,8 +10,9 @@
  * With `--model FILE` (a real GGUF file, e.g. the default model carried to the device),
  * the same on that file: the probe; 16 concurrent requests (4 chat prompts and 12 of
  * random tokens; greedy and seeded; chunked; a repeat; ngram drafts) on the GPU against
- * each alone on the CPU, every generated position's logits; and the decode speed of one
- * chat answer on each, whose text must be the same.
+ * each alone on the CPU, every generated position's logits; every position of those 16
+ * prompts through ls_engine_score on each; and the decode speed of one chat answer on
+ * each, whose text must be the same.
  * Prints the differing bytes; exits 1 on any difference.  Needs a CUDA build and a GPU. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -359,6 +360,29 @@ static void test_file(const char *path) {
            bytes);
     g_rows += rows;
     g_bytes_diff += bytes;
+    /* every position of every prompt: ls_engine_score on the GPU engine and on the CPU one */
+    size_t srows = 0, sbytes = 0;
+    for (int i = 0; i < F_NR; i++) {
+        const int32_t n = n_prompt[i];
+        float *a = malloc(sizeof(float) * V * (size_t)n), *b = malloc(sizeof(float) * V * (size_t)n);
+        if (!a || !b || ls_engine_score(cpu, prompts[i], n, a, &err) || ls_engine_score(g, prompts[i], n, b, &err)) {
+            fprintf(stderr, "score: %s\n", a && b ? err.msg : "out of memory");
+            exit(1);
+        }
+        const size_t d = diff_bytes(a, b, V * (size_t)n);
+        srows += (size_t)n;
+        sbytes += d;
+        if (d) {
+            printf("  prompt %d (%d tokens): %zu bytes differ\n", i, n, d);
+            g_fail = 1;
+        }
+        free(a);
+        free(b);
+    }
+    printf("every position of the 16 prompts, GPU vs CPU (ls_engine_score): %zu logits rows, %zu bytes of %zu differ\n",
+           srows, sbytes, srows * V * sizeof(float));
+    g_rows += srows;
+    g_bytes_diff += sbytes;
     ls_engine_free(g);
 
     /* one chat answer alone on each: the text, prefill and decode speed */

@@ -467,6 +467,7 @@ struct ls_cuda_fwd {
     size_t stage_cap;
     /* fast family */
     void *blas;
+    bool blas_ran; /* this forward's matmuls called cuBLAS (stats.rows_cublas) */
     __half *wh, *xh;
     ls_cuda_opts opts;
     ls_cuda_stats stats;
@@ -751,6 +752,7 @@ static ls_status mm(ls_cuda_fwd *f, const DMat &d, const std::vector<Run> &runs,
             continue;
         }
         if (r.fast && f->blas && r.n >= f->opts.fast_min_rows) {
+            f->blas_ran = true;
             ls_status st = mm_fast(f, d, xf, ldxf, r.m0, r.n, y, ldy, mode, err);
             if (st) return st;
             continue;
@@ -901,6 +903,7 @@ ls_status ls_cuda_fwd_run(ls_cuda_fwd *f, ls_cuda_kv *kv, const ls_batch *b, flo
     pl.n_out = 0;
     pl.hidden = b->hidden_out != NULL;
     pl.blas_used = false;
+    f->blas_ran = false;
     int max_pos = 0;
     const Stage sl = stage_layout(f, b->n);
     int32_t *sw = (int32_t *)f->stage_h;
@@ -1003,7 +1006,10 @@ ls_status ls_cuda_fwd_run(ls_cuda_fwd *f, ls_cuda_kv *kv, const ls_batch *b, flo
     }
     if (pl.n_out) memcpy(logits, f->logits_h, (size_t)pl.n_out * f->V * 4);
     if (pl.hidden) memcpy(b->hidden_out, f->hidden_h, (size_t)b->n * f->E * 4);
-    for (const Run &r : pl.rows) (r.fast ? f->stats.rows_fast : f->stats.rows_exact) += (uint64_t)r.n;
+    for (const Run &r : pl.rows) {
+        (r.fast ? f->stats.rows_fast : f->stats.rows_exact) += (uint64_t)r.n;
+        if (r.fast && f->blas_ran && r.n >= f->opts.fast_min_rows) f->stats.rows_cublas += (uint64_t)r.n;
+    }
     f->stats.gpu_ms = ms;
     f->stats.graph = use_graph;
     f->stats.total_ms = now_ms() - t0;

@@ -81,7 +81,10 @@ typedef struct {
     uint64_t weight_bytes;     /* device bytes of the uploaded weights (GPU layout) */
     uint64_t step_bytes;       /* weight bytes one forward reads (all layers run + head) */
     bool cublas;               /* the fast family has cuBLAS */
-    uint64_t rows_exact, rows_fast; /* rows of forwards so far whose matmuls ran each family */
+    uint64_t rows_exact, rows_fast; /* rows of forwards so far by family (a fast row may still have run the
+                                     * exact kernels: a run shorter than fast_min_rows, or no cuBLAS) */
+    uint64_t rows_cublas;      /* rows of forwards so far whose matmuls cuBLAS ran (fast runs of at least
+                                * fast_min_rows quantized-matrix rows) */
 } ls_cuda_stats;
 void ls_cuda_fwd_stats(const ls_cuda_fwd *f, ls_cuda_stats *s);
 /* With opts.profile: device ms per kernel kind summed over the runs since the options were
