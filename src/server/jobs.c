@@ -206,6 +206,10 @@ static bool keepalive_due(const server *s, double *out_t) {
 }
 
 #define KEEPALIVE ": keep-alive\n\n"
+/* The message of a request the engine gave up on (LS_FINISH_ERROR). */
+#define LS_SRV_GAVE_UP \
+    "the server could not go on generating this response (out of memory, or the grammar's token mask went over its " \
+    "work budget)"
 
 /* MHD pulls the stream from here (its connection thread; may block briefly). */
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
@@ -248,8 +252,9 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             continue;
         }
         if (j->phase == 1 && j->done && j->finish == LS_FINISH_ERROR) { /* the engine gave up on it */
-            out_append(j, dupz("data: {\"error\":{\"message\":\"the server ran out of memory while generating; "
-                               "the text above is all there is\",\"type\":\"server_error\",\"code\":500}}\n\n"));
+            out_append(j, dupz("data: {\"error\":{\"message\":\"the server could not go on generating (out of memory, or the "
+                               "grammar's token mask went over its work budget); the text above is all there is\","
+                               "\"type\":\"server_error\",\"code\":500}}\n\n"));
             if (!j->native) out_append(j, dupz("data: [DONE]\n\n"));
             j->phase = 3;
             continue;
@@ -588,8 +593,9 @@ static ssize_t group_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             pthread_mutex_unlock(&j->mu);
         }
         if (error) {
-            grp_append(g, dupz("data: {\"error\":{\"message\":\"the server ran out of memory while generating; "
-                               "the text above is all there is\",\"type\":\"server_error\",\"code\":500}}\n\n"));
+            grp_append(g, dupz("data: {\"error\":{\"message\":\"the server could not go on generating (out of memory, or the "
+                               "grammar's token mask went over its work budget); the text above is all there is\","
+                               "\"type\":\"server_error\",\"code\":500}}\n\n"));
             for (int32_t k = 0; k < g->n; k++) ls_engine_cancel(g->js[0]->srv->e, g->js[k]->engine_id);
             wake_engine(g->js[0]->srv);
             all = true;
@@ -730,8 +736,7 @@ static enum MHD_Result generate_many(server *s, struct MHD_Connection *c, conn *
                 gone ? "client gone: cancelled" : "status=500 (out of memory)");
         for (int32_t k = 0; k < n_all; k++) job_unref(js[k]);
         if (gone) return MHD_NO;
-        return ls_srv_send_error(s, c, 500, "server_error", "the server ran out of memory while generating this response",
-                                 NULL);
+        return ls_srv_send_error(s, c, 500, "server_error", LS_SRV_GAVE_UP, NULL);
     }
     /* every job is done: no event writes them any more */
     cJSON *o = ls_srv_response(j0), *choices = cJSON_GetObjectItemCaseSensitive(o, "choices");
@@ -833,8 +838,7 @@ enum MHD_Result ls_srv_generate(server *s, struct MHD_Connection *c, conn *cn, b
         fprintf(stderr, "lockstep serve: %s %s prompt=%d gen=%d ms=%.0f status=500 (out of memory)\n", j->id, path,
                 j->n_prompt, n, now_ms() - j->t0);
         job_unref(j);
-        return ls_srv_send_error(s, c, 500, "server_error", "the server ran out of memory while generating this response",
-                                 NULL);
+        return ls_srv_send_error(s, c, 500, "server_error", LS_SRV_GAVE_UP, NULL);
     }
     if (j->finish == LS_FINISH_CANCELLED) { /* cut at the end of the shutdown grace period */
         int32_t n = j->n_tokens;
