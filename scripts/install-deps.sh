@@ -8,8 +8,10 @@
 #
 # The test references (tests/python/requirements.txt, pinned, plus llama-cpp-python built
 # here from its sdist) live in a virtual environment of their own, outside the checkout so
-# that every clone on a machine shares it, named by the hash of what it holds:
+# that every clone on a machine shares it, named by the hash of the llama-cpp-python build
+# (its version and flags) and the Python it runs on:
 #   ${LOCKSTEP_VENV:-${XDG_CACHE_HOME:-~/.cache}/lockstep/venv-HASH}
+# A change to requirements.txt reinstalls those pins into it (seconds), not llama.cpp.
 # Nothing already installed on the machine is trusted: the venv does not see the system's
 # site-packages, pip's wheel cache is not used for llama-cpp-python, and the built
 # llama-cpp-python is checked for what it must not use (AMX) and for a working forward
@@ -20,9 +22,20 @@ root=$(dirname "$here")
 req="$root/tests/python/requirements.txt"
 LLAMA_CPP_PY=llama-cpp-python==0.3.36
 
+# Explicit ISA flags instead of GGML_NATIVE: -march=native also turns on AMX on CPUs that
+# report it.
+llama_cmake_args() {
+    local a="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
+    a="$a -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
+    if grep -qw avx512_vnni /proc/cpuinfo; then
+        a="$a -DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_BF16=ON"
+    fi
+    echo "$a"
+}
 venv_path() {
     local key
-    key=$( { cat "$req"; echo "$LLAMA_CPP_PY"; } | sha256sum | cut -c1-12)
+    key=$( { echo "$LLAMA_CPP_PY"; llama_cmake_args; "${PYTHON:-python3}" -c 'import sys; print(sys.version)'; } \
+          | sha256sum | cut -c1-12)
     echo "${LOCKSTEP_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/lockstep/venv-$key}"
 }
 mode=${1:-}
@@ -70,11 +83,6 @@ if [ ${#missing[@]} -gt 0 ]; then
     apt_wait install -y -qq "${missing[@]}" >/dev/null || { echo "install-deps: apt-get install failed" >&2; exit 1; }
 fi
 
-avx512_flags() {
-    if grep -qw avx512_vnni /proc/cpuinfo; then
-        echo "-DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_BF16=ON"
-    fi
-}
 # A llama-cpp-python is good when its ggml was built without AMX (ggml's AMX path dies in
 # `ldtilecfg` where the kernel has not granted the tile state: seen on this project's VMs)
 # and, in a process of its own, it runs a forward pass over a tiny model written by the
@@ -122,26 +130,23 @@ PY
 if [ $want_test = 1 ]; then
     venv=$(venv_path)
     vpy="$venv/bin/python"
-    stamp="$venv/.lockstep-ok"
-    if [ -f "$stamp" ] && [ -x "$vpy" ] && "$vpy" -c 'import gguf, tokenizers, sentencepiece, numpy, pytest, jinja2, jsonschema, openai, llama_cpp' 2>/dev/null; then
-        :  # built and checked before (the stamp is written only after the checks below)
-    else
+    llama_stamp="$venv/.lockstep-llama-ok"        # llama-cpp-python built and checked
+    req_stamp="$venv/.lockstep-requirements"      # the requirements.txt last installed
+    req_hash=$(sha256sum < "$req" | cut -c1-64)
+    if [ ! -f "$llama_stamp" ] || [ ! -x "$vpy" ] || ! "$vpy" -c 'import llama_cpp' 2>/dev/null; then
         rm -rf "$venv"
         mkdir -p "$(dirname "$venv")"
         echo "install-deps: the Python test references, in $venv" >&2
         "$PYTHON" -m venv "$venv" || { echo "install-deps: python3 -m venv failed (python3-venv missing?)" >&2; exit 1; }
         "$vpy" -m pip install -q --upgrade pip 2>&1 | grep -v 'Running pip as the' || true
         "$vpy" -m pip install -q -r "$req" 2>&1 | grep -v 'Running pip as the' || true
-        "$vpy" -c 'import gguf, tokenizers, sentencepiece, numpy, pytest, jinja2, jsonschema, openai' \
-            || { echo "install-deps: pip install -r tests/python/requirements.txt failed" >&2; exit 1; }
-        # Explicit ISA flags instead of GGML_NATIVE: -march=native also turns on AMX on CPUs
-        # that report it.  --no-cache-dir: a wheel cached by an earlier build (made with other
-        # flags, or on another CPU) is never reused.
+        # --no-cache-dir: a wheel cached by an earlier build (made with other flags, or on
+        # another CPU) is never reused.
         build_llama() {
             echo "install-deps: building $LLAMA_CPP_PY from its sdist (several minutes)" >&2
-            CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF $(avx512_flags)" \
-            CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) "$vpy" -m pip install -q --no-cache-dir --force-reinstall --no-deps \
-                --no-binary llama-cpp-python "$LLAMA_CPP_PY" "$@" 2>&1 | grep -v 'Running pip as the' || true
+            CMAKE_ARGS="$(llama_cmake_args)" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) "$vpy" -m pip install -q --no-cache-dir \
+                --force-reinstall --no-deps --no-binary llama-cpp-python "$LLAMA_CPP_PY" 2>&1 \
+                | grep -v 'Running pip as the' || true
         }
         build_llama
         # llama-cpp-python's own needs (typing-extensions, diskcache, jinja2, numpy) from PyPI.
@@ -154,8 +159,16 @@ if [ $want_test = 1 ]; then
                 exit 1
             fi
         fi
+        touch "$llama_stamp"
+    fi
+    if [ "$(cat "$req_stamp" 2>/dev/null)" != "$req_hash" ]; then
+        echo "install-deps: pip install -r tests/python/requirements.txt (into $venv)" >&2
+        "$vpy" -m pip install -q -r "$req" 2>&1 | grep -v 'Running pip as the' || true
+        mods=$(grep -oE '^[A-Za-z0-9_.-]+==' "$req" | tr -d '=' | tr 'A-Z-' 'a-z_' | sed 's/^pyyaml$/yaml/' | paste -sd, -)
+        "$vpy" -c "import importlib, sys; [importlib.import_module(m) for m in '$mods'.split(',')]" \
+            || { echo "install-deps: pip install -r tests/python/requirements.txt failed" >&2; exit 1; }
         "$vpy" -m pip freeze > "$venv/freeze.txt"
-        touch "$stamp"
+        echo "$req_hash" > "$req_stamp"
     fi
 fi
 if [ $want_bench = 1 ] && ! "$PYTHON" -c 'import matplotlib' 2>/dev/null; then
