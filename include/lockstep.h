@@ -221,7 +221,6 @@ LS_API ls_status ls_model_apply_chat_opts(const ls_model *m, const ls_chat_msg *
  * selection.  Each step runs every running sequence's rows (decode rows, prefill chunks,
  * verify blocks of drafted tokens) in one forward. */
 typedef struct ls_engine ls_engine;
-typedef struct ls_mm_family ls_mm_family; /* a matmul kernel family (advanced; src/kernels/cpu/kernels.h) */
 
 /* Test-only fault injection (ls_engine_params.faults): each bit plants one deliberate
  * parity bug in the live code path, so tests can show the probe catches it. */
@@ -244,10 +243,7 @@ typedef struct {
     bool no_prefix_cache;
     int32_t draft_max;    /* the longest draft a verify block may carry (0 = no speculation) */
     bool allow_inexact;   /* keep speculating when the probe declined (default: fail closed) */
-    /* Advanced: caller-made kernel families for rows without / with a parity need
-     * (NULL: by `kernels`).  The probe withdraws a failing fam_parity. */
-    const ls_mm_family *fam, *fam_parity;
-    unsigned faults;      /* LS_FAULT_*: tests only, 0 otherwise */
+    unsigned faults;      /* LS_FAULT_*: tests only, 0 otherwise (the CLI's LOCKSTEP_FAULT) */
     const char *device;   /* where the forwards run: "cpu" (NULL) or "cuda" (a CUDA build, docs/cuda.md) */
 } ls_engine_params;
 #define LS_ENGINE_PARAMS_INIT {.size = sizeof(ls_engine_params), .isa = LS_ISA_AUTO}

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "engine/backend.h"
+#include "engine/engine_test.h"
 #include "engine/kvcache.h"
 #include "sample/grammar.h"
 
@@ -61,7 +62,9 @@ struct ls_engine {
     int32_t n_vocab, n_embd, max_blocks, max_logit_rows;
     const ls_backend *be;           /* where the forwards run (engine/backend.h) */
     void *bfwd, *bkv;               /* its forward workspace and KV store */
-    ls_fwd *fwd;                    /* the CPU's (bfwd), or NULL on another backend */
+    ls_engine_test test;            /* test-only knobs (engine_test.h); zero in serving */
+    bool withdrawn;                 /* the probe withdrew the parity rows' family */
+    char kernels[32];               /* p.kernels points here */
     int32_t n_kv_blocks;
     ls_kvcache *kvc;
     pthread_mutex_t mu;             /* guards pending, cancels, next_id, live, snapshot */
@@ -199,6 +202,10 @@ fail:
 
 /* ---- engine lifetime -------------------------------------------------------- */
 ls_engine *ls_engine_create(const ls_model *m, const ls_engine_params *pp, ls_err *err) {
+    return ls_engine_create_test(m, pp, NULL, err);
+}
+
+ls_engine *ls_engine_create_test(const ls_model *m, const ls_engine_params *pp, const ls_engine_test *t, ls_err *err) {
     ls_engine_params p = LS_ENGINE_PARAMS_INIT;
     if (!m) {
         ls_err_set(err, LS_E_INVALID, "no model given");
@@ -212,6 +219,8 @@ ls_engine *ls_engine_create(const ls_model *m, const ls_engine_params *pp, ls_er
         return NULL;
     }
     e->m = m;
+    if (t) e->test = *t;
+    e->test.faults |= p.faults;
     e->verdict = LS_VERDICT_UNPROBED;
     pthread_mutex_init(&e->mu, NULL);
     if (p.n_ctx < 0 || p.kv_mem < 0 || p.n_seq_max < 0 || p.step_tokens < 0 || p.n_threads < 0 || p.draft_max < 0) {
@@ -236,13 +245,14 @@ ls_engine *ls_engine_create(const ls_model *m, const ls_engine_params *pp, ls_er
                                       "draft length %d of 64)", p.n_seq_max, p.step_tokens, p.draft_max);
         goto fail;
     }
-    if (p.kernels && strcmp(p.kernels, "auto") && !ls_mm_family_builtin(p.kernels)) {
-        ls_err_set(err, LS_E_INVALID, "no kernel family '%s' (available: auto, wide, narrow)", p.kernels);
+    /* the backend resolves the family name; the caller's string is not kept */
+    if (p.kernels && strlen(p.kernels) >= sizeof e->kernels) {
+        ls_err_set(err, LS_E_INVALID, "no kernel family '%.40s'", p.kernels);
         goto fail;
     }
-    if (!p.fam && p.kernels && strcmp(p.kernels, "auto")) p.fam = ls_mm_family_builtin(p.kernels);
-    if (!p.fam_parity && p.kernels && strcmp(p.kernels, "auto")) p.fam_parity = ls_mm_family_builtin(p.kernels);
-    p.kernels = NULL; /* resolved into the families above; the caller's string is not kept */
+    snprintf(e->kernels, sizeof e->kernels, "%s", p.kernels ? p.kernels : "auto");
+    p.kernels = e->kernels;
+    const char *kernels = e->kernels;
     if (p.isa != LS_ISA_AUTO && !ls_isa_supported(p.isa)) {
         ls_err_set(err, LS_E_UNSUPPORTED, "this CPU does not support the %s kernels", ls_isa_name(p.isa));
         goto fail;
@@ -275,12 +285,11 @@ ls_engine *ls_engine_create(const ls_model *m, const ls_engine_params *pp, ls_er
     e->max_logit_rows = p.n_seq_max * (1 + p.draft_max);
     if (e->max_logit_rows < 64) e->max_logit_rows = 64;
     if (e->max_logit_rows > p.step_tokens) e->max_logit_rows = p.step_tokens;
-    ls_fwd_params fp = {.n_rows = p.step_tokens, .n_ctx = p.n_ctx, .n_threads = p.n_threads, .isa = (int32_t)p.isa,
-                        .fam = p.fam, .fam_parity = p.fam_parity, .faults = p.faults};
+    ls_backend_params bp = {.n_rows = p.step_tokens, .n_ctx = p.n_ctx, .n_threads = p.n_threads,
+                            .isa = (int32_t)p.isa, .kernels = kernels, .test = &e->test};
     if (!(e->be = ls_backend_find(p.device, err))) goto fail;
     p.device = e->be->name; /* the caller's string is not kept */
-    if (!(e->bfwd = e->be->fwd_create(m, &fp, err))) goto fail;
-    if (e->be == ls_backend_cpu()) e->fwd = e->bfwd;
+    if (!(e->bfwd = e->be->fwd_create(m, &bp, err))) goto fail;
     if (!(e->bkv = e->be->kv_create(m, (int32_t)n_blocks, err))) goto fail;
     e->n_kv_blocks = (int32_t)n_blocks;
     if (!(e->kvc = ls_kvc_create((int32_t)n_blocks, !p.no_prefix_cache, err))) goto fail;
@@ -916,7 +925,18 @@ ls_status ls_engine_step(ls_engine *e, int32_t *n_rows_out, ls_err *err) {
     return LS_OK;
 }
 
-ls_fwd *ls_engine_fwd(ls_engine *e) { return e->fwd; }
+void *ls_engine_backend_fwd(ls_engine *e) { return e->bfwd; }
+void ls_engine_backend_info(const ls_engine *e, ls_backend_info *out) {
+    memset(out, 0, sizeof *out);
+    e->be->info(e->bfwd, out);
+}
+bool ls_engine_withdraw(ls_engine *e) {
+    if (!e->be->withdraw(e->bfwd)) return false;
+    e->withdrawn = true;
+    return true;
+}
+bool ls_engine_withdrawn(const ls_engine *e) { return e->withdrawn; }
+const ls_engine_test *ls_engine_test_of(const ls_engine *e) { return &e->test; }
 const ls_model *ls_engine_model(const ls_engine *e) { return e->m; }
 const ls_engine_params *ls_engine_params_of(const ls_engine *e) { return &e->p; }
 void ls_engine_set_verdict(ls_engine *e, ls_verdict v) { e->verdict = v; }
@@ -933,17 +953,17 @@ void ls_engine_reset_stats(ls_engine *e) {
 
 void ls_engine_get_info(const ls_engine *e, ls_engine_info *out) {
     ls_engine_info i = LS_ENGINE_INFO_INIT;
-    i.isa = e->fwd ? ls_fwd_isa(e->fwd) : LS_ISA_AUTO;
-    i.n_threads = e->fwd ? ls_fwd_n_threads(e->fwd) : 1;
+    ls_backend_info bi;
+    ls_engine_backend_info(e, &bi);
+    i.isa = (ls_isa)bi.isa;
+    i.n_threads = bi.n_threads > 0 ? bi.n_threads : 1;
     i.n_ctx = e->p.n_ctx;
     i.n_seq_max = e->p.n_seq_max;
     i.step_tokens = e->p.step_tokens;
     i.draft_max = e->p.draft_max;
-    snprintf(i.kernels, sizeof i.kernels, "%s", e->fwd ? ls_fwd_parity_family(e->fwd)->name : "exact");
-    snprintf(i.kernels_free, sizeof i.kernels_free, "%s", e->fwd ? ls_fwd_family(e->fwd)->name : "fast");
-    char d[64] = "";
-    e->be->describe(d, sizeof d);
-    snprintf(i.device, sizeof i.device, "%s%s%s", e->be->name, d[0] ? ": " : "", d);
+    snprintf(i.kernels, sizeof i.kernels, "%s", bi.kernels);
+    snprintf(i.kernels_free, sizeof i.kernels_free, "%s", bi.kernels_free);
+    snprintf(i.device, sizeof i.device, "%s%s%.72s", e->be->name, bi.device[0] ? ": " : "", bi.device);
     size_t n = out->size < sizeof i ? out->size : sizeof i;
     LS_ASSERT(n > sizeof(size_t));
     memcpy(out, &i, n);

@@ -30,8 +30,15 @@
  * ls_request, ls_event, ls_engine_create / _free / _submit / _cancel / _cancel_all /
  * _step / _idle / _get_stats / _get_info, ls_engine_generate, ls_engine_score. */
 
-/* The forward workspace (the probe scopes its parity family; drafters share its pool). */
-ls_fwd *ls_engine_fwd(ls_engine *e);
+#include "engine/backend.h"
+
+/* What the engine's forward runs on (backend.h): device, host ISA and threads, families,
+ * a host pool drafters may share. */
+void ls_engine_backend_info(const ls_engine *e, ls_backend_info *out);
+/* Withdraws a non-canonical family from the rows that need parity (the probe); false:
+ * nothing to withdraw.  ls_engine_withdrawn: whether that happened. */
+bool ls_engine_withdraw(ls_engine *e);
+bool ls_engine_withdrawn(const ls_engine *e);
 const ls_model *ls_engine_model(const ls_engine *e);
 /* The engine's parameters as resolved at creation (defaults filled in). */
 const ls_engine_params *ls_engine_params_of(const ls_engine *e);

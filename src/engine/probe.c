@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "engine/engine.h"
+#include "engine/engine_test.h"
 
 #define P_GEN 5      /* tokens each request generates */
 #define P_GEN_T 2    /* ... but T: its prefill and one decode row (both kernel shapes, at one thread) */
@@ -317,26 +318,34 @@ static bool all_pass(const ls_probe_result *r) {
 /* A reference engine of the live one's configuration, one thread or the scalar ISA. */
 static ls_engine *ref_engine(ls_engine *e, bool one_thread, int32_t n_seq, ls_err *err) {
     const ls_engine_params *ep = ls_engine_params_of(e);
-    ls_fwd *f = ls_engine_fwd(e); /* NULL: another backend (the reference is then the CPU's) */
-    ls_engine_params q = LS_ENGINE_PARAMS_INIT;
+    ls_backend_info bi;
+    ls_engine_backend_info(e, &bi);
+    ls_engine_params q = LS_ENGINE_PARAMS_INIT; /* the default device: the CPU's kernels are the reference */
     q.n_ctx = P_ROWS + 1 < ep->n_ctx ? P_ROWS + 1 : ep->n_ctx;
     q.n_seq_max = n_seq;
     q.step_tokens = 64;
     q.kv_mem = (int64_t)ls_kv_block_bytes(ls_engine_model(e)) * ((q.n_ctx + LS_KV_BLOCK - 1) / LS_KV_BLOCK + 1) * n_seq;
     q.no_prefix_cache = true;
-    q.faults = ep->faults;
     long online = sysconf(_SC_NPROCESSORS_ONLN);
-    q.n_threads = one_thread ? 1 : f ? ls_fwd_n_threads(f) : online > 0 ? (int32_t)(online < 16 ? online : 16) : 1;
-    q.isa = one_thread ? ls_fwd_isa(f) : LS_ISA_SCALAR;
-    /* threads: the live families; the ISA's reference: the canonical definition */
-    q.fam = one_thread ? ls_fwd_family(f) : NULL;
-    q.fam_parity = one_thread ? ls_fwd_parity_family(f) : NULL;
-    return ls_engine_create(ls_engine_model(e), &q, err);
+    q.n_threads = one_thread       ? 1
+                  : bi.n_threads   ? bi.n_threads
+                  : online > 0     ? (int32_t)(online < 16 ? online : 16)
+                                   : 1;
+    q.isa = one_thread ? (ls_isa)bi.isa : LS_ISA_SCALAR;
+    /* threads: the live families (the test knobs, and a withdrawal); the ISA's reference:
+     * the canonical definition (the faults only) */
+    ls_engine_test t = *ls_engine_test_of(e);
+    if (!one_thread) t.fam = t.fam_parity = NULL;
+    else q.kernels = ep->kernels;
+    ls_engine *r = ls_engine_create_test(ls_engine_model(e), &q, &t, err);
+    if (r && one_thread && ls_engine_withdrawn(e)) ls_engine_withdraw(r);
+    return r;
 }
 
 static ls_status probe_run(ls_engine *e, int draws, uint64_t seed, ls_probe_result *r, ls_err *err) {
     const ls_engine_params *ep = ls_engine_params_of(e);
-    ls_fwd *f = ls_engine_fwd(e);
+    ls_backend_info bi;
+    ls_engine_backend_info(e, &bi);
     probe p = {.e = e, .r = r, .n_vocab = (int32_t)ls_model_hparams(ls_engine_model(e))->n_vocab, .n_ctx = ep->n_ctx};
     p.V = (size_t)p.n_vocab;
     p.lmax = ep->n_ctx - P_GEN - 1;
@@ -354,9 +363,9 @@ static ls_status probe_run(ls_engine *e, int draws, uint64_t seed, ls_probe_resu
     if (ep->no_prefix_cache) NOT(LS_AXIS_PREFIX_CACHE, "the prefix cache is off");
     else if (p.lmax < LS_KV_BLOCK + 1) NOT(LS_AXIS_PREFIX_CACHE, "the context is shorter than a cached block");
     if (ep->draft_max < 1) NOT(LS_AXIS_BLOCK_VS_CHAIN, "speculation is off (no verify blocks serve)");
-    if (!f) NOT(LS_AXIS_THREADS, "the device has no thread count");
-    else if (ls_fwd_n_threads(f) == 1) NOT(LS_AXIS_THREADS, "one thread is live");
-    if (f && ls_fwd_isa(f) == LS_ISA_SCALAR) NOT(LS_AXIS_ISA, "the scalar reference is live");
+    if (!bi.n_threads) NOT(LS_AXIS_THREADS, "the device has no thread count");
+    else if (bi.n_threads == 1) NOT(LS_AXIS_THREADS, "one thread is live");
+    if (bi.isa == LS_ISA_SCALAR) NOT(LS_AXIS_ISA, "the scalar reference is live");
 #undef NOT
     ls_status st = LS_OK;
     coll *all[7 + 2 * P_XBATCH] = {&p.ref, &p.mix[0], &p.mix[1], &p.mix[2], &p.mix[3], &p.alt, &p.other};
@@ -382,15 +391,13 @@ static ls_status probe_run(ls_engine *e, int draws, uint64_t seed, ls_probe_resu
         goto done;
     }
     r->ms_setup = ls_now_ms() - t_setup;
-    const ls_mm_family *fp = f ? ls_fwd_parity_family(f) : NULL; /* NULL: the device's exact family */
-    snprintf(r->kernels_before, sizeof r->kernels_before, "%s", fp ? fp->name : "exact");
+    snprintf(r->kernels_before, sizeof r->kernels_before, "%s", bi.kernels);
     r->draws = draws;
     if ((st = probe_pass(&p, draws, seed, err))) goto done;
     if (all_pass(r)) {
         r->verdict = LS_VERDICT_VERIFIED;
-    } else if (fp && !fp->canonical) { /* withdraw it for the rows that need parity, probe again */
-        ls_fwd_set_parity_family(f, &ls_mm_wide);
-        if (p.e1) ls_fwd_set_parity_family(ls_engine_fwd(p.e1), &ls_mm_wide);
+    } else if (!bi.parity_canonical && ls_engine_withdraw(e)) { /* withdrawn for the rows that need parity */
+        if (p.e1) ls_engine_withdraw(p.e1);
         char first[256];
         snprintf(first, sizeof first, "%s", r->detail);
         if ((st = probe_pass(&p, draws, seed + 1, err))) goto done;
@@ -399,7 +406,8 @@ static ls_status probe_run(ls_engine *e, int draws, uint64_t seed, ls_probe_resu
     } else {
         r->verdict = LS_VERDICT_FAILED;
     }
-    snprintf(r->kernels_after, sizeof r->kernels_after, "%s", f ? ls_fwd_parity_family(f)->name : "exact");
+    ls_engine_backend_info(e, &bi);
+    snprintf(r->kernels_after, sizeof r->kernels_after, "%s", bi.kernels);
 done:
     for (size_t i = 0; i < n_all; i++) free(all[i]->lg);
     ls_engine_free(p.e1);
@@ -444,7 +452,7 @@ static bool memo_desc(ls_engine *e, const ls_probe_params *pp, int draws, uint64
                      "v3 model=%s exe=%s device=%s isa=%s threads=%d fam=%s fam_parity=%s np=%d step=%d ctx=%d K=%d "
                      "cache=%d faults=%u draws=%d seed=%llu %s",
                      mi.sha256, esha, ei.device, ls_isa_name(ei.isa), ei.n_threads, ei.kernels_free, ei.kernels,
-                     ep->n_seq_max, ep->step_tokens, ep->n_ctx, ep->draft_max, !ep->no_prefix_cache, ep->faults, draws,
+                     ep->n_seq_max, ep->step_tokens, ep->n_ctx, ep->draft_max, !ep->no_prefix_cache, ls_engine_test_of(e)->faults, draws,
                      (unsigned long long)seed, pp->config ? pp->config : "");
     return n > 0 && (size_t)n < cap;
 }
@@ -460,12 +468,13 @@ static bool memo_read(const char *path, const char *desc, ls_engine *e, ls_probe
     bool ok = false;
     const cJSON *d = cJSON_GetObjectItem(j, "desc"), *v = cJSON_GetObjectItem(j, "verdict");
     const cJSON *ka = cJSON_GetObjectItem(j, "kernels_after"), *ax = cJSON_GetObjectItem(j, "axes");
-    ls_fwd *f = ls_engine_fwd(e);
-    const char *now = f ? ls_fwd_parity_family(f)->name : "exact";
+    ls_backend_info bi;
+    ls_engine_backend_info(e, &bi);
+    const char *now = bi.kernels;
     if (cJSON_IsString(d) && !strcmp(d->valuestring, desc) && cJSON_IsNumber(v) && v->valueint >= 0 &&
         v->valueint <= LS_VERDICT_FAILED && cJSON_IsString(ka) && cJSON_IsArray(ax) &&
         cJSON_GetArraySize(ax) == LS_AXIS_COUNT &&
-        (!strcmp(ka->valuestring, now) || (f && !strcmp(ka->valuestring, ls_mm_wide.name)))) {
+        (!strcmp(ka->valuestring, now) || (bi.kernels_withdrawn[0] && !strcmp(ka->valuestring, bi.kernels_withdrawn)))) {
         r->verdict = (ls_verdict)v->valueint;
         for (int a = 0; a < LS_AXIS_COUNT; a++) {
             const cJSON *x = cJSON_GetArrayItem(ax, a);
@@ -487,7 +496,7 @@ static bool memo_read(const char *path, const char *desc, ls_engine *e, ls_probe
         NUM(drafted);
         NUM(accepted);
 #undef NUM
-        if (f && strcmp(ka->valuestring, now)) ls_fwd_set_parity_family(f, &ls_mm_wide);
+        if (strcmp(ka->valuestring, now)) ls_engine_withdraw(e);
         ok = true;
     }
     cJSON_Delete(j);

@@ -14,7 +14,7 @@
 #include "gguf/gguf.h"
 #include "kernels/cpu/kernels.h"
 #include "model/arch.h"
-#include "model/kv_store.h"
+#include "backend/cpu/kv_store.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"
 #include "util/err.h"

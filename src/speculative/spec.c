@@ -210,9 +210,10 @@ void ls_drafter_free(ls_drafter *d) {
 ls_drafter *ls_drafter_create(ls_engine *e, const ls_spec_params *pp, const ls_sampler_params *sp, ls_err *err) {
     ls_spec_params p = LS_SPEC_PARAMS_INIT;
     if (ls_params_take(&p, sizeof p, pp, "spec params", err)) return NULL;
-    ls_fwd *f = ls_engine_fwd(e); /* NULL on another backend: the drafter gets a CPU thread of its own */
-    return ls_drafter_create_for(ls_engine_model(e), ls_engine_params_of(e)->n_ctx, f ? ls_fwd_pool(f) : NULL,
-                                 f ? ls_fwd_isa(f) : LS_ISA_AUTO, &p, sp, err);
+    ls_backend_info bi; /* a host pool to share, or none: the drafter gets a CPU thread of its own */
+    ls_engine_backend_info(e, &bi);
+    return ls_drafter_create_for(ls_engine_model(e), ls_engine_params_of(e)->n_ctx, bi.pool, (ls_isa)bi.isa, &p, sp,
+                                 err);
 }
 
 void ls_drafter_attach(ls_drafter *d, ls_request *r) {

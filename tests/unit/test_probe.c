@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "engine/engine.h"
+#include "engine/engine_test.h"
 #include "quant/quant.h"
 #include "quick.h"
 #include "speculative/spec.h"
@@ -83,9 +84,9 @@ static ls_engine *engine(unsigned faults, const ls_mm_family *fam, int threads, 
     p.n_threads = threads;
     p.draft_max = 4;
     p.faults = faults;
-    p.fam = p.fam_parity = fam;
     p.allow_inexact = allow_inexact;
-    ls_engine *e = ls_engine_create(g_model, &p, &err);
+    const ls_engine_test t = {.fam = fam, .fam_parity = fam};
+    ls_engine *e = ls_engine_create_test(g_model, &p, &t, &err);
     if (!e) fail_msg("engine: %s", err.msg);
     return e;
 }
@@ -199,7 +200,7 @@ static void test_batch_variant_family_is_scoped(void **state) {
     assert_int_equal(r.verdict, LS_VERDICT_SCOPED); /* caught, then withdrawn for parity rows */
     assert_string_equal(r.kernels_before, "test-reordered");
     assert_string_equal(r.kernels_after, "wide");
-    ls_fwd *f = ls_engine_fwd(e);
+    ls_fwd *f = ls_engine_backend_fwd(e); /* the cpu backend's */
     assert_ptr_equal(ls_fwd_parity_family(f), &ls_mm_wide);
     assert_ptr_equal(ls_fwd_family(f), &fam_test); /* rows without a parity need keep it */
     for (int a = 0; a < LS_AXIS_COUNT; a++) assert_int_not_equal(r.axis[a], LS_AXIS_FAILED);
@@ -238,7 +239,7 @@ static void test_lying_canonical_family_fails(void **state) {
     ls_engine *e = engine(0, &fam_liar, 1, false);
     ls_probe_result r = probe(e, NULL);
     assert_int_equal(r.verdict, LS_VERDICT_FAILED);
-    assert_ptr_equal(ls_fwd_parity_family(ls_engine_fwd(e)), &fam_liar); /* nothing to scope to */
+    assert_ptr_equal(ls_fwd_parity_family(ls_engine_backend_fwd(e)), &fam_liar); /* nothing to scope to */
     ls_engine_free(e);
 }
 

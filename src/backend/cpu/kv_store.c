@@ -1,5 +1,5 @@
 /* kv_store.c - the paged KV store (see kv_store.h for the layout). */
-#include "model/kv_store.h"
+#include "backend/cpu/kv_store.h"
 
 #include <stdint.h>
 #include <stdlib.h>
