@@ -18,7 +18,7 @@
 
 static const char *const KNOWN[] = {"model", "max_tokens", "messages", "system", "stop_sequences", "stream",
                                     "temperature", "top_p", "top_k", "tools", "tool_choice", "metadata", "seed",
-                                    "thinking", "reasoning_format", NULL};
+                                    "thinking", "reasoning_format", "grammar", NULL};
 
 static bool in_list(const char *k, const char *const *list) {
     for (int i = 0; list[i]; i++)
@@ -34,6 +34,15 @@ static ls_status keys_in(const cJSON *o, const char *const *allowed, const char 
                                                "refused rather than ignored)", path, v->string);
     }
     return LS_OK;
+}
+
+/* A copy of v for the chat body; a number written with 17 digits (cJSON prints 15, which
+ * would change a 16-digit seed or a float's last bits on the way to the chat parser). */
+static cJSON *dup_exact(const cJSON *v) {
+    if (!cJSON_IsNumber(v)) return cJSON_Duplicate(v, true);
+    char b[40];
+    snprintf(b, sizeof b, "%.17g", v->valuedouble);
+    return cJSON_CreateRaw(b);
 }
 
 static const cJSON *get(const cJSON *o, const char *k) {
@@ -196,9 +205,9 @@ static ls_status translate(const cJSON *j, int max_tokens, cJSON *o, ls_err *err
         return ls_srv_error(err, LS_E_INVALID, "unsupported parameter '%.60s': lockstep does not implement it "
                                                "(docs/server.md lists what /v1/messages takes)", v->string);
     }
-    static const char *const PASS[] = {"model", "temperature", "top_p", "top_k", "seed", "stream", "reasoning_format", NULL};
+    static const char *const PASS[] = {"model", "temperature", "top_p", "top_k", "seed", "stream", "reasoning_format", "grammar", NULL};
     for (int i = 0; PASS[i]; i++)
-        if ((v = get(j, PASS[i]))) cJSON_AddItemToObject(o, PASS[i], cJSON_Duplicate(v, true));
+        if ((v = get(j, PASS[i]))) cJSON_AddItemToObject(o, PASS[i], dup_exact(v));
     v = get(j, "max_tokens");
     if (!v) return ls_srv_error(err, LS_E_INVALID, "'max_tokens' is required");
     if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 1 || v->valuedouble > max_tokens)

@@ -19,7 +19,7 @@
 static const char *const KNOWN[] = {"model", "input", "instructions", "tools", "tool_choice", "max_output_tokens",
                                     "temperature", "top_p", "top_k", "seed", "stream", "store", "metadata", "user",
                                     "parallel_tool_calls", "text", "truncation", "include", "background",
-                                    "reasoning_format", NULL};
+                                    "reasoning_format", "grammar", NULL};
 
 static bool in_list(const char *k, const char *const *list) {
     for (int i = 0; list[i]; i++)
@@ -36,6 +36,15 @@ static ls_status keys_in(const cJSON *o, const char *const *allowed, const char 
                                                "refused rather than ignored)", path, v->string);
     }
     return LS_OK;
+}
+
+/* A copy of v for the chat body; a number written with 17 digits (cJSON prints 15, which
+ * would change a 16-digit seed or a float's last bits on the way to the chat parser). */
+static cJSON *dup_exact(const cJSON *v) {
+    if (!cJSON_IsNumber(v)) return cJSON_Duplicate(v, true);
+    char b[40];
+    snprintf(b, sizeof b, "%.17g", v->valuedouble);
+    return cJSON_CreateRaw(b);
 }
 
 static const cJSON *get(const cJSON *o, const char *k) {
@@ -177,9 +186,9 @@ static ls_status translate(const cJSON *j, int max_tokens, cJSON *o, cJSON *echo
     if (tr && !(cJSON_IsString(tr) && !strcmp(tr->valuestring, "disabled")))
         return ls_srv_error(err, LS_E_INVALID, "'truncation' must be \"disabled\": lockstep never drops input");
     static const char *const PASS[] = {"model", "temperature", "top_p", "top_k", "seed", "stream", "user",
-                                       "parallel_tool_calls", "reasoning_format", NULL};
+                                       "parallel_tool_calls", "reasoning_format", "grammar", NULL};
     for (int i = 0; PASS[i]; i++)
-        if ((v = get(j, PASS[i]))) cJSON_AddItemToObject(o, PASS[i], cJSON_Duplicate(v, true));
+        if ((v = get(j, PASS[i]))) cJSON_AddItemToObject(o, PASS[i], dup_exact(v));
     if ((v = get(j, "max_output_tokens"))) {
         if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 1 || v->valuedouble > max_tokens)
             return ls_srv_error(err, LS_E_INVALID, "'max_output_tokens' must be an integer between 1 and %d", max_tokens);
