@@ -36,10 +36,21 @@ static const char *help =
     "      --header-timeout S   a request head, once begun, must be complete within S seconds (default 10)\n"
     "      --body-timeout S     a request body must be complete within S seconds of its head (default 60)\n"
     "      --cors-origin ORIGIN allow browser calls from ORIGIN (or *): CORS headers, OPTIONS\n"
+    "      --reasoning-format F  deepseek: a reply's leading <think>...</think> is split out as\n"
+    "                        reasoning (reasoning_content, a reasoning item, a thinking block);\n"
+    "                        none: it stays in the content (default deepseek)\n"
     "      --no-probe        skip the startup parity probe\n"
     "\n"
-    "Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,\n"
-    "GET /metrics, POST /tokenize, POST /detokenize.  SIGINT/SIGTERM drain and exit 0.\n";
+    "Endpoints (docs/server.md):\n"
+    "  POST /v1/chat/completions   OpenAI chat completions (tools, streaming)\n"
+    "  POST /v1/completions        OpenAI completions\n"
+    "  POST /v1/responses          OpenAI Responses API (store: false; tools, streaming)\n"
+    "  POST /v1/messages           Anthropic Messages API (tools, streaming; x-api-key accepted)\n"
+    "  POST /v1/embeddings, POST /embeddings   embeddings\n"
+    "  POST /completion, GET /slots           llama-server's native endpoints\n"
+    "  GET /v1/models, GET /health, GET /metrics, GET /props\n"
+    "  POST /tokenize, POST /detokenize, POST /apply-template\n"
+    "SIGINT/SIGTERM drain and exit 0.\n";
 
 static bool parse_size(const char *s, int64_t *out) {
     char *end;
@@ -67,7 +78,7 @@ int cli_serve(int argc, char **argv) {
     ls_server_params p = {.model_path = LS_DEFAULT_MODEL, .host = "127.0.0.1", .port = 8080, .n_parallel = 8,
                           .max_queue = 64, .timeout_s = 30, .max_body = 1 << 20, .max_tokens = 4096,
                           .max_messages = 256, .max_connections = 8192, .header_timeout_s = 10,
-                          .body_timeout_s = 60};
+                          .body_timeout_s = 60, .reasoning_format = 1};
     p.spec = (ls_spec_params)LS_SPEC_PARAMS_INIT;
     const char *spec = "off", *kernels = "auto";
     long long port = 8080, par = 8, ctx = 0, threads = 0, maxq = 64, timeout = 30, maxbody = 1 << 20, maxtok = 4096;
@@ -76,7 +87,7 @@ int cli_serve(int argc, char **argv) {
     if (p.api_key && !*p.api_key) p.api_key = NULL;
     enum { O_HOST = 256, O_PORT, O_KVMEM, O_SPEC, O_DMAX, O_DMIN, O_DMODEL, O_DLAYERS, O_KEY, O_MAXQ, O_TIMEOUT,
            O_MAXBODY, O_MAXTOK, O_ALIAS, O_INEXACT, O_NOPROBE, O_KERNELS, O_PAR, O_DEVICE, O_MAXCONN,
-           O_HTIMEOUT, O_CORS, O_BTIMEOUT };
+           O_HTIMEOUT, O_CORS, O_BTIMEOUT, O_REASON };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"host", required_argument, 0, O_HOST},
         {"port", required_argument, 0, O_PORT}, {"parallel", required_argument, 0, O_PAR},
@@ -91,7 +102,8 @@ int cli_serve(int argc, char **argv) {
         {"kernels", required_argument, 0, O_KERNELS}, {"device", required_argument, 0, O_DEVICE},
         {"max-connections", required_argument, 0, O_MAXCONN}, {"header-timeout", required_argument, 0, O_HTIMEOUT},
         {"body-timeout", required_argument, 0, O_BTIMEOUT},
-        {"cors-origin", required_argument, 0, O_CORS}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"cors-origin", required_argument, 0, O_CORS}, {"reasoning-format", required_argument, 0, O_REASON},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
     int o;
@@ -129,6 +141,11 @@ int cli_serve(int argc, char **argv) {
             if (!*optarg || strpbrk(optarg, "\r\n ,"))
                 return cli_usage_error(cmd, "--cors-origin '%s' must be one origin (https://host[:port]) or *", optarg);
             p.cors_origin = optarg;
+            break;
+        case O_REASON:
+            if (!strcmp(optarg, "none")) p.reasoning_format = 0;
+            else if (!strcmp(optarg, "deepseek")) p.reasoning_format = 1;
+            else return cli_usage_error(cmd, "--reasoning-format '%s' must be none or deepseek", optarg);
             break;
         case 'h': fputs(help, stdout); return 0;
         case ':': return cli_usage_error(cmd, "flag %s needs a value", argv[optind - 1]);

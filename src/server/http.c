@@ -183,13 +183,42 @@ enum MHD_Result ls_srv_send_json(server *s, struct MHD_Connection *c, unsigned s
     return ls_srv_send_text(s, c, status, "application/json", t, NULL);
 }
 
-enum MHD_Result ls_srv_send_error(server *s, struct MHD_Connection *c, unsigned status, const char *type,
-                                  const char *msg, const char *retry_after) {
-    cJSON *j = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(j, "error");
+/* Anthropic's error type for an HTTP status (its documented list). */
+static const char *anthropic_type(unsigned status) {
+    switch (status) {
+    case 401: return "authentication_error";
+    case 403: return "permission_error";
+    case 404: return "not_found_error";
+    case 413: return "request_too_large";
+    case 429: return "rate_limit_error";
+    case 503: return "overloaded_error";
+    default: return status >= 500 ? "api_error" : "invalid_request_error";
+    }
+}
+
+/* The error body in the route's shape: OpenAI's {"error": {message, type, param, code}},
+ * or on /v1/messages Anthropic's {"type": "error", "error": {type, message}}. */
+static cJSON *error_body(struct MHD_Connection *c, unsigned status, const char *type, const char *msg) {
+    sock *k = ls_srv_sock(c);
+    cJSON *j = cJSON_CreateObject(), *e;
+    if (k && k->api == LS_API_MESSAGES) {
+        cJSON_AddStringToObject(j, "type", "error");
+        e = cJSON_AddObjectToObject(j, "error");
+        cJSON_AddStringToObject(e, "type", anthropic_type(status));
+        cJSON_AddStringToObject(e, "message", msg);
+        return j;
+    }
+    e = cJSON_AddObjectToObject(j, "error");
     cJSON_AddStringToObject(e, "message", msg);
     cJSON_AddStringToObject(e, "type", type);
     cJSON_AddNullToObject(e, "param");
     cJSON_AddNullToObject(e, "code");
+    return j;
+}
+
+enum MHD_Result ls_srv_send_error(server *s, struct MHD_Connection *c, unsigned status, const char *type,
+                                  const char *msg, const char *retry_after) {
+    cJSON *j = error_body(c, status, type, msg);
     char *t = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
     if (!t) return MHD_NO;
@@ -200,11 +229,7 @@ enum MHD_Result ls_srv_send_error(server *s, struct MHD_Connection *c, unsigned 
 enum MHD_Result ls_srv_send_405(server *s, struct MHD_Connection *c, const char *allow) {
     char msg[96];
     snprintf(msg, sizeof msg, "method not allowed here: use %s", allow);
-    cJSON *j = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(j, "error");
-    cJSON_AddStringToObject(e, "message", msg);
-    cJSON_AddStringToObject(e, "type", "invalid_request_error");
-    cJSON_AddNullToObject(e, "param");
-    cJSON_AddNullToObject(e, "code");
+    cJSON *j = error_body(c, 405, "invalid_request_error", msg);
     char *t = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
     if (!t) return MHD_NO;
@@ -229,7 +254,7 @@ static enum MHD_Result preflight(server *s, struct MHD_Connection *c) {
     struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
     if (!r) return MHD_NO;
     MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-    MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+    MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type, x-api-key, anthropic-version");
     MHD_add_response_header(r, "Access-Control-Max-Age", "600");
     MHD_add_response_header(r, "Allow", "GET, POST, OPTIONS");
     ls_srv_common_headers(s, c, r);
@@ -311,9 +336,10 @@ static unsigned ctype_check(const char *ct, const char *origin, char *msg, size_
     return 415;
 }
 
-/* Constant-time comparison of the presented key with the configured one. */
-static bool key_ok(const char *want, const char *auth) {
-    const char *got = auth && !strncmp(auth, "Bearer ", 7) ? auth + 7 : "";
+/* Constant-time comparison of the presented key with the configured one: Authorization:
+ * Bearer KEY, or x-api-key: KEY (Anthropic's header) when there is no Bearer. */
+static bool key_ok(const char *want, const char *auth, const char *xkey) {
+    const char *got = auth && !strncmp(auth, "Bearer ", 7) ? auth + 7 : xkey ? xkey : "";
     size_t lw = strlen(want), lg = strlen(got);
     unsigned char diff = (unsigned char)(lw != lg);
     for (size_t i = 0; i < lw; i++) diff |= (unsigned char)(want[i] ^ (i < lg ? got[i] : 0));
@@ -535,6 +561,84 @@ static void set_phase(server *s, sock *k, int phase) {
     pthread_mutex_unlock(&s->cmu);
 }
 
+/* ---- routing ----------------------------------------------------------------------
+ * Each endpoint: its path, its one method (another is a 405 with Allow), its handler,
+ * whether it reads a body (a body over --max-body is a 413 there, ignored elsewhere), its
+ * API (the error shape), and whether it is open (no key; answered while loading). */
+typedef enum MHD_Result (*route_fn)(server *s, struct MHD_Connection *c, conn *cn, const char *url);
+typedef struct {
+    const char *path, *method;
+    route_fn fn;
+    bool body;
+    int api;
+    bool open;
+} route;
+
+static enum MHD_Result r_health(server *s, struct MHD_Connection *c, conn *cn, const char *url) {
+    (void)cn, (void)url;
+    return health(s, c);
+}
+static enum MHD_Result r_chat(server *s, struct MHD_Connection *c, conn *cn, const char *url) {
+    return ls_srv_generate(s, c, cn, true, "/v1/chat/completions");
+}
+static enum MHD_Result r_completions(server *s, struct MHD_Connection *c, conn *cn, const char *url) {
+    return ls_srv_generate(s, c, cn, false, "/v1/completions");
+}
+static enum MHD_Result r_responses(server *s, struct MHD_Connection *c, conn *cn, const char *url) {
+    return ls_srv_responses(s, c, cn);
+}
+static enum MHD_Result r_messages(server *s, struct MHD_Connection *c, conn *cn, const char *url) {
+    return ls_srv_messages(s, c, cn);
+}
+static enum MHD_Result r_native(server *s, struct MHD_Connection *c, conn *cn, const char *url) {
+    return ls_srv_native_completion(s, c, cn);
+}
+static enum MHD_Result r_slots(server *s, struct MHD_Connection *c, conn *cn, const char *url) {
+    return ls_srv_slots(s, c);
+}
+static enum MHD_Result r_embeddings(server *s, struct MHD_Connection *c, conn *cn, const char *url) {
+    return ls_srv_embeddings(s, c, cn);
+}
+static enum MHD_Result r_models(server *s, struct MHD_Connection *c, conn *cn, const char *url) {
+    return models(s, c);
+}
+static enum MHD_Result r_metrics(server *s, struct MHD_Connection *c, conn *cn, const char *url) {
+    return ls_srv_metrics(s, c);
+}
+static enum MHD_Result r_tokenize(server *s, struct MHD_Connection *c, conn *cn, const char *url) {
+    return tokenize_ep(s, c, cn, url[1] == 'd');
+}
+static enum MHD_Result r_props(server *s, struct MHD_Connection *c, conn *cn, const char *url) {
+    return ls_srv_props(s, c);
+}
+static enum MHD_Result r_apply_template(server *s, struct MHD_Connection *c, conn *cn, const char *url) {
+    return ls_srv_apply_template(s, c, cn->body, cn->len);
+}
+
+static const route ROUTES[] = {
+    {"/health", "GET", r_health, false, LS_API_OPENAI, true},
+    {"/v1/chat/completions", "POST", r_chat, true, LS_API_OPENAI, false},
+    {"/v1/completions", "POST", r_completions, true, LS_API_OPENAI, false},
+    {"/v1/responses", "POST", r_responses, true, LS_API_RESPONSES, false},
+    {"/v1/messages", "POST", r_messages, true, LS_API_MESSAGES, false},
+    {"/completion", "POST", r_native, true, LS_API_OPENAI, false},   /* llama-server's (native.c) */
+    {"/slots", "GET", r_slots, false, LS_API_OPENAI, false},
+    {"/v1/embeddings", "POST", r_embeddings, true, LS_API_OPENAI, false},
+    {"/embeddings", "POST", r_embeddings, true, LS_API_OPENAI, false},
+    {"/v1/models", "GET", r_models, false, LS_API_OPENAI, false},
+    {"/metrics", "GET", r_metrics, false, LS_API_OPENAI, false},
+    {"/tokenize", "POST", r_tokenize, true, LS_API_OPENAI, false},
+    {"/detokenize", "POST", r_tokenize, true, LS_API_OPENAI, false},
+    {"/props", "GET", r_props, false, LS_API_OPENAI, false},
+    {"/apply-template", "POST", r_apply_template, true, LS_API_OPENAI, false},
+};
+
+static const route *find_route(const char *url) {
+    for (size_t i = 0; i < sizeof ROUTES / sizeof *ROUTES; i++)
+        if (!strcmp(url, ROUTES[i].path)) return &ROUTES[i];
+    return NULL;
+}
+
 enum MHD_Result ls_srv_handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     (void)version;
@@ -561,6 +665,8 @@ enum MHD_Result ls_srv_handler(void *cls, struct MHD_Connection *c, const char *
             k->status = 0;
             k->n_prompt = k->n_gen = 0;
             k->note = NULL;
+            const route *rt = find_route(url);
+            k->api = rt ? rt->api : LS_API_OPENAI; /* the error shape, also of refusals from the head */
         }
         pthread_mutex_lock(&s->mu);
         s->busy++; /* until ls_srv_completed: the shutdown drain waits for it */
@@ -578,63 +684,35 @@ enum MHD_Result ls_srv_handler(void *cls, struct MHD_Connection *c, const char *
         return MHD_YES;
     }
     set_phase(s, ls_srv_sock(c), SK_HANDLING); /* the body is complete */
-    const bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
     if (!strcmp(method, "OPTIONS")) {
         if (s->p->cors_origin) return preflight(s, c);
         return ls_srv_send_405(s, c, "GET, POST");
     }
-    if (!strcmp(url, "/health")) {
-        if (!get) return ls_srv_send_405(s, c, "GET");
-        return health(s, c);
+    const route *rt = find_route(url);
+    sock *k = ls_srv_sock(c);
+    if (k) k->api = rt ? rt->api : LS_API_OPENAI; /* the error shape of what follows */
+    if (rt && rt->open) { /* /health: no key, and answered while loading */
+        if (strcmp(method, rt->method)) return ls_srv_send_405(s, c, rt->method);
+        return rt->fn(s, c, cn, url);
     }
-    if (s->p->api_key && !key_ok(s->p->api_key, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization")))
+    if (s->p->api_key && !key_ok(s->p->api_key, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"),
+                                 MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key")))
         return ls_srv_send_error(s, c, 401, "invalid_request_error",
-                                 "missing or wrong API key (Authorization: Bearer KEY)", NULL);
+                                 "missing or wrong API key (Authorization: Bearer KEY, or x-api-key: KEY)", NULL);
     if (__atomic_load_n(&s->ready, __ATOMIC_ACQUIRE) < 2)
         return ls_srv_send_error(s, c, 503, "server_busy", "the model is still loading", "1");
-    if (cn->too_big) {
+    if (cn->too_big && (!rt || rt->body)) {
         char msg[128];
         snprintf(msg, sizeof msg, "the request body exceeds the limit of %zu bytes", s->p->max_body);
         return ls_srv_send_error(s, c, 413, "invalid_request_error", msg, NULL);
     }
-    bool chat = !strcmp(url, "/v1/chat/completions"), cmpl = !strcmp(url, "/v1/completions");
-    if (chat || cmpl) {
-        if (!post) return ls_srv_send_405(s, c, "POST");
-        return ls_srv_generate(s, c, cn, chat, chat ? "/v1/chat/completions" : "/v1/completions");
+    if (!rt) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "no such endpoint: %.100s", url);
+        return ls_srv_send_error(s, c, 404, "invalid_request_error", msg, NULL);
     }
-    if (!strcmp(url, "/completion")) { /* llama-server's native endpoint (native.c) */
-        if (!post) return ls_srv_send_405(s, c, "POST");
-        return ls_srv_native_completion(s, c, cn);
-    }
-    if (!strcmp(url, "/slots")) {
-        if (!get) return ls_srv_send_405(s, c, "GET");
-        return ls_srv_slots(s, c);
-    }
-    if (!strcmp(url, "/v1/embeddings") || !strcmp(url, "/embeddings")) {
-        if (!post) return ls_srv_send_405(s, c, "POST");
-        return ls_srv_embeddings(s, c, cn);
-    }
-    if (!strcmp(url, "/v1/models")) {
-        if (!get) return ls_srv_send_405(s, c, "GET");
-        return models(s, c);
-    }
-    if (!strcmp(url, "/metrics")) {
-        if (!get) return ls_srv_send_405(s, c, "GET");
-        return ls_srv_metrics(s, c);
-    }
-    if (!strcmp(url, "/tokenize") || !strcmp(url, "/detokenize")) {
-        if (!post) return ls_srv_send_405(s, c, "POST");
-        return tokenize_ep(s, c, cn, url[1] == 'd');
-    }
-    if (!strcmp(url, "/props") || !strcmp(url, "/apply-template")) { /* openai.c */
-        bool props = url[1] == 'p';
-        if (props ? !get : !post)
-            return ls_srv_send_error(s, c, 405, "invalid_request_error", props ? "use GET /props" : "use POST", NULL);
-        return props ? ls_srv_props(s, c) : ls_srv_apply_template(s, c, cn->body, cn->len);
-    }
-    char msg[160];
-    snprintf(msg, sizeof msg, "no such endpoint: %.100s", url);
-    return ls_srv_send_error(s, c, 404, "invalid_request_error", msg, NULL);
+    if (strcmp(method, rt->method)) return ls_srv_send_405(s, c, rt->method);
+    return rt->fn(s, c, cn, url);
 }
 
 /* The access log: one line per request on stderr, when it is over. */
@@ -676,6 +754,7 @@ void ls_srv_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
         s->busy--;
         pthread_mutex_unlock(&s->mu);
         free(cn->body);
+        cJSON_Delete(cn->api_echo);
         free(cn);
     }
     *con_cls = NULL;

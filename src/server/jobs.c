@@ -27,6 +27,7 @@ static void job_unref(job *j) {
     free(j->lps);
     free(j->plps);
     free(j->out);
+    cJSON_Delete(j->api_echo);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);
@@ -211,6 +212,28 @@ static bool keepalive_due(const server *s, double *out_t) {
     "the server could not go on generating this response (out of memory, or the grammar's token mask went over its " \
     "work budget)"
 
+/* Chat: the new pieces of the reply that more text cannot change, split at a think
+ * block (reasoning.c): reasoning_content chunks, then content chunks (these carry the
+ * log-probabilities so far).  done: the whole rest. */
+static char *chat_pieces(job *j, bool done) {
+    ls_srv_split sp;
+    ls_srv_think_split(j->text, j->text_len, done, j->req.reasoning, &sp);
+    size_t nr = sp.r1 - sp.r0 > j->sent_r ? sp.r1 - sp.r0 - j->sent_r : 0,
+           nc = sp.c1 - sp.c0 > j->sent_c ? sp.c1 - sp.c0 - j->sent_c : 0;
+    char *out = NULL;
+    if (nr) {
+        ls_srv_cat(&out, ls_srv_chunk_reasoning(j, j->text + sp.r0 + j->sent_r, nr));
+        j->sent_r += nr;
+    }
+    if (nc) {
+        int32_t lp_to = j->req.logprobs ? j->n_tokens : 0;
+        ls_srv_cat(&out, ls_srv_chunk(j, j->text + sp.c0 + j->sent_c, nc, j->lp_sent, lp_to, false, NULL, false));
+        j->sent_c += nc;
+        if (lp_to) j->lp_sent = lp_to;
+    }
+    return out;
+}
+
 /* MHD pulls the stream from here (its connection thread; may block briefly). */
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
@@ -234,12 +257,24 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             pthread_mutex_unlock(&j->mu);
             return MHD_CONTENT_READER_END_OF_STREAM;
         }
-        if (j->phase == 0) {
+        if (j->phase == 0 && !j->api) {
             if (j->req.chat) out_append(j, ls_srv_chunk(j, "", 0, 0, 0, true, NULL, false));
             j->phase = 1;
             continue;
         }
-        if (j->phase == 1 && j->streamed < j->text_len && !(j->req.chat && j->req.n_tools > 0)) {
+        if (j->api) { /* the Responses / Messages APIs shape their own events */
+            if (j->phase == 0 || j->streamed < j->text_len || j->done) {
+                bool done = j->done;
+                j->streamed = j->text_len;
+                out_append(j, j->api->stream(j));
+                j->phase = done ? 3 : 1;
+                continue;
+            }
+        } else if (j->phase == 1 && j->streamed < j->text_len && j->req.chat && !j->native && !j->req.n_tools) {
+            out_append(j, chat_pieces(j, false));
+            j->streamed = j->text_len; /* looked at (what is held back goes out later) */
+            continue;
+        } else if (j->phase == 1 && j->streamed < j->text_len && !(j->req.chat && j->req.n_tools > 0)) {
             int32_t lp_to = j->req.logprobs ? j->n_tokens : 0;
             if (j->native)
                 out_append(j, ls_srv_native_chunk(j, j->text + j->streamed, j->text_len - j->streamed, j->lp_sent, lp_to,
@@ -272,6 +307,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             continue;
         }
         if (j->phase == 1 && j->done) {
+            if (j->req.chat) out_append(j, chat_pieces(j, true)); /* what was held back */
             out_append(j, ls_srv_chunk(j, "", 0, j->lp_sent, j->req.logprobs ? j->n_tokens : 0, false,
                                        ls_srv_finish_str(j->finish), false));
             if (j->req.include_usage) out_append(j, ls_srv_chunk(j, "", 0, 0, 0, false, NULL, true));
@@ -334,7 +370,8 @@ static job *job_new(server *s, struct MHD_Connection *c, conn *cn, bool chat, co
                     int32_t choice, enum MHD_Result *res) {
     ls_err err;
     ls_srv_limits lim = {.max_messages = s->p->max_messages, .max_tokens = s->p->max_tokens, .n_vocab = s->n_vocab,
-                         .tool_format = s->tool_format, .default_system = s->default_system};
+                         .tool_format = s->tool_format, .default_system = s->default_system,
+                         .reasoning = s->p->reasoning_format};
     job *j = calloc(1, sizeof *j);
     if (!j) {
         *res = ls_srv_send_error(s, c, 500, "server_error", "out of memory", NULL);
@@ -351,6 +388,11 @@ static job *job_new(server *s, struct MHD_Connection *c, conn *cn, bool chat, co
     j->slot = -1;
     j->choice = choice;
     j->native = cn->native;
+    if (!first) { /* the Responses / Messages APIs: their reply shape, and what it repeats */
+        j->api = cn->api;
+        j->api_echo = cn->api_echo;
+        cn->api_echo = NULL;
+    }
     if (ls_srv_parse(cn->body ? cn->body : "", cn->len, chat, s->has_chat ? render_chat : NULL, s->m, &lim,
                      &j->req, &err)) {
         job_unref(j);
@@ -375,7 +417,8 @@ static job *job_new(server *s, struct MHD_Connection *c, conn *cn, bool chat, co
         }
     }
     static uint64_t counter;
-    snprintf(j->id, sizeof j->id, "%s-%llx%04llx", chat ? "chatcmpl" : "cmpl", (unsigned long long)j->created,
+    snprintf(j->id, sizeof j->id, "%s%s%llx%04llx", j->api ? j->api->id_prefix : chat ? "chatcmpl" : "cmpl",
+             j->api ? "_" : "-", (unsigned long long)j->created,
              (unsigned long long)(__atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED) & 0xffff));
     if (j->native) { /* /completion's n_probs: up to 20 top log-probabilities */
         j->req.logprobs = cn->n_probs > 0;
@@ -573,7 +616,12 @@ static ssize_t group_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         for (int32_t k = 0; k < g->n; k++) {
             job *j = g->js[k];
             pthread_mutex_lock(&j->mu);
-            if (j->streamed < j->text_len) {
+            if (j->streamed < j->text_len && j->req.chat) {
+                char *p = chat_pieces(j, false);
+                if (p) grp_append(g, p);
+                j->streamed = j->text_len;
+                progress = true;
+            } else if (j->streamed < j->text_len) {
                 int32_t lp_to = j->req.logprobs ? j->n_tokens : 0;
                 grp_append(g, ls_srv_chunk(j, j->text + j->streamed, j->text_len - j->streamed, j->lp_sent, lp_to, false,
                                            NULL, false));
@@ -582,6 +630,10 @@ static ssize_t group_reader(void *cls, uint64_t pos, char *buf, size_t max) {
                 progress = true;
             }
             if (j->done && !g->fin[k]) {
+                if (j->req.chat) {
+                    char *p = chat_pieces(j, true);
+                    if (p) grp_append(g, p);
+                }
                 error = error || j->finish == LS_FINISH_ERROR;
                 grp_append(g, ls_srv_chunk(j, "", 0, j->lp_sent, j->req.logprobs ? j->n_tokens : 0, false,
                                            ls_srv_finish_str(j->finish), false));

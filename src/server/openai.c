@@ -26,7 +26,7 @@ static cJSON *usage_json(const job *j) {
 /* system_fingerprint: what fixes the bytes of a seeded reply besides the request: the
  * recipe version, the kernel family rows that need parity run, and the model file
  * (its sha256, first 16 hex digits).  Equal fingerprints + equal request = equal bytes. */
-static void fingerprint(const server *s, char *fp, size_t n) {
+void ls_srv_fingerprint(const server *s, char *fp, size_t n) {
     ls_model_info mi = LS_MODEL_INFO_INIT;
     ls_err err;
     if (ls_model_get_info(s->m, &mi, &err)) mi.sha256[0] = 0;
@@ -39,7 +39,7 @@ static void fingerprint(const server *s, char *fp, size_t n) {
 
 static void add_replay(cJSON *o, const job *j) {
     char fp[128];
-    fingerprint(j->srv, fp, sizeof fp);
+    ls_srv_fingerprint(j->srv, fp, sizeof fp);
     cJSON_AddStringToObject(o, "system_fingerprint", fp);
     char sd[32]; /* extension: the seed used, as an integer literal (cJSON would print 16 digits as 1e+15) */
     snprintf(sd, sizeof sd, "%lld", (long long)j->req.seed);
@@ -150,7 +150,19 @@ static cJSON *logprobs_json(const job *j, int32_t from, int32_t to) {
     return lp;
 }
 
+/* message.reasoning_content: the think block's text (sp from ls_srv_think_split). */
+static void add_reasoning(cJSON *msg, const job *j, const ls_srv_split *sp) {
+    size_t n = sp->r1 - sp->r0;
+    char *r = malloc(n + 1);
+    if (!r) return;
+    if (n) memcpy(r, j->text + sp->r0, n);
+    r[n] = 0;
+    cJSON_AddStringToObject(msg, "reasoning_content", r);
+    free(r);
+}
+
 cJSON *ls_srv_response(const job *j) {
+    if (j->api) return j->api->response(j);
     if (j->native) return ls_srv_native_response(j);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", j->id);
@@ -161,22 +173,26 @@ cJSON *ls_srv_response(const job *j) {
     cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
     cJSON_AddNumberToObject(c, "index", 0);
     bool called = false;
+    ls_srv_split sp; /* a think block split out (--reasoning-format deepseek) */
+    ls_srv_think_split(j->text, j->text_len, true, j->req.chat && j->req.reasoning, &sp);
+    const char *body = j->text ? j->text + sp.c0 : ""; /* the content: text[c0, text_len) */
     if (j->req.chat && j->req.n_tools > 0) { /* tools offered: calls parsed out of the text */
         cJSON *msg = cJSON_AddObjectToObject(c, "message");
         cJSON_AddStringToObject(msg, "role", "assistant");
         char *content = NULL;
         cJSON *calls = NULL;
-        ls_srv_tools_parse(j->text ? j->text : "", j->text ? j->text_len : 0, (ls_srv_tool_format)j->req.tool_format,
-                           j->id, &content, &calls);
+        ls_srv_tools_parse(body, sp.c1 - sp.c0, (ls_srv_tool_format)j->req.tool_format, j->id, &content, &calls);
         if (content) cJSON_AddStringToObject(msg, "content", content);
         else cJSON_AddNullToObject(msg, "content");
+        if (sp.think) add_reasoning(msg, j, &sp);
         if (calls) cJSON_AddItemToObject(msg, "tool_calls", calls);
         called = calls != NULL;
         free(content);
     } else if (j->req.chat) {
         cJSON *msg = cJSON_AddObjectToObject(c, "message");
         cJSON_AddStringToObject(msg, "role", "assistant");
-        cJSON_AddStringToObject(msg, "content", j->text ? j->text : "");
+        cJSON_AddStringToObject(msg, "content", body);
+        if (sp.think) add_reasoning(msg, j, &sp);
     } else if (j->req.echo) { /* the prompt as sent, then the completion */
         size_t a = strlen(j->req.prompt), b = j->text ? j->text_len : 0;
         char *t = malloc(a + b + 1);
@@ -201,8 +217,20 @@ cJSON *ls_srv_response(const job *j) {
     return o;
 }
 
+static char *chunk(const job *j, const char *field, const char *content, size_t n, int32_t lp_from, int32_t lp_to,
+                   bool role, const char *finish, bool usage_only);
+
 char *ls_srv_chunk(const job *j, const char *content, size_t n, int32_t lp_from, int32_t lp_to, bool role,
                    const char *finish, bool usage_only) {
+    return chunk(j, "content", content, n, lp_from, lp_to, role, finish, usage_only);
+}
+
+char *ls_srv_chunk_reasoning(const job *j, const char *text, size_t n) {
+    return chunk(j, "reasoning_content", text, n, 0, 0, false, NULL, false);
+}
+
+static char *chunk(const job *j, const char *field, const char *content, size_t n, int32_t lp_from, int32_t lp_to,
+                   bool role, const char *finish, bool usage_only) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", j->id);
     cJSON_AddStringToObject(o, "object", j->req.chat ? "chat.completion.chunk" : "text_completion");
@@ -221,7 +249,7 @@ char *ls_srv_chunk(const job *j, const char *content, size_t n, int32_t lp_from,
         if (j->req.chat) {
             cJSON *d = cJSON_AddObjectToObject(c, "delta");
             if (role) cJSON_AddStringToObject(d, "role", "assistant");
-            if (n || (!role && !finish)) cJSON_AddStringToObject(d, "content", tmp ? tmp : "");
+            if (n || (!role && !finish)) cJSON_AddStringToObject(d, field, tmp ? tmp : "");
         } else {
             cJSON_AddStringToObject(c, "text", tmp ? tmp : "");
         }
@@ -248,15 +276,51 @@ char *ls_srv_chunk(const job *j, const char *content, size_t n, int32_t lp_from,
     return ev;
 }
 
+/* b then a, both malloc'd or NULL (freed), as one string. */
+static char *cat_front(char *b, char *a) {
+    ls_srv_cat(&b, a);
+    return b;
+}
+
+void ls_srv_cat(char **a, char *b) {
+    if (!b) return;
+    if (!*a) {
+        *a = b;
+        return;
+    }
+    size_t la = strlen(*a), lb = strlen(b);
+    char *t = realloc(*a, la + lb + 1);
+    if (t) {
+        memcpy(t + la, b, lb + 1);
+        *a = t;
+    }
+    free(b);
+}
+
+char *ls_srv_sse_event(const char *name, cJSON *o) {
+    char *t = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!t) return NULL;
+    size_t nl = strlen(name), tl = strlen(t);
+    char *ev = malloc(nl + tl + 24);
+    if (ev) snprintf(ev, nl + tl + 24, "event: %s\ndata: %s\n\n", name, t);
+    free(t);
+    return ev;
+}
+
 /* With tools, the stream's reply in one delta once the text is complete (it must be
  * parsed whole): content and/or tool_calls (each with its index), then the finish chunk
  * (finish_reason tool_calls when there are calls). */
 char *ls_srv_tools_chunks(const job *j) {
     char *content = NULL;
     cJSON *calls = NULL;
-    ls_srv_tools_parse(j->text ? j->text : "", j->text ? j->text_len : 0, (ls_srv_tool_format)j->req.tool_format, j->id,
+    ls_srv_split sp;
+    ls_srv_think_split(j->text, j->text_len, true, j->req.reasoning, &sp);
+    ls_srv_tools_parse(j->text ? j->text + sp.c0 : "", sp.c1 - sp.c0, (ls_srv_tool_format)j->req.tool_format, j->id,
                        &content, &calls);
     char *a = content && content[0] ? ls_srv_chunk(j, content, strlen(content), 0, 0, false, NULL, false) : NULL;
+    if (sp.r1 > sp.r0) /* the reasoning first */
+        a = cat_front(ls_srv_chunk_reasoning(j, j->text + sp.r0, sp.r1 - sp.r0), a);
     char *b = NULL;
     if (calls) {
         char *t = ls_srv_chunk(j, "", 0, 0, 0, true, NULL, false); /* a delta to fill: role chunk shape */
@@ -317,7 +381,7 @@ enum MHD_Result ls_srv_props(server *s, struct MHD_Connection *c) {
     ls_err err;
     if (ls_model_get_info(s->m, &mi, &err)) return ls_srv_send_error(s, c, 500, "server_error", err.msg, NULL);
     char fp[128];
-    fingerprint(s, fp, sizeof fp);
+    ls_srv_fingerprint(s, fp, sizeof fp);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "model_path", s->p->model_path);
     cJSON_AddStringToObject(o, "model", s->model_name);
@@ -354,7 +418,8 @@ static ls_status render(void *ud, const ls_chat_msg *msgs, size_t n, const ls_ch
  * tokenize}, the messages checked as there. */
 enum MHD_Result ls_srv_apply_template(server *s, struct MHD_Connection *c, const char *body, size_t len) {
     ls_srv_limits lim = {.max_messages = s->p->max_messages, .max_tokens = s->p->max_tokens, .n_vocab = s->n_vocab,
-                         .tool_format = s->tool_format, .default_system = s->default_system};
+                         .tool_format = s->tool_format, .default_system = s->default_system,
+                         .reasoning = s->p->reasoning_format};
     ls_srv_req r;
     ls_err err;
     if (ls_srv_parse(body ? body : "", len, true, s->has_chat ? render : NULL, s->m, &lim, &r, &err))

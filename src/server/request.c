@@ -78,7 +78,8 @@ static bool is_known(const char *k, bool chat) {
     for (int i = 0; KNOWN_COMMON[i]; i++)
         if (!strcmp(k, KNOWN_COMMON[i])) return true;
     return chat ? !strcmp(k, "messages") || !strcmp(k, "tools") || !strcmp(k, "tool_choice") ||
-                      !strcmp(k, "parallel_tool_calls") || !strcmp(k, "chat_template_kwargs")
+                      !strcmp(k, "parallel_tool_calls") || !strcmp(k, "chat_template_kwargs") ||
+                      !strcmp(k, "reasoning_format")
                 : !strcmp(k, "prompt") || !strcmp(k, "echo");
 }
 
@@ -809,6 +810,16 @@ ls_status ls_srv_parse(const char *body, size_t len, bool chat, ls_srv_render_fn
         }
         ls_chat_opts copts = LS_CHAT_OPTS_INIT;
         if ((st = parse_template_kwargs(j, &copts, err))) goto done;
+        r->reasoning = lim->reasoning;
+        const cJSON *rf = cJSON_GetObjectItemCaseSensitive(j, "reasoning_format");
+        if (rf && !cJSON_IsNull(rf)) { /* llama-server's per-request override */
+            if (cJSON_IsString(rf) && !strcmp(rf->valuestring, "none")) r->reasoning = LS_SRV_REASONING_NONE;
+            else if (cJSON_IsString(rf) && !strcmp(rf->valuestring, "deepseek")) r->reasoning = LS_SRV_REASONING_DEEPSEEK;
+            else {
+                st = ls_srv_error(err, LS_E_INVALID, "'reasoning_format' must be \"none\" or \"deepseek\"");
+                goto done;
+            }
+        }
         /* tools: offered functions, earlier calls and their results (server/tools.c) */
         const cJSON *tools = cJSON_GetObjectItemCaseSensitive(j, "tools"),
                     *tch = cJSON_GetObjectItemCaseSensitive(j, "tool_choice"),

@@ -23,7 +23,11 @@ typedef struct {
     int32_t n_vocab;         /* logit_bias ids must be below it (0: unchecked) */
     int32_t tool_format;     /* ls_srv_tool_format (server/tools.h) of the model's template */
     const char *default_system; /* the template's own system prompt, or NULL */
+    int32_t reasoning;       /* the server's --reasoning-format (LS_SRV_REASONING_*) */
 } ls_srv_limits;
+
+/* reasoning_format: none keeps a think block in the content; deepseek splits it out */
+enum { LS_SRV_REASONING_NONE = 0, LS_SRV_REASONING_DEEPSEEK = 1 };
 
 enum { LS_SRV_TC_AUTO = 0, LS_SRV_TC_NONE, LS_SRV_TC_REQUIRED, LS_SRV_TC_NAMED }; /* tool_choice */
 
@@ -63,6 +67,7 @@ typedef struct {
     int32_t tool_choice;     /* LS_SRV_TC_* */
     char tool_name[128];     /* LS_SRV_TC_NAMED: the function */
     int32_t tool_format;     /* from the limits: how calls are written and parsed */
+    int32_t reasoning;       /* chat: LS_SRV_REASONING_* (the server's, or the request's reasoning_format) */
 } ls_srv_req;
 
 /* Renders chat messages into a prompt with the assistant turn opened (the server: the

@@ -35,6 +35,7 @@ typedef struct {
     int header_timeout_s;      /* a request head must arrive within this (default 10) */
     int body_timeout_s;        /* a request body must arrive within this of its head (default 60) */
     const char *cors_origin;   /* NULL: no CORS headers; "*" or one origin */
+    int reasoning_format;      /* LS_SRV_REASONING_*: 1 (deepseek) splits think blocks out of chat replies */
 } ls_server_params;
 
 /* Loads the model file (a bad one fails here, before anything listens), binds,

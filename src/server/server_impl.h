@@ -5,7 +5,15 @@
  *   jobs.c     a request's lifetime: submission, the engine's events, waiting, streaming
  *   openai.c   OpenAI's JSON shapes: responses, stream chunks, logprobs, usage, errors
  *   metrics.c  /metrics (Prometheus text) and the counters behind it
- *   server.c   startup (model, engine, probe), the engine thread, shutdown */
+ *   server.c   startup (model, engine, probe), the engine thread, shutdown
+ *   api_responses.c, api_messages.c   OpenAI's Responses and Anthropic's Messages APIs:
+ *              each body becomes the chat request it means (the one ls_srv_req, through
+ *              ls_srv_parse) and each reply is shaped from the job (an ls_srv_api)
+ *   reasoning.c    a think block split out of a reply (--reasoning-format)
+ *
+ * The layers go one way: http.c routes to an API adapter (or a small endpoint), the
+ * adapter to jobs.c, jobs.c to the engine; jobs.c shapes a new API's replies only through
+ * the ls_srv_api the adapter handed it. */
 #ifndef LS_SERVER_SERVER_IMPL_H
 #define LS_SERVER_SERVER_IMPL_H
 
@@ -28,6 +36,30 @@
 typedef ls_logprobs ls_tok_lp;
 
 typedef struct server server;
+typedef struct job job;
+
+/* The API a route serves: its error shape (Anthropic's for /v1/messages). */
+enum { LS_API_OPENAI = 0, LS_API_RESPONSES, LS_API_MESSAGES };
+
+/* A reply split at its think block (reasoning.c): the reasoning is text[r0, r1), the
+ * content text[c0, c1); think: the reply opened a think block. */
+typedef struct {
+    size_t r0, r1, c0, c1;
+    bool think;
+} ls_srv_split;
+/* done false: only what more text cannot change (the stable prefixes of the spans). */
+void ls_srv_think_split(const char *t, size_t n, bool done, bool enabled, ls_srv_split *o);
+
+/* A reply shape other than chat/completions (api_responses.c, api_messages.c): the whole
+ * reply, and a stream's events.  stream(j) runs under j->mu, on MHD's thread: the events
+ * for what is new since its last call (the opening events on the first call, the closing
+ * ones once j->done), as one malloc'd string (NULL: none). */
+typedef struct {
+    int kind;                       /* LS_API_* */
+    const char *id_prefix;          /* "resp", "msg" */
+    cJSON *(*response)(const job *j);
+    char *(*stream)(job *j);
+} ls_srv_api;
 
 /* Where a connection's current request is (the reaper's deadlines). */
 enum { SK_HEAD = 0, SK_BODY, SK_HANDLING };
@@ -56,10 +88,11 @@ typedef struct sock {
     unsigned status;
     int32_t n_prompt, n_gen;
     const char *note;          /* e.g. "cancelled (shutdown)" */
+    int api;                   /* LS_API_*: the route's error shape */
 } sock;
 
 /* A request: shared by its HTTP thread and the engine thread (refs counts both). */
-typedef struct job {
+struct job {
     server *srv;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -97,7 +130,16 @@ typedef struct job {
     bool stop_eos;      /* finished on an end-of-generation / stop token (not a stop string) */
     int32_t choice;     /* the choice's index (n > 1 or a list of prompts) */
     int slot;           /* its place in server.slots (GET /slots), or -1 */
-} job;
+    /* a think block split out while streaming (chat): bytes of each span sent so far */
+    size_t sent_r, sent_c;
+    /* the Responses / Messages APIs */
+    const ls_srv_api *api;  /* NULL: chat/completions (openai.c) or /completion (native.c) */
+    cJSON *api_echo;        /* what the reply repeats of the request (owned) */
+    int ev_seq;             /* stream: events sent (Responses' sequence_number) */
+    int ev_open;            /* stream: the open block / item: 0 none, 1 reasoning, 2 text */
+    int ev_index;           /* stream: blocks / output items opened so far */
+    bool ev_began;          /* stream: the opening events are out */
+};
 
 /* GET /slots: what each of the n_parallel places runs (guarded by server.mu). */
 typedef struct {
@@ -115,6 +157,8 @@ typedef struct {
     double t0;          /* the head arrived */
     bool native;        /* the body was translated from /completion's (native.c) */
     int32_t n_probs;    /* /completion's n_probs (top log-probabilities per token) */
+    const ls_srv_api *api; /* the body was translated from a Responses / Messages request */
+    cJSON *api_echo;    /* ... and what its reply repeats (moves to the job) */
 } conn;
 
 /* Latency histograms (seconds; Prometheus buckets, cumulative when printed). */
@@ -211,6 +255,19 @@ char *ls_srv_tools_chunks(const job *j);
 /* GET /props and POST /apply-template (llama-server's). */
 enum MHD_Result ls_srv_props(server *s, struct MHD_Connection *c);
 enum MHD_Result ls_srv_apply_template(server *s, struct MHD_Connection *c, const char *body, size_t len);
+
+/* With a think block split out (chat): reasoning_content chunks. */
+char *ls_srv_chunk_reasoning(const job *j, const char *text, size_t n);
+/* The system_fingerprint of the replies. */
+void ls_srv_fingerprint(const server *s, char *fp, size_t n);
+
+/* api_responses.c / api_messages.c: POST /v1/responses, POST /v1/messages */
+enum MHD_Result ls_srv_responses(server *s, struct MHD_Connection *c, conn *cn);
+enum MHD_Result ls_srv_messages(server *s, struct MHD_Connection *c, conn *cn);
+/* An SSE event "event: NAME\ndata: {...}\n\n" (o deleted; caller frees). */
+char *ls_srv_sse_event(const char *name, cJSON *o);
+/* Appends b to *a (both malloc'd or NULL; b freed). */
+void ls_srv_cat(char **a, char *b);
 
 /* embeddings.c: POST /v1/embeddings */
 enum MHD_Result ls_srv_embeddings(server *s, struct MHD_Connection *c, conn *cn);
