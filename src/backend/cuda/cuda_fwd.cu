@@ -25,9 +25,6 @@ extern "C" {
 }
 #include "backend/cuda/cuda_internal.h"
 
-thread_local int lsc_pdl = 0;
-thread_local int lsc_gemv_nw1 = 1;
-thread_local int lsc_mma_minb = 1;
 
 /* ---- errors ------------------------------------------------------------------- */
 static ls_status cuda_fail(ls_err *err, cudaError_t e, const char *what, int line) {
@@ -136,7 +133,7 @@ static ls_status dmat_fill(DMat *d, const lsc_mat_src *s, int base, int chunk, i
         return LS_OK;
     }
     CK(cudaMemcpy(tmp, s->data, s->nbytes, cudaMemcpyHostToDevice));
-    CK(lsc_repack(d->m, tmp, (int)s->N, s->row_bytes, base, chunk, cstride, 0));
+    CK(lsc_repack(d->m, tmp, (int)s->N, s->row_bytes, base, chunk, cstride, lsc_stream()));
     CK(cudaDeviceSynchronize());
     return LS_OK;
 }
@@ -415,8 +412,8 @@ static int g_blas_state; /* 0 untried, 1 loaded, -1 missing */
 static bool blas_load(void) {
     pthread_mutex_lock(&g_mu);
     if (!g_blas_state) {
-        const char *env = getenv("LS_CUBLAS");
-        const char *cands[] = {env, "libcublas.so.13", "libcublas.so.12", "libcublas.so",
+        /* the dynamic loader's search (LD_LIBRARY_PATH, the cache), then the toolkit's folder */
+        const char *cands[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so",
                                "/usr/local/cuda/lib64/libcublas.so.13", "/usr/local/cuda/lib64/libcublas.so.12"};
         for (const char *c : cands)
             if (c && (g_blas.lib = dlopen(c, RTLD_NOW | RTLD_LOCAL))) break;
@@ -454,6 +451,7 @@ struct ls_cuda_fwd {
     int32_t n_rows, n_ctx, maxblk;
     std::vector<int> layers;
     cudaStream_t st;
+    lsc_stream ls; /* st and the launch settings of this forward's kernels (set per run from opts) */
     cudaEvent_t ev0, ev1;
     /* device */
     float *xn, *qkv, *att, *h, *tbuf, *logits_d, *cs[2], *sn[2]; /* RoPE tables: the plan's (n_rope) */
@@ -728,8 +726,8 @@ static ls_status mm_fast(ls_cuda_fwd *f, const DMat &d, const float *xf, int ldx
         kmax = f->F > kmax ? f->F : kmax;
         CK(cudaMalloc((void **)&f->xh, (size_t)f->n_rows * kmax * sizeof(__half)));
     }
-    CK(lsc_dequant_half(w, f->wh, f->st));
-    CK(lsc_f2h(xf + (size_t)m0 * ldxf, ldxf, n, w.K, f->xh, f->st));
+    CK(lsc_dequant_half(w, f->wh, f->ls));
+    CK(lsc_f2h(xf + (size_t)m0 * ldxf, ldxf, n, w.K, f->xh, f->ls));
     const float one = 1.0f, zero = 0.0f;
     float *out = lsc_gated(mode) ? f->tbuf : y + (size_t)m0 * ldy;
     const int ldc = lsc_gated(mode) ? w.N : ldy;
@@ -737,7 +735,7 @@ static ls_status mm_fast(ls_cuda_fwd *f, const DMat &d, const float *xf, int ldx
                                     CUDA_R_16F, w.K, f->xh, CUDA_R_16F, w.K, mode == LSC_MODE_ADD ? &one : &zero, out,
                                     CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     if (bs != CUBLAS_STATUS_SUCCESS) return ls_err_set(err, LS_E_IO, "cublasGemmEx failed (status %d)", (int)bs);
-    if (lsc_gated(mode)) CK(lsc_epilogue(f->tbuf, w.N, n, y + (size_t)m0 * ldy, ldy, mode, f->st));
+    if (lsc_gated(mode)) CK(lsc_epilogue(f->tbuf, w.N, n, y + (size_t)m0 * ldy, ldy, mode, f->ls));
     return LS_OK;
 }
 
@@ -748,7 +746,7 @@ static ls_status mm(ls_cuda_fwd *f, const DMat &d, const std::vector<Run> &runs,
     for (const Run &r : runs) {
         float *yr = y + (size_t)r.m0 * ldy;
         if (lsc_is_float(w.type)) {
-            CK(lsc_gemv_float(w, xf + (size_t)r.m0 * ldxf, ldxf, r.n, yr, ldy, mode, f->st));
+            CK(lsc_gemv_float(w, xf + (size_t)r.m0 * ldxf, ldxf, r.n, yr, ldy, mode, f->ls));
             continue;
         }
         if (r.fast && f->blas && r.n >= f->opts.fast_min_rows) {
@@ -761,9 +759,9 @@ static ls_status mm(ls_cuda_fwd *f, const DMat &d, const std::vector<Run> &runs,
         ar.q = a.q + (size_t)r.m0 * a.xs * 32;
         ar.dxs = a.dxs + (size_t)r.m0 * a.xs;
         if (r.n <= f->opts.gemv_max_rows)
-            CK(lsc_gemv(w, ar, r.n, yr, ldy, mode, f->st, qo));
+            CK(lsc_gemv(w, ar, r.n, yr, ldy, mode, f->ls, qo));
         else
-            CK(lsc_mma(w, ar, r.n, yr, ldy, mode, f->part, f->part_floats, f->st));
+            CK(lsc_mma(w, ar, r.n, yr, ldy, mode, f->part, f->part_floats, f->ls));
     }
     return LS_OK;
 }
@@ -772,10 +770,8 @@ static ls_status enqueue(ls_cuda_fwd *f, ls_cuda_kv *kv, const Plan &pl, ls_err 
     const lsc_model_src *s = f->s;
     const int M = pl.M, E = f->E, F = f->F, D = s->head_dim;
     const Stage sl = stage_layout(f, M);
-    cudaStream_t st = f->st;
-    lsc_gemv_nw1 = f->opts.gemv_nw;
-    lsc_mma_minb = f->opts.mma_minblocks == 2 ? 2 : 1;
-    lsc_pdl = 0; /* the first kernel follows a copy */
+    lsc_stream &st = f->ls;
+    st = lsc_stream(f->st, 0 /* the first kernel follows a copy */, f->opts.gemv_nw, f->opts.mma_minblocks == 2 ? 2 : 1);
     CK(cudaMemcpyAsync(f->stage_d, f->stage_h, sl.words * 4, cudaMemcpyHostToDevice, st));
     PROF(f, "upload");
     const int pdl = f->opts.pdl && !f->opts.profile;
@@ -787,7 +783,7 @@ static ls_status enqueue(ls_cuda_fwd *f, ls_cuda_kv *kv, const Plan &pl, ls_err 
     for (int l : f->layers) {
         const WLayer &L = f->w->L[l];
         CK(lsc_rmsnorm_quant(x, E, NULL, L.attn_norm, s->norm_eps, M, E, f->xn, E, f->xq, f->dxs, xsE, st));
-        lsc_pdl = pdl;
+        st.pdl = pdl;
         PROF(f, "rmsnorm+quant");
         const lsc_act aE = {f->xq, f->dxs, xsE};
         for (int i = 0; i < L.n_qkv; i++)
@@ -851,13 +847,13 @@ static ls_status enqueue(ls_cuda_fwd *f, ls_cuda_kv *kv, const Plan &pl, ls_err 
     }
     if (pl.n_out > 0) { /* the head: the rows that need logits, gathered in row order */
         CK(lsc_rmsnorm_quant(x, E, out_idx, f->w->out_norm, s->norm_eps, pl.n_out, E, f->xn, E, f->xq, f->dxs, xsE, st));
-        lsc_pdl = pdl;
+        st.pdl = pdl;
         PROF(f, "rmsnorm+quant");
         const lsc_act aE = {f->xq, f->dxs, xsE};
         if ((rs = mm(f, f->w->output, pl.head, f->xn, E, aE, f->logits_d, f->V, LSC_MODE_STORE, err))) return rs;
         PROF(f, "matmul head");
     }
-    lsc_pdl = 0;
+    st.pdl = 0;
     return LS_OK;
 }
 
@@ -1037,7 +1033,7 @@ ls_status ls_cuda_test_quant(const float *x, int M, int K, int8_t *q, float *dxs
     T_CK(cudaMalloc((void **)&dq, (size_t)M * xs * 32));
     T_CK(cudaMalloc((void **)&dd, (size_t)M * xs * 8));
     T_CK(cudaMemcpy(dx, x, (size_t)M * K * 4, cudaMemcpyHostToDevice));
-    T_CK(lsc_quant(dx, K, M, K, dq, dd, xs, 0));
+    T_CK(lsc_quant(dx, K, M, K, dq, dd, xs, lsc_stream()));
     T_CK(cudaDeviceSynchronize());
     for (int m = 0; m < M; m++) {
         T_CK(cudaMemcpy(q + (size_t)m * K, dq + (size_t)m * xs * 32, (size_t)K, cudaMemcpyDeviceToHost));
@@ -1080,7 +1076,7 @@ ls_status ls_cuda_test_matmul(uint32_t type, int64_t N, int64_t K, const void *w
     T_CK(cudaMemcpy(dx, x, (size_t)M * K * 4, cudaMemcpyHostToDevice));
     T_CK(cudaMemset(dy, 0xff, (size_t)M * N * 4)); /* poison: every output must be written */
     if (lsc_is_float((int)type)) {
-        T_CK(lsc_gemv_float(d.m, dx, (int)K, M, dy, (int)N, LSC_MODE_STORE, 0));
+        T_CK(lsc_gemv_float(d.m, dx, (int)K, M, dy, (int)N, LSC_MODE_STORE, lsc_stream()));
     } else if (kernel == LS_CUDA_K_FAST) {
         if (!blas_load()) {
             st = ls_err_set(err, LS_E_UNSUPPORTED, "no cuBLAS");
@@ -1092,8 +1088,8 @@ ls_status ls_cuda_test_matmul(uint32_t type, int64_t N, int64_t K, const void *w
         T_CK(cudaMalloc((void **)&xh, (size_t)M * K * 2));
         g_blas.create(&h);
         const float one = 1.0f, zero = 0.0f;
-        T_CK(lsc_dequant_half(d.m, wh, 0));
-        T_CK(lsc_f2h(dx, (int)K, M, (int)K, xh, 0));
+        T_CK(lsc_dequant_half(d.m, wh, lsc_stream()));
+        T_CK(lsc_f2h(dx, (int)K, M, (int)K, xh, lsc_stream()));
         g_blas.gemm(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, M, (int)K, &one, wh, CUDA_R_16F, (int)K, xh, CUDA_R_16F, (int)K,
                     &zero, dy, CUDA_R_32F, (int)N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
         T_CK(cudaDeviceSynchronize());
@@ -1101,16 +1097,16 @@ ls_status ls_cuda_test_matmul(uint32_t type, int64_t N, int64_t K, const void *w
         cudaFree(wh);
         cudaFree(xh);
     } else {
-        T_CK(lsc_quant(dx, (int)K, M, (int)K, dq, dd, xs, 0));
+        T_CK(lsc_quant(dx, (int)K, M, (int)K, dq, dd, xs, lsc_stream()));
         const lsc_act a = {dq, dd, xs};
         if (kernel == LS_CUDA_K_GEMV) {
-            T_CK(lsc_gemv(d.m, a, M, dy, (int)N, LSC_MODE_STORE, 0));
+            T_CK(lsc_gemv(d.m, a, M, dy, (int)N, LSC_MODE_STORE, lsc_stream()));
         }
         if (kernel == LS_CUDA_K_MMA) {
             float *part = NULL;
             const size_t pf = (size_t)8 * M * N;
             T_CK(cudaMalloc((void **)&part, pf * 4));
-            T_CK(lsc_mma(d.m, a, M, dy, (int)N, LSC_MODE_STORE, part, pf, 0));
+            T_CK(lsc_mma(d.m, a, M, dy, (int)N, LSC_MODE_STORE, part, pf, lsc_stream()));
             T_CK(cudaDeviceSynchronize());
             cudaFree(part);
         }
@@ -1154,7 +1150,7 @@ ls_status ls_cuda_test_bandwidth(size_t bytes, int reps, double *copy_gbs, doubl
             if (k == 0) {
                 T_CK(cudaMemcpyAsync(i & 1 ? a : b, i & 1 ? b : a, bytes, cudaMemcpyDeviceToDevice, 0));
             } else {
-                T_CK(lsc_read_probe(i & 1 ? a : b, bytes, o, sms * 4, 0));
+                T_CK(lsc_read_probe(i & 1 ? a : b, bytes, o, sms * 4, lsc_stream()));
             }
             T_CK(cudaEventRecord(e1, 0));
             T_CK(cudaEventSynchronize(e1));
@@ -1177,7 +1173,7 @@ done:
 
 ls_status ls_cuda_test_mm_bench(uint32_t type, int64_t N, int64_t K, const void *w, int M, int kernel, int nw, int pdl,
                                 int reps, double *ms, double *gbs, ls_err *err) {
-    lsc_mma_minb = kernel == 3 ? 2 : 1;
+    lsc_stream ls(0, 0, nw ? nw : 1, kernel == 3 ? 2 : 1);
     if (kernel == 3) kernel = LS_CUDA_K_MMA;
     cudaError_t e = lsc_mma_init();
     if (e != cudaSuccess) return cuda_fail(err, e, "lsc_mma_init", __LINE__);
@@ -1213,35 +1209,30 @@ ls_status ls_cuda_test_mm_bench(uint32_t type, int64_t N, int64_t K, const void 
     T_CK(cudaMalloc((void **)&dd, (size_t)M * xs * 8));
     T_CK(cudaMalloc((void **)&part, pf * 4));
     T_CK(cudaMemset(dx, 0, (size_t)M * K * 4));
-    T_CK(lsc_quant(dx, (int)K, M, (int)K, dq, dd, xs, 0));
+    T_CK(lsc_quant(dx, (int)K, M, (int)K, dq, dd, xs, lsc_stream()));
     T_CK(cudaEventCreate(&e0));
     T_CK(cudaEventCreate(&e1));
     {
         const lsc_act a = {dq, dd, xs};
-        lsc_gemv_nw1 = nw ? nw : 1;
         for (int pass = 0; pass < 2; pass++) { /* a warm-up pass, then the timed one */
             T_CK(cudaEventRecord(e0, 0));
             for (int i = 0; i < reps; i++) {
-                lsc_pdl = pdl && i > 0;
+                ls.pdl = pdl && i > 0;
                 if (kernel == LS_CUDA_K_GEMV) {
-                    T_CK(lsc_gemv(d[i % nc].m, a, M, dy, (int)N, LSC_MODE_STORE, 0));
+                    T_CK(lsc_gemv(d[i % nc].m, a, M, dy, (int)N, LSC_MODE_STORE, ls));
                 } else {
-                    T_CK(lsc_mma(d[i % nc].m, a, M, dy, (int)N, LSC_MODE_STORE, part, pf, 0));
+                    T_CK(lsc_mma(d[i % nc].m, a, M, dy, (int)N, LSC_MODE_STORE, part, pf, ls));
                 }
             }
-            lsc_pdl = 0;
             T_CK(cudaEventRecord(e1, 0));
             T_CK(cudaEventSynchronize(e1));
         }
-        lsc_gemv_nw1 = 1;
         float t = 0;
         T_CK(cudaEventElapsedTime(&t, e0, e1));
         *ms = t / reps;
         *gbs = (double)d[0].bytes / (*ms * 1e-3) / 1e9;
     }
 done:
-    lsc_pdl = 0;
-    lsc_mma_minb = 1;
     for (int i = 0; i < 16; i++) dmat_free(&d[i]);
     cudaFree(tmp);
     cudaFree(dx);

@@ -36,12 +36,20 @@ static inline __host__ __device__ bool lsc_gated(int mode) { return mode == LSC_
 
 /* ---- launches ---------------------------------------------------------------------
  * Kernels of a forward are launched with programmatic dependent launch (Hopper) when
- * lsc_pdl is set: each kernel lets its successor start at once (lsc_pdl_trigger) and
+ * the stream's pdl is set: each kernel lets its successor start at once (lsc_pdl_trigger) and
  * waits for its predecessor's results (lsc_pdl_wait) only after the work that reads none
  * of them (the matmuls' first weight loads).  Without the attribute both are no-ops. */
-extern thread_local int lsc_pdl;
-extern thread_local int lsc_gemv_nw1; /* weight rows per warp of the one-row warp kernel (1, 2, 4) */
-extern thread_local int lsc_mma_minb; /* 2: the 64 x 64 GEMM tile capped at 128 registers (two blocks per SM) */
+/* A stream and the launch settings of the kernels launched on it: passed with every launch
+ * (a forward keeps one, ls_cuda_fwd.ls; nothing lives in thread-local or global state). */
+struct lsc_stream {
+    cudaStream_t st;
+    int pdl;      /* launch with programmatic dependent launch (the launch follows a kernel) */
+    int gemv_nw1; /* weight rows per warp of the one-row warp kernel (1, 2, 4) */
+    int mma_minb; /* 2: the 64 x 64 GEMM tile capped at 128 registers (two blocks per SM) */
+    explicit lsc_stream(cudaStream_t s = 0, int pdl_ = 0, int nw = 1, int minb = 1)
+        : st(s), pdl(pdl_), gemv_nw1(nw), mma_minb(minb) {}
+    operator cudaStream_t() const { return st; }
+};
 
 #ifdef __CUDACC__
 __device__ __forceinline__ void lsc_pdl_wait() {
@@ -57,17 +65,17 @@ __device__ __forceinline__ void lsc_pdl_trigger() {
 #endif
 
 template <typename... K, typename... A>
-static inline cudaError_t lsc_launch(void (*k)(K...), dim3 g, dim3 b, size_t smem, cudaStream_t s, A &&...args) {
+static inline cudaError_t lsc_launch(void (*k)(K...), dim3 g, dim3 b, size_t smem, const lsc_stream &s, A &&...args) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = g;
     cfg.blockDim = b;
     cfg.dynamicSmemBytes = smem;
-    cfg.stream = s;
+    cfg.stream = s.st;
     cudaLaunchAttribute at[1];
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
-    cfg.numAttrs = lsc_pdl ? 1 : 0;
+    cfg.numAttrs = s.pdl ? 1 : 0;
     cudaError_t e = cudaLaunchKernelEx(&cfg, k, std::forward<A>(args)...);
     return e != cudaSuccess ? e : cudaGetLastError();
 }
@@ -82,32 +90,32 @@ struct lsc_qout {
     float2 *dxs;
     int xs;
 };
-cudaError_t lsc_gemv(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy, int mode, cudaStream_t s,
+cudaError_t lsc_gemv(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy, int mode, lsc_stream s,
                      lsc_qout qo = lsc_qout{NULL, NULL, 0});
 cudaError_t lsc_mma(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy, int mode, float *part,
-                    size_t part_floats, cudaStream_t s);
+                    size_t part_floats, lsc_stream s);
 cudaError_t lsc_gemv_float(const lsc_mat &w, const float *x, int ldx, int rows, float *y, int ldy, int mode,
-                           cudaStream_t s);
+                           lsc_stream s);
 cudaError_t lsc_mma_init(void); /* shared-memory limits of the GEMM kernels (once) */
 
 /* repacking on the device: ggml rows src[n] (row_bytes apart) of a quantized matrix into
  * destination rows dst_row(n) = base + (n / chunk) * cstride + n % chunk of w. */
 cudaError_t lsc_repack(const lsc_mat &w, const uint8_t *src, int n_src, size_t row_bytes, int base, int chunk,
-                       int cstride, cudaStream_t s);
+                       int cstride, lsc_stream s);
 
 /* per-row operations (docs/numerics.md) */
 /* out rows: xn = rmsnorm(x[rowidx[r]] or x[r]) (optional), quantized into a (q, dxs). */
 cudaError_t lsc_rmsnorm_quant(const float *x, int ldx, const int32_t *rowidx, const float *w, float eps, int rows,
-                              int n, float *xn, int ldxn, int8_t *q, float2 *dxs, int xs, cudaStream_t s);
+                              int n, float *xn, int ldxn, int8_t *q, float2 *dxs, int xs, lsc_stream s);
 cudaError_t lsc_ops_init(void); /* shared-memory limits (once, outside graph capture) */
-cudaError_t lsc_quant(const float *x, int ldx, int rows, int n, int8_t *q, float2 *dxs, int xs, cudaStream_t s);
+cudaError_t lsc_quant(const float *x, int ldx, int rows, int n, int8_t *q, float2 *dxs, int xs, lsc_stream s);
 /* out = act(g) * u, mode LSC_MODE_SWIGLU or LSC_MODE_GEGLU */
 cudaError_t lsc_glu(const float *g, const float *u, int ld, int rows, int n, float *out, int ldo, int mode,
-                    cudaStream_t s);
+                    lsc_stream s);
 /* x[r] = x[r] + rmsnorm(t[r], w) (a post-norm and its residual add: two roundings per element
  * after the norm's, as forward.c's ls_rmsnorm then add_rows) */
 cudaError_t lsc_norm_add(const float *t, int ldt, const float *w, float eps, int rows, int n, float *x, int ldx,
-                         cudaStream_t s);
+                         lsc_stream s);
 
 /* RoPE + K/V into the paged cache for rows: qkv row r holds q (n_head heads), k, v
  * (n_kv heads each) at column offsets 0, qd, qd + kvd.  Before the rotation, in the plan's
@@ -127,7 +135,7 @@ struct lsc_kvargs {
     const int32_t *pos;        /* (rows) */
 };
 cudaError_t lsc_rope_kv(float *qkv, int ldq, int rows, int n_head, int n_kv, int D, int rope_dim, int neox,
-                        const float *cs, const float *sn, lsc_kvargs kv, lsc_qkpre pre, cudaStream_t s);
+                        const float *cs, const float *sn, lsc_kvargs kv, lsc_qkpre pre, lsc_stream s);
 /* attention per (row, kv head): out (rows x n_head*D) and, when q != NULL, its quantized
  * activations (fused when D % 32 == 0 and n_head/n_kv*D <= 1024; else a separate pass).
  * window > 0: the row at position p reads keys max(0, p - window + 1)..p only, as keys
@@ -135,15 +143,15 @@ cudaError_t lsc_rope_kv(float *qkv, int ldq, int rows, int n_head, int n_kv, int
 size_t lsc_attn_smem(int n_head, int n_kv, int D, int max_keys);
 cudaError_t lsc_attention(const float *qkv, int ldq, int rows, int n_head, int n_kv, int D, float scale, int window,
                           lsc_kvargs kv, int max_keys, float *out, int8_t *q, float2 *dxs, int xs,
-                          cudaStream_t s);
+                          lsc_stream s);
 cudaError_t lsc_attn_init(size_t max_smem);
 
 /* fast family helpers */
-cudaError_t lsc_dequant_half(const lsc_mat &w, void *out_half, cudaStream_t s); /* [N][K] fp16 */
-cudaError_t lsc_f2h(const float *x, int ldx, int rows, int n, void *out_half, cudaStream_t s);
+cudaError_t lsc_dequant_half(const lsc_mat &w, void *out_half, lsc_stream s); /* [N][K] fp16 */
+cudaError_t lsc_f2h(const float *x, int ldx, int rows, int n, void *out_half, lsc_stream s);
 /* y (rows x ldy) from a dense fp32 result t (rows x N): STORE/ADD copy, SWIGLU de-interleaves */
-cudaError_t lsc_epilogue(const float *t, int N, int rows, float *y, int ldy, int mode, cudaStream_t s);
-cudaError_t lsc_read_probe(const void *p, size_t bytes, unsigned *out, int blocks, cudaStream_t s);
-cudaError_t lsc_gather(const float *x, int ld, const int32_t *idx, int rows, int n, float *out, cudaStream_t s);
+cudaError_t lsc_epilogue(const float *t, int N, int rows, float *y, int ldy, int mode, lsc_stream s);
+cudaError_t lsc_read_probe(const void *p, size_t bytes, unsigned *out, int blocks, lsc_stream s);
+cudaError_t lsc_gather(const float *x, int ld, const int32_t *idx, int rows, int n, float *out, lsc_stream s);
 
 #endif

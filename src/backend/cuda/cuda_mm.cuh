@@ -237,7 +237,7 @@ __global__ void __launch_bounds__(FQ ? 1024 : 256) k_gemv(const lsc_mat w, const
 
 template <int T, int R, int NW>
 cudaError_t launch_gemv_nw(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy, int mode, lsc_qout qo,
-                           cudaStream_t s) {
+                           lsc_stream s) {
     const int n_out = lsc_gated(mode) ? w.N / 2 : w.N;
     const int no = lsc_gated(mode) ? (NW / 2 > 0 ? NW / 2 : 1) : NW;
     const int warps = (n_out + no - 1) / no;
@@ -254,15 +254,15 @@ cudaError_t launch_gemv_nw(const lsc_mat &w, lsc_act a, int rows, float *y, int 
 }
 
 template <int T, int R>
-cudaError_t launch_gemv(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy, int mode, lsc_qout qo, cudaStream_t s) {
-    if (R == 1 && !lsc_gated(mode) && lsc_gemv_nw1 == 1) return launch_gemv_nw<T, R, 1>(w, a, rows, y, ldy, mode, qo, s);
-    if (R == 1 && !lsc_gated(mode) && lsc_gemv_nw1 == 4) return launch_gemv_nw<T, R, 4>(w, a, rows, y, ldy, mode, qo, s);
+cudaError_t launch_gemv(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy, int mode, lsc_qout qo, lsc_stream s) {
+    if (R == 1 && !lsc_gated(mode) && s.gemv_nw1 == 1) return launch_gemv_nw<T, R, 1>(w, a, rows, y, ldy, mode, qo, s);
+    if (R == 1 && !lsc_gated(mode) && s.gemv_nw1 == 4) return launch_gemv_nw<T, R, 4>(w, a, rows, y, ldy, mode, qo, s);
     if (lsc_gated(mode)) return launch_gemv_nw<T, R, 2>(w, a, rows, y, ldy, mode, qo, s);
     return launch_gemv_nw<T, R, R == 1 ? 2 : 4>(w, a, rows, y, ldy, mode, qo, s);
 }
 
 template <int T>
-cudaError_t gemv_t(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy, int mode, lsc_qout qo, cudaStream_t s) {
+cudaError_t gemv_t(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy, int mode, lsc_qout qo, lsc_stream s) {
     for (int m0 = 0; m0 < rows;) { /* runs of up to 8 rows; each row's bits do not depend on the split */
         const int n = rows - m0 > 8 ? 8 : rows - m0;
         lsc_act am = a;
@@ -583,7 +583,7 @@ static __global__ void k_combine(const float *__restrict__ part, int split, int 
 
 template <int T, int MT, int WM, int NT, int WN, int MINB = 1>
 cudaError_t launch_mma(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy, int mode, float *part,
-                       size_t part_floats, cudaStream_t s) {
+                       size_t part_floats, lsc_stream s) {
     constexpr int BM = 16 * MT * WM, BN = 8 * NT * WN;
     using L = MmaSmem<T, BM, BN>;
     const int gx = (w.N + BN - 1) / BN, gy = (rows + BM - 1) / BM;
@@ -607,10 +607,10 @@ cudaError_t init_mma() {
 /* configurations by run length: 16 x 64, 32 x 64, 64 x 64 tiles */
 template <int T>
 cudaError_t mma_t(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy, int mode, float *part, size_t pf,
-                  cudaStream_t s) {
+                  lsc_stream s) {
     if (rows <= 16) return launch_mma<T, 1, 1, 2, 4>(w, a, rows, y, ldy, mode, part, pf, s);
     if (rows <= 32) return launch_mma<T, 2, 1, 2, 4>(w, a, rows, y, ldy, mode, part, pf, s);
-    if (lsc_mma_minb == 2) return launch_mma<T, 2, 2, 2, 4, 2>(w, a, rows, y, ldy, mode, part, pf, s);
+    if (s.mma_minb == 2) return launch_mma<T, 2, 2, 2, 4, 2>(w, a, rows, y, ldy, mode, part, pf, s);
     return launch_mma<T, 2, 2, 2, 4>(w, a, rows, y, ldy, mode, part, pf, s);
 }
 
@@ -654,7 +654,7 @@ __global__ void k_dequant_half(const lsc_mat w, __half *__restrict__ out) {
     }
 }
 template <int T>
-cudaError_t dequant_t(const lsc_mat &w, void *out, cudaStream_t s) {
+cudaError_t dequant_t(const lsc_mat &w, void *out, lsc_stream s) {
     const int64_t n = (int64_t)w.N * w.nb;
     return lsc_launch(k_dequant_half<T>, dim3((unsigned)((n + 255) / 256)), dim3(256), 0, s, w, (__half *)out);
 }
@@ -671,8 +671,8 @@ cudaError_t mma_init_t() {
 
 #define LSC_MM_INSTANTIATE(T)                                                                                   \
     namespace lsc {                                                                                             \
-    template cudaError_t gemv_t<T>(const lsc_mat &, lsc_act, int, float *, int, int, lsc_qout, cudaStream_t);   \
-    template cudaError_t mma_t<T>(const lsc_mat &, lsc_act, int, float *, int, int, float *, size_t, cudaStream_t); \
+    template cudaError_t gemv_t<T>(const lsc_mat &, lsc_act, int, float *, int, int, lsc_qout, lsc_stream);   \
+    template cudaError_t mma_t<T>(const lsc_mat &, lsc_act, int, float *, int, int, float *, size_t, lsc_stream); \
     template cudaError_t mma_init_t<T>();                                                                       \
-    template cudaError_t dequant_t<T>(const lsc_mat &, void *, cudaStream_t);                                  \
+    template cudaError_t dequant_t<T>(const lsc_mat &, void *, lsc_stream);                                  \
     }

@@ -579,7 +579,7 @@ __global__ void __launch_bounds__(256) k_gemv_f(const lsc_mat w, const float *__
 
 template <int WT>
 static cudaError_t gemv_f_t(const lsc_mat &w, const float *x, int ldx, int rows, float *y, int ldy, int mode,
-                            cudaStream_t s) {
+                            lsc_stream s) {
     const int blocks = (w.N + 63) / 64; /* 8 warps x 8 outputs */
     for (int m0 = 0; m0 < rows; m0 += 4) {
         const int n = rows - m0 < 4 ? rows - m0 : 4;
@@ -661,7 +661,7 @@ __global__ void k_read(const uint4 *__restrict__ p, size_t n, unsigned *out) {
 
 using namespace lsc;
 
-cudaError_t lsc_read_probe(const void *p, size_t bytes, unsigned *out, int blocks, cudaStream_t s) {
+cudaError_t lsc_read_probe(const void *p, size_t bytes, unsigned *out, int blocks, lsc_stream s) {
     k_read<<<blocks, 512, 0, s>>>((const uint4 *)p, bytes / 16, out);
     return cudaGetLastError();
 }
@@ -669,7 +669,7 @@ cudaError_t lsc_read_probe(const void *p, size_t bytes, unsigned *out, int block
 static size_t g_attn_smem_max = 48 * 1024;
 
 cudaError_t lsc_gemv_float(const lsc_mat &w, const float *x, int ldx, int rows, float *y, int ldy, int mode,
-                           cudaStream_t s) {
+                           lsc_stream s) {
     switch (w.type) {
     case LSC_F32: return gemv_f_t<LSC_F32>(w, x, ldx, rows, y, ldy, mode, s);
     case LSC_F16: return gemv_f_t<LSC_F16>(w, x, ldx, rows, y, ldy, mode, s);
@@ -679,14 +679,14 @@ cudaError_t lsc_gemv_float(const lsc_mat &w, const float *x, int ldx, int rows, 
 }
 
 cudaError_t lsc_repack(const lsc_mat &w, const uint8_t *src, int n_src, size_t row_bytes, int base, int chunk,
-                       int cstride, cudaStream_t s) {
+                       int cstride, lsc_stream s) {
     const int64_t n = (int64_t)n_src * (w.K / lsc_blk_elems(w.type));
     k_repack<<<(unsigned)((n + 255) / 256), 256, 0, s>>>(w, src, n_src, row_bytes, base, chunk, cstride);
     return cudaGetLastError();
 }
 
 cudaError_t lsc_rmsnorm_quant(const float *x, int ldx, const int32_t *rowidx, const float *w, float eps, int rows,
-                              int n, float *xn, int ldxn, int8_t *q, float2 *dxs, int xs, cudaStream_t s) {
+                              int n, float *xn, int ldxn, int8_t *q, float2 *dxs, int xs, lsc_stream s) {
     if (rows <= 0) return cudaSuccess;
     const size_t smem = (size_t)n * sizeof(float);
     if (smem > 160 * 1024) return cudaErrorInvalidValue;
@@ -700,20 +700,20 @@ cudaError_t lsc_ops_init(void) {
     return cudaFuncSetAttribute(k_norm_add, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024);
 }
 
-cudaError_t lsc_quant(const float *x, int ldx, int rows, int n, int8_t *q, float2 *dxs, int xs, cudaStream_t s) {
+cudaError_t lsc_quant(const float *x, int ldx, int rows, int n, int8_t *q, float2 *dxs, int xs, lsc_stream s) {
     if (rows <= 0) return cudaSuccess;
     return lsc_launch(k_quant, dim3((n / 32 + 7) / 8, rows), dim3(256), 0, s, x, ldx, n, q, dxs, xs);
 }
 
 cudaError_t lsc_glu(const float *g, const float *u, int ld, int rows, int n, float *out, int ldo, int mode,
-                    cudaStream_t s) {
+                    lsc_stream s) {
     if (rows <= 0) return cudaSuccess;
     dim3 grid((n + 255) / 256 < 64 ? (n + 255) / 256 : 64, rows);
     return lsc_launch(k_glu, grid, dim3(256), 0, s, g, u, ld, n, out, ldo, mode == LSC_MODE_GEGLU ? 1 : 0);
 }
 
 cudaError_t lsc_norm_add(const float *t, int ldt, const float *w, float eps, int rows, int n, float *x, int ldx,
-                         cudaStream_t s) {
+                         lsc_stream s) {
     if (rows <= 0) return cudaSuccess;
     const size_t smem = (size_t)n * sizeof(float);
     if (smem > 160 * 1024) return cudaErrorInvalidValue;
@@ -721,7 +721,7 @@ cudaError_t lsc_norm_add(const float *t, int ldt, const float *w, float eps, int
 }
 
 cudaError_t lsc_rope_kv(float *qkv, int ldq, int rows, int n_head, int n_kv, int D, int rope_dim, int neox,
-                        const float *cs, const float *sn, lsc_kvargs kv, lsc_qkpre pre, cudaStream_t s) {
+                        const float *cs, const float *sn, lsc_kvargs kv, lsc_qkpre pre, lsc_stream s) {
     if (rows <= 0) return cudaSuccess;
     const int thr = D / 2 < 32 ? 32 : ((D / 2 + 31) / 32) * 32;
     const size_t smem = pre.bqkv || pre.qn ? (size_t)D * sizeof(float) : 0;
@@ -747,7 +747,7 @@ cudaError_t lsc_attn_init(size_t max_smem) {
 }
 
 cudaError_t lsc_attention(const float *qkv, int ldq, int rows, int n_head, int n_kv, int D, float scale, int window,
-                          lsc_kvargs kv, int max_keys, float *out, int8_t *q, float2 *dxs, int xs, cudaStream_t s) {
+                          lsc_kvargs kv, int max_keys, float *out, int8_t *q, float2 *dxs, int xs, lsc_stream s) {
     if (rows <= 0) return cudaSuccess;
     const int nq = n_head / n_kv;
     const size_t smem = lsc_attn_smem(n_head, n_kv, D, max_keys);
@@ -763,20 +763,20 @@ cudaError_t lsc_attention(const float *qkv, int ldq, int rows, int n_head, int n
     return lsc_quant(out, n_head * D, rows, n_head * D, q, dxs, xs, s);
 }
 
-cudaError_t lsc_f2h(const float *x, int ldx, int rows, int n, void *out_half, cudaStream_t s) {
+cudaError_t lsc_f2h(const float *x, int ldx, int rows, int n, void *out_half, lsc_stream s) {
     if (rows <= 0) return cudaSuccess;
     dim3 grid((n + 255) / 256 < 64 ? (n + 255) / 256 : 64, rows);
     return lsc_launch(k_f2h, grid, dim3(256), 0, s, x, ldx, n, (__half *)out_half);
 }
 
-cudaError_t lsc_epilogue(const float *t, int N, int rows, float *y, int ldy, int mode, cudaStream_t s) {
+cudaError_t lsc_epilogue(const float *t, int N, int rows, float *y, int ldy, int mode, lsc_stream s) {
     if (rows <= 0) return cudaSuccess;
     const int n_out = lsc_gated(mode) ? N / 2 : N;
     dim3 grid((n_out + 255) / 256 < 128 ? (n_out + 255) / 256 : 128, rows);
     return lsc_launch(k_epilogue, grid, dim3(256), 0, s, t, N, y, ldy, mode);
 }
 
-cudaError_t lsc_gather(const float *x, int ld, const int32_t *idx, int rows, int n, float *out, cudaStream_t s) {
+cudaError_t lsc_gather(const float *x, int ld, const int32_t *idx, int rows, int n, float *out, lsc_stream s) {
     if (rows <= 0) return cudaSuccess;
     return lsc_launch(k_gather, dim3(rows), dim3(256), 0, s, x, ld, idx, n, out);
 }
