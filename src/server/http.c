@@ -296,6 +296,10 @@ static void copy_printable(char *dst, size_t cap, const char *src) {
     dst[i] = 0;
 }
 
+/* A body declared over --max-body is read and dropped before its 413 unless it is over this
+ * many times the limit (see refuse_head). */
+#define LS_SRV_DRAIN_FACTOR 8
+
 /* Whether a request's Origin may use the server.  Browsers send Origin on every
  * cross-origin request and on every POST; other clients (curl, the SDKs) send none.
  * Allowed: no Origin; --cors-origin's value (every origin with *); and the server's own
@@ -539,12 +543,19 @@ static bool refuse_head(server *s, struct MHD_Connection *c, const char *url, co
             return true;
         }
     }
-    /* a body declared over the limit is refused now, not read first */
+    /* A body declared over the limit is refused from its head when the client waits for a
+     * go-ahead (Expect: 100-continue: curl's bodies over 1 MiB), or when it is more than
+     * LS_SRV_DRAIN_FACTOR times the limit.  A smaller one is read and dropped first (the
+     * body reader), so that a client that writes its whole body before it reads (Python's
+     * http.client, most SDKs) gets the 413 instead of a reset connection; --body-timeout
+     * bounds how long that read may take. */
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Expect");
     if (cl) {
         char *e;
         unsigned long long n = strtoull(cl, &e, 10);
-        if (e != cl && n > s->p->max_body) {
+        bool waits = expect && !strcasecmp(expect, "100-continue");
+        if (e != cl && n > s->p->max_body && (waits || n / LS_SRV_DRAIN_FACTOR > s->p->max_body)) {
             snprintf(msg, sizeof msg, "the request body (Content-Length %llu) exceeds the limit of %zu bytes", n,
                      s->p->max_body);
             *res = ls_srv_send_error(s, c, 413, "invalid_request_error", msg, NULL);
