@@ -669,6 +669,8 @@ uint32_t ls_tokenizer_n_vocab(const ls_tokenizer *t) { return t->n_vocab; }
 int32_t ls_tokenizer_bos(const ls_tokenizer *t) { return t->bos; }
 int32_t ls_tokenizer_eos(const ls_tokenizer *t) { return t->eos; }
 int32_t ls_tokenizer_eot(const ls_tokenizer *t) { return t->eot; }
+bool ls_tokenizer_adds_bos(const ls_tokenizer *t) { return t->add_bos; }
+bool ls_tokenizer_adds_eos(const ls_tokenizer *t) { return t->add_eos; }
 
 bool ls_tokenizer_is_eog(const ls_tokenizer *t, int32_t id) {
     if (!id_ok(t, id)) return false;

@@ -164,3 +164,134 @@ def test_template_matches_jinja2(lib, name):
                     problems.append(f"{conv_name} gen={gen}: jinja2 raised ({ref}), lockstep rendered")
     assert not problems, "\n".join(problems)
     assert rendered > 0, "jinja2 rendered none of the conversations"
+
+
+# Constructs one at a time (whitespace control, scoping, slices, numbers, filters, tests,
+# methods, macros, loop controls), each against jinja2.
+FEATURES = [
+    ("a\n  {% if true %}\n  x\n  {% endif %}\nb\n", {}),
+    ("{%- for i in range(3) -%} {{ i }}{{ ',' if not loop.last }} {%- endfor %}", {}),
+    ("x  {%+ if true %}y{% endif +%}\nz {#- c -#} w", {}),
+    ("{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}{% endfor %}{{ ns.n }}",
+     {"messages": [1, 2, 3]}),
+    ("{% set x = 0 %}{% for i in range(3) %}{{ x }}{% set x = i %}{% endfor %}{{ x }}", {}),
+    ("{{ 'abc'[::-1] }}|{{ [1,2,3][-2:] }}|{{ 'héllo'[1:3] }}|{{ 'héllo'[-1] }}|{{ 7 // 2 }}|{{ -7 % 3 }}|{{ 1/4 }}"
+     "|{{ 2**10 }}|{{ -7 // 2 }}|{{ 10 / 5 }}|{{ 3 * 'ab' }}|{{ [0] * 3 }}", {}),
+    ("{{ x|tojson }}|{{ x|tojson(indent=2) }}|{{ x|tojson(sort_keys=true) }}|{{ x|tojson(separators=(',', ':')) }}"
+     "|{{ 'é\u0001\u007f'|tojson }}|{{ 'é😀'|tojson(ensure_ascii=true) }}",
+     {"x": {"b": [1, "é\n\t\"\\"], "a": None, "c": True, "d": 2.5, "e": {}, "f": []}}),
+    ("{{ '  a  '|trim }}|{{ 'xxaxx'|trim('x') }}|{{ 'a,b,,c'.split(',') }}|{{ ' x  y '.split() }}"
+     "|{{ 'a b c'.split(' ', 1) }}|{{ 'Hello'.startswith(('x','He')) }}|{{ 'aXbX'.replace('X','-') }}"
+     "|{{ 'ab'.replace('', '.') }}|{{ '\\n x \\n'.strip() }}|{{ 'xyx'.lstrip('x') }}|{{ 'a\\nb'.splitlines() }}"
+     "|{{ 'hello world'.title() }}|{{ 'hello'.capitalize() }}|{{ 'abcb'.find('b') }}|{{ 'abcb'.rfind('b') }}"
+     "|{{ 'abcb'.count('b') }}|{{ '-'.join(['a', 'b']) }}|{{ 'abc'.upper() }}{{ 'ABC'|lower }}", {}),
+    ("{% macro f(a, b='B') %}<{{ a }}{{ b }}>{% endmacro %}{{ f(1) }}{{ f(2, b=3) }}{{ f() }}", {}),
+    ("{{ xs|selectattr('k', 'equalto', 1)|map(attribute='v')|join(',') }}|{{ xs|rejectattr('k', 'eq', 1)|list }}"
+     "|{{ xs|length }}|{{ xs|first }}|{{ xs|last }}|{{ xs|map(attribute='v')|map('upper')|list }}"
+     "|{{ [3, 1, 2]|sort }}|{{ ['b', 'A', 'c']|sort(reverse=true) }}|{{ [1, 1, 2]|unique|list }}"
+     "|{{ [1, 2]|reverse|list }}|{{ [1, 'a', none]|select|list }}|{{ [1, 2, 3]|reject('odd')|list }}",
+     {"xs": [{"k": 1, "v": "a"}, {"k": 2, "v": "b"}, {"k": 1, "v": "c"}]}),
+    ("{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}{% if 'a' in d %}has{% endif %}{{ d.get('z', 'none') }}"
+     "{{ d|items|list }}{{ d.keys()|list }}{% for k in d %}{{ k }}{% endfor %}{{ d|dictsort }}",
+     {"d": {"b": [1, 2], "a": 1}}),
+    ("{{ x is defined }}{{ y is none }}{{ 's' is string }}{{ {} is mapping }}{{ 3 is odd }}{{ 4 is even }}"
+     "{{ 6 is divisibleby 3 }}{{ 1 if u else 2 }}{{ u|default('D') }}{{ ''|default('E', true) }}{{ [] is iterable }}"
+     "{{ 1 is number }}{{ 1.5 is float }}{{ true is boolean }}{{ 1 is integer }}{{ 'ab' is lower }}{{ y is not none }}",
+     {"y": None}),
+    ("{% for i in range(5) %}{% if i == 3 %}{% break %}{% endif %}{% if i == 1 %}{% continue %}{% endif %}{{ i }}"
+     "{% endfor %}{% for i in [] %}x{% else %}empty{% endfor %}{% for i in range(6) if i is even %}{{ loop.index }}"
+     "{{ loop.length }}{{ loop.revindex0 }}{{ loop.previtem }}{{ loop.cycle('a', 'b') }}{% endfor %}", {}),
+    ("{% raw %}{{ not }}{% endraw %}{# c #}x", {}),
+    ("{{ 1.5 }} {{ 1e20 }} {{ 0.1 + 0.2 }} {{ [1.0, 'a', none, true] }} {{ (1,) }} {{ 1e-5 }} {{ 123456789012.0 }}"
+     " {{ 2.0 ** 70 }} {{ -0.0 }} {{ 1 == 1.0 }} {{ 'a' < 'b' }} {{ 1 < 2 < 3 }} {{ [1, 2] == [1, 2] }}", {}),
+    ("{{ 'a' ~ 1 ~ none ~ u }}|{{ a or 'x' }}|{{ a and 'y' }}|{{ not a }}|{{ 'b' not in 'abc' }}|{{ -(1) }}", {"a": 0}),
+    ("{% set a, b = 1, 2 %}{{ a }}{{ b }}{% set t %}in {{ a }}{% endset %}[{{ t }}]{% set u | upper %}low{% endset %}{{ u }}",
+     {}),
+    ("{{ messages[0]['content'] if messages[0]['role'] == 'system' else 'none' }}{{ messages|length }}"
+     "{{ messages[-1].content|trim }}", {"messages": [{"role": "user", "content": " hi "}]}),
+    ("{{ raise_exception('stop here') }}", {}),
+    ("{{ undefined_thing.attr }}", {}),
+    ("{{ 1 + 'a' }}", {}),
+    ("{% for x in 3 %}{% endfor %}", {}),
+    ("{{ range(1000000)|length }}", {}),
+    ("{{ 'x'|nonexistent_filter }}", {}),
+    ("{% if %}", {}),
+    ("{{ 1 }", {}),
+    ("{% for %}{% endfor %}", {}),
+    ("{% if true %}never closed", {}),
+    ("{% endif %}", {}),
+]
+
+
+@pytest.mark.parametrize("i", range(len(FEATURES)))
+def test_feature_matches_jinja2(lib, i):
+    pytest.importorskip("jinja2")
+    src, variables = FEATURES[i]
+    ok_ref, ref = reference(src, variables)
+    ok, got = ours(lib, src, variables)
+    assert ok == ok_ref, (src, ref, got)
+    if ok:
+        assert got == ref, src
+    else:
+        assert got.startswith("chat template line "), got
+
+
+# ---- wired in: a template of no known family (issue 31: DeepSeek-R1-Distill-Qwen's) ----------
+
+class ChatTemplate(ctypes.Structure):
+    _fields_ = [("family", ctypes.c_int), ("default_system", ctypes.c_void_p), ("tools_hermes", ctypes.c_bool),
+                ("jinja", ctypes.c_void_p)]
+
+
+class ChatMsg(ctypes.Structure):
+    _fields_ = [("role", ctypes.c_char_p), ("content", ctypes.c_char_p)]
+
+
+def test_deepseek_r1_renders_through_the_engine(lib):
+    """detect gives the "jinja" family; the prompt is jinja2's minus the leading bos_token,
+    which the tokenizer adds itself (as llama.cpp drops it)."""
+    pytest.importorskip("jinja2")
+    src = (TEMPLATES / "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja").read_text()
+    bos, eos = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
+    t, err = ChatTemplate(), LsErr()
+    b = src.encode()
+    assert lib.ls_chat_template_detect(b, len(b), ctypes.byref(t), ctypes.byref(err)) == 0, err.msg
+    try:
+        lib.ls_chat_family_name.restype = ctypes.c_char_p
+        assert lib.ls_chat_family_name(t.family) == b"jinja"
+        assert lib.ls_chat_template_set_tokens(ctypes.byref(t), bos.encode(), eos.encode(), True, False,
+                                               ctypes.byref(err)) == 0
+        conv = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"},
+                {"role": "assistant", "content": "4"}, {"role": "user", "content": "3+3?"}]
+        arr = (ChatMsg * len(conv))(*[ChatMsg(m["role"].encode(), m["content"].encode()) for m in conv])
+        for gen in (False, True):
+            out = ctypes.c_void_p()
+            assert lib.ls_chat_apply(ctypes.byref(t), arr, len(conv), gen, ctypes.byref(out), ctypes.byref(err)) == 0
+            got = ctypes.string_at(out.value).decode()
+            _libc.free(out)
+            ok, ref = reference(src, {"messages": conv, "add_generation_prompt": gen, "bos_token": bos, "eos_token": eos})
+            assert ok and ref.startswith(bos)
+            assert got == ref[len(bos):]
+    finally:
+        lib.ls_chat_template_free(ctypes.byref(t))
+
+
+def test_run_chat_template_file(tmp_path, model_path):
+    """`run --chat-template-file`: the file's template renders the prompt; a file that does not
+    parse is refused (exit 2) naming the file and the line."""
+    import subprocess
+
+    from conftest import REPO_ROOT
+    exe = REPO_ROOT / "build" / "lockstep"
+    src = TEMPLATES / "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"
+    r = subprocess.run([str(exe), "run", "-m", str(model_path), "--chat", "Hi", "--chat-template-file", str(src),
+                        "-n", "2", "--temp", "0", "--no-probe", "--json"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    # the template's "<｜User｜>Hi<｜Assistant｜><think>\n" is more tokens than a bare "Hi"
+    assert json.loads(r.stdout)["n_prompt"] > 3
+    bad = tmp_path / "bad.jinja"
+    bad.write_text("{% for m in messages %}\n{{ m.content }")
+    r = subprocess.run([str(exe), "run", "-m", str(model_path), "--chat", "Hi", "--chat-template-file", str(bad),
+                        "-n", "2", "--no-probe"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2
+    assert str(bad) in r.stderr and "line 2" in r.stderr
