@@ -168,6 +168,22 @@ static size_t u8enc(uint32_t cp, char *o) {
     o[2] = (char)(0x80 | ((cp >> 6) & 0x3F)), o[3] = (char)(0x80 | (cp & 0x3F));
     return 4;
 }
+/* Length of the well-formed UTF-8 sequence at p[0..n) (RFC 3629), 0 if none. */
+static size_t u8valid(const unsigned char *p, size_t n) {
+    if (!n) return 0;
+    unsigned char b = p[0];
+    if (b < 0x80) return 1;
+    size_t l = b >= 0xC2 && b <= 0xDF ? 2 : b >= 0xE0 && b <= 0xEF ? 3 : b >= 0xF0 && b <= 0xF4 ? 4 : 0;
+    if (!l || n < l) return 0;
+    for (size_t i = 1; i < l; i++)
+        if ((p[i] & 0xC0) != 0x80) return 0;
+    if (b == 0xE0 && p[1] < 0xA0) return 0; /* overlong */
+    if (b == 0xED && p[1] > 0x9F) return 0; /* surrogate */
+    if (b == 0xF0 && p[1] < 0x90) return 0; /* overlong */
+    if (b == 0xF4 && p[1] > 0x8F) return 0; /* > U+10FFFF */
+    return l;
+}
+
 /* Python's str.isspace */
 static bool py_space(uint32_t cp) {
     return (cp >= 9 && cp <= 13) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
@@ -1369,7 +1385,7 @@ ls_status ls_jinja_parse(const char *src, size_t len, ls_jinja **out, ls_err *er
     if (len > LS_JINJA_MAX_SOURCE)
         return ls_err_set(err, LS_E_INVALID, "chat template: %zu bytes (the limit is %u)", len, LS_JINJA_MAX_SOURCE);
     for (size_t i = 0; i < len;) {
-        size_t k = ls_utf8_valid_len((const unsigned char *)src + i, len - i);
+        size_t k = u8valid((const unsigned char *)src + i, len - i);
         if (!k) return ls_err_set(err, LS_E_INVALID, "chat template: invalid UTF-8 at byte %zu", i);
         i += k;
     }
@@ -3163,7 +3179,7 @@ static val *from_json(rctx *r, const cJSON *j, int depth) {
         const char *s = j->valuestring ? j->valuestring : "";
         size_t n = strlen(s);
         for (size_t i = 0; i < n;) {
-            size_t k = ls_utf8_valid_len((const unsigned char *)s + i, n - i);
+            size_t k = u8valid((const unsigned char *)s + i, n - i);
             if (!k) RF(r, "a variable's string is not valid UTF-8");
             i += k;
         }
