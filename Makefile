@@ -220,13 +220,13 @@ FUZZ_TOK_SRC = tests/fuzz/fuzz_tokenizer.c src/tokenizer/tokenizer.c src/tokeniz
 build-fuzz/fuzz_tokenizer: $(FUZZ_TOK_SRC)
 	@mkdir -p build-fuzz
 	clang $(FUZZ_FLAGS) -o $@ $^ -lpcre2-8
-build-fuzz/fuzz_request: tests/fuzz/fuzz_request.c src/server/request.c src/server/tools.c src/tokenizer/chat.c src/sample/grammar.c \
+build-fuzz/fuzz_request: tests/fuzz/fuzz_request.c src/server/request.c src/server/tools.c src/tokenizer/chat.c src/tokenizer/jinja.c src/sample/grammar.c \
                          src/sample/json_schema.c src/util/err.c src/util/alloc.c
 	@mkdir -p build-fuzz
 	clang $(FUZZ_FLAGS) -pthread -o $@ $^ -lcjson
-build-fuzz/fuzz_chat: tests/fuzz/fuzz_chat.c src/tokenizer/chat.c src/util/err.c src/util/alloc.c
+build-fuzz/fuzz_chat: tests/fuzz/fuzz_chat.c src/tokenizer/chat.c src/tokenizer/jinja.c src/util/err.c src/util/alloc.c
 	@mkdir -p build-fuzz
-	clang $(FUZZ_FLAGS) -o $@ $^
+	clang $(FUZZ_FLAGS) -o $@ $^ -lcjson -lm
 build-fuzz/fuzz_grammar: tests/fuzz/fuzz_grammar.c src/sample/grammar.c src/sample/json_schema.c src/util/err.c src/util/alloc.c
 	@mkdir -p build-fuzz
 	clang $(FUZZ_FLAGS) -pthread -o $@ $^ -lcjson

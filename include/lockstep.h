@@ -137,6 +137,8 @@ typedef struct {
     size_t size;
     const char *path;           /* the GGUF file */
     const char *chat_template;  /* NULL: detect from the file; else a family name (override) */
+    const char *chat_template_file; /* NULL: none; else a Jinja template file used in place of the
+                                     * file's template (a bad file fails the load, naming it) */
 } ls_model_params;
 #define LS_MODEL_PARAMS_INIT {.size = sizeof(ls_model_params)}
 

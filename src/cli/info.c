@@ -96,7 +96,19 @@ int cli_info(int argc, char **argv) {
         printf("yarn: original context %.0f, attn factor %g, beta fast %g slow %g\n", NUM(h, "yarn_original_context"),
                NUM(h, "yarn_attn_factor"), NUM(h, "yarn_beta_fast"), NUM(h, "yarn_beta_slow"));
     printf("vocab:         %.0f tokens\n", NUM(doc, "vocab_size"));
-    printf("chat template: %s\n", STR(doc, "chat_template"));
+    /* the family in use (or "jinja": the template alone, through the engine), and the
+     * file's template summarised: its size and first line */
+    const char *tsrc = STR(cJSON_GetObjectItem(doc, "metadata"), "tokenizer.chat_template");
+    printf("chat template: %s", STR(doc, "chat_template"));
+    if (STR(doc, "chat_template_error")) printf(" (%s)", STR(doc, "chat_template_error"));
+    if (tsrc) {
+        while (*tsrc == '\n' || *tsrc == ' ' || *tsrc == '\t' || *tsrc == '\r') tsrc++;
+        size_t n = strcspn(tsrc, "\r\n"), lines = 1;
+        for (const char *c = tsrc; *c; c++) lines += *c == '\n';
+        printf("\n               the file's: %zu bytes, %zu lines, first \"%.*s%s\"", strlen(tsrc), lines,
+               (int)(n > 72 ? 72 : n), tsrc, n > 72 ? "..." : "");
+    }
+    printf("\n");
     printf("weights read per token: %.1f MiB\n", NUM(doc, "weight_bytes_per_token") / 1048576.0);
     printf("sha256:        %s\n", STR(doc, "sha256"));
     const cJSON *ts = cJSON_GetObjectItem(doc, "tensors"), *t;

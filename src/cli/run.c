@@ -17,6 +17,7 @@ static const char *run_help =
     "      --system TEXT       system message for --chat\n"
     "      --chat-template NAME  override the template family (chatml, llama2, llama3,\n"
     "                          mistral, gemma, phi3, zephyr, qwen3)\n"
+    "      --chat-template-file PATH  a Jinja chat template used in place of the model's\n"
     "  -n, --n-predict N       max new tokens (default 256; -1 = until the context is full)\n"
     "      --temp T            temperature (default 0.8; 0 = greedy)\n"
     "      --top-k K           top-k (default 40; 0 = off)\n"
@@ -56,7 +57,7 @@ static void on_event(void *ud, const ls_event *ev) {
 
 int cli_run(int argc, char **argv) {
     const char *cmd = "run";
-    const char *model_path = LS_DEFAULT_MODEL, *prompt = NULL, *chat = NULL, *system = NULL, *tmpl = NULL;
+    const char *model_path = LS_DEFAULT_MODEL, *prompt = NULL, *chat = NULL, *system = NULL, *tmpl = NULL, *tmpl_file = NULL;
     long long n_predict = 256, top_k = 40, threads = 0, ctx_size = 0;
     double temp = 0.8, top_p = 0.95;
     uint64_t seed = 0;
@@ -64,7 +65,7 @@ int cli_run(int argc, char **argv) {
     const char *spec_name = "off", *draft_path = NULL, *device = "cpu";
     long long draft_max = 8, draft_min = 1, draft_layers = 0, ngram_min = 2, ngram_max = 4;
     enum { O_CHAT = 256, O_SYSTEM, O_TEMP, O_TOPK, O_TOPP, O_SEED, O_JSON, O_TMPL, O_NOPROBE, O_SPEC, O_DMAX, O_DMIN,
-           O_DMODEL, O_DLAYERS, O_NGMIN, O_NGMAX, O_INEXACT, O_DEVICE };
+           O_DMODEL, O_DLAYERS, O_NGMIN, O_NGMAX, O_INEXACT, O_DEVICE, O_TMPLFILE };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},   {"prompt", required_argument, 0, 'p'},
         {"chat", required_argument, 0, O_CHAT}, {"system", required_argument, 0, O_SYSTEM},
@@ -72,7 +73,7 @@ int cli_run(int argc, char **argv) {
         {"top-k", required_argument, 0, O_TOPK}, {"top-p", required_argument, 0, O_TOPP},
         {"seed", required_argument, 0, O_SEED}, {"threads", required_argument, 0, 't'},
         {"ctx-size", required_argument, 0, 'c'}, {"json", no_argument, 0, O_JSON},
-        {"chat-template", required_argument, 0, O_TMPL}, {"no-probe", no_argument, 0, O_NOPROBE},
+        {"chat-template", required_argument, 0, O_TMPL}, {"chat-template-file", required_argument, 0, O_TMPLFILE}, {"no-probe", no_argument, 0, O_NOPROBE},
         {"spec", required_argument, 0, O_SPEC}, {"draft-max", required_argument, 0, O_DMAX},
         {"draft-min", required_argument, 0, O_DMIN}, {"draft-model", required_argument, 0, O_DMODEL},
         {"draft-layers", required_argument, 0, O_DLAYERS}, {"ngram-min", required_argument, 0, O_NGMIN},
@@ -90,6 +91,7 @@ int cli_run(int argc, char **argv) {
         case O_CHAT: chat = optarg; break;
         case O_SYSTEM: system = optarg; break;
         case O_TMPL: tmpl = optarg; break;
+        case O_TMPLFILE: tmpl_file = optarg; break;
         case 'n': if (!cli_parse_int(cmd, "--n-predict", optarg, -1, 1 << 24, &n_predict)) return LS_EXIT_USAGE; break;
         case O_TEMP: if (!cli_parse_float(cmd, "--temp", optarg, 0, 1e6, &temp)) return LS_EXIT_USAGE; break;
         case O_TOPK: if (!cli_parse_int(cmd, "--top-k", optarg, 0, 1 << 24, &top_k)) return LS_EXIT_USAGE; break;
@@ -116,6 +118,9 @@ int cli_run(int argc, char **argv) {
     if (optind < argc) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
     if (!prompt == !chat) return cli_usage_error(cmd, "give exactly one of -p PROMPT or --chat MESSAGE");
     if (system && !chat) return cli_usage_error(cmd, "--system needs --chat");
+    if (tmpl && tmpl_file) return cli_usage_error(cmd, "give --chat-template or --chat-template-file, not both");
+    if (tmpl_file && access(tmpl_file, R_OK) != 0)
+        return cli_usage_error(cmd, "cannot read chat template file '%s'", tmpl_file);
     if (access(model_path, R_OK) != 0)
         return cli_usage_error(cmd, "cannot read model file '%s'%s", model_path,
                                strcmp(model_path, LS_DEFAULT_MODEL) ? "" : " (run `make model` to fetch it)");
@@ -145,6 +150,7 @@ int cli_run(int argc, char **argv) {
     ls_model_params mp = LS_MODEL_PARAMS_INIT;
     mp.path = model_path;
     mp.chat_template = tmpl;
+    mp.chat_template_file = tmpl_file;
     if (!(m = ls_model_load(&mp, &err))) {
         fprintf(stderr, "lockstep run: cannot load '%s': %s\n", model_path, err.msg);
         return LS_EXIT_USAGE;

@@ -539,7 +539,14 @@ ls_model *ls_model_load_gguf(gguf_file *g, const ls_model_params *pp, ls_err *er
      * without a usable template still loads: plain prompts work, --chat reports why. */
     ls_err terr;
     ls_err_clear(&terr);
-    if (p.chat_template) {
+    if (p.chat_template && p.chat_template_file) {
+        ls_err_set(err, LS_E_INVALID, "give a chat template by name or by file, not both");
+        goto fail;
+    }
+    if (p.chat_template_file) {
+        if (ls_chat_template_from_file(p.chat_template_file, &m->tmpl, err)) goto fail;
+        m->has_tmpl = true;
+    } else if (p.chat_template) {
         if (ls_chat_template_by_name(p.chat_template, &m->tmpl, err)) goto fail;
         m->has_tmpl = true;
     } else {
@@ -557,6 +564,17 @@ ls_model *ls_model_load_gguf(gguf_file *g, const ls_model_params *pp, ls_err *er
         } else {
             snprintf(m->tmpl_err, sizeof m->tmpl_err, "%s", terr.msg);
         }
+    }
+    if (m->has_tmpl) { /* a Jinja template's bos_token / eos_token */
+        char bos[128] = "", eos[128] = "";
+        int32_t b = ls_tokenizer_bos(m->tok), e = ls_tokenizer_eos(m->tok);
+        size_t nb = b >= 0 ? ls_token_bytes(m->tok, b, true, bos, sizeof bos - 1) : 0;
+        size_t ne = e >= 0 ? ls_token_bytes(m->tok, e, true, eos, sizeof eos - 1) : 0;
+        bos[nb < sizeof bos ? nb : sizeof bos - 1] = '\0';
+        eos[ne < sizeof eos ? ne : sizeof eos - 1] = '\0';
+        if (ls_chat_template_set_tokens(&m->tmpl, bos, eos, ls_tokenizer_adds_bos(m->tok),
+                                        ls_tokenizer_adds_eos(m->tok), err))
+            goto fail;
     }
     return m;
 fail:

@@ -1,9 +1,15 @@
-/* chat.c - chat template families (see chat.h).
+/* chat.c - chat templates (see chat.h).
  *
- * No Jinja interpreter: the family is recognised from distinctive markers in
- * the template source, and each family is rendered by hand exactly as its
- * reference template (and llama.cpp's llm_chat_apply_template) renders it.
- * BOS is never written into the prompt text: the tokenizer adds it when the
+ * A template source is compiled by the Jinja engine (jinja.c), which renders it with
+ * the variables transformers passes: messages (role, content), add_generation_prompt,
+ * bos_token, eos_token and, when set, enable_thinking.  A leading bos_token (trailing
+ * eos_token) that the tokenizer adds itself is dropped from the text, as llama.cpp does.
+ *
+ * The family is also recognised from distinctive markers in the source: its name is
+ * what `info` and the server report, and the eight families are rendered by hand --
+ * exactly as their reference templates (and llama.cpp's llm_chat_apply_template) render
+ * them -- for the --chat-template NAME override and for a recognised source the engine
+ * cannot parse.  The hand renderings never write BOS: the tokenizer adds it when the
  * file's add_bos flag says so.
  *
  *   chatml   <|im_start|>{role}\n{content}<|im_end|>\n ...  gen: <|im_start|>assistant\n
@@ -27,13 +33,53 @@
  *            content alone.  gen: <|im_start|>assistant\n, and "<think>\n\n</think>\n\n"
  *            after it when enable_thinking is false (ls_chat_vars). */
 #include "tokenizer/chat.h"
+#include "tokenizer/jinja.h"
 #include "util/alloc.h"
 
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static const char *const k_family_names[] = {"unknown", "chatml", "llama2", "llama3", "mistral",
-                                             "gemma",   "phi3",   "zephyr", "qwen3"};
+                                             "gemma",   "phi3",   "zephyr", "qwen3",  "jinja"};
+#define N_BY_NAME 9 /* the hand-rendered families: 1 .. N_BY_NAME - 1 */
+
+struct ls_chat_jinja {
+    ls_jinja *tmpl;
+    char *src;        /* the source, for the summary */
+    char *bos, *eos;  /* bos_token / eos_token ("" until set) */
+    bool add_bos, add_eos;
+};
+
+static void jinja_free(ls_chat_jinja *j) {
+    if (!j) return;
+    ls_jinja_free(j->tmpl);
+    free(j->src);
+    free(j->bos);
+    free(j->eos);
+    free(j);
+}
+
+/* Compiles src; LS_OK with *out set, or the engine's error. */
+static ls_status jinja_compile(const char *src, size_t len, ls_chat_jinja **out, ls_err *err) {
+    *out = NULL;
+    ls_chat_jinja *j = ls_calloc(1, sizeof *j);
+    if (!j || !(j->src = ls_malloc(len + 1)) || !(j->bos = ls_strdup("")) || !(j->eos = ls_strdup(""))) {
+        jinja_free(j);
+        return ls_err_set(err, LS_E_NOMEM, "chat: out of memory");
+    }
+    memcpy(j->src, src, len);
+    j->src[len] = '\0';
+    ls_status st = ls_jinja_parse(src, len, &j->tmpl, err);
+    if (st) {
+        jinja_free(j);
+        return st;
+    }
+    *out = j;
+    return LS_OK;
+}
 #define FAMILY_LIST "chatml, llama2, llama3, mistral, gemma, phi3, zephyr, qwen3"
 
 const char *ls_chat_family_name(ls_chat_family f) {
@@ -48,7 +94,9 @@ static bool has(const char *src, size_t len, const char *needle) {
 void ls_chat_template_free(ls_chat_template *t) {
     if (!t) return;
     free(t->default_system);
+    jinja_free(t->jinja);
     t->default_system = NULL;
+    t->jinja = NULL;
     t->family = LS_CHAT_UNKNOWN;
     t->tools_hermes = false;
 }
@@ -126,6 +174,7 @@ ls_status ls_chat_template_detect(const char *src, size_t len, ls_chat_template 
     out->family = LS_CHAT_UNKNOWN;
     out->default_system = NULL;
     out->tools_hermes = false;
+    out->jinja = NULL;
     if (!src || len == 0)
         return ls_err_set(err, LS_E_UNSUPPORTED, "model has no chat template; pass --chat-template");
     ls_chat_family f = LS_CHAT_UNKNOWN;
@@ -137,6 +186,14 @@ ls_status ls_chat_template_detect(const char *src, size_t len, ls_chat_template 
         f = LS_CHAT_ZEPHYR;
     else if (has(src, len, "[INST]") && has(src, len, "<<SYS>>")) f = LS_CHAT_LLAMA2;
     else if (has(src, len, "[INST]")) f = LS_CHAT_MISTRAL;
+    ls_err jerr;
+    ls_err_clear(&jerr);
+    ls_status js = jinja_compile(src, len, &out->jinja, &jerr);
+    if (js == LS_E_NOMEM) {
+        if (err) *err = jerr;
+        return js;
+    }
+    if (f == LS_CHAT_UNKNOWN && js == LS_OK) f = LS_CHAT_JINJA;
     if (f == LS_CHAT_UNKNOWN) {
         char head[61];
         size_t k = 0;
@@ -144,9 +201,9 @@ ls_status ls_chat_template_detect(const char *src, size_t len, ls_chat_template 
             head[k++] = (src[i] == '\n' || src[i] == '\r' || src[i] == '\t') ? ' ' : src[i];
         head[k] = '\0';
         return ls_err_set(err, LS_E_UNSUPPORTED,
-                          "unrecognised chat template (starts \"%s%s\"); pass --chat-template with one of "
-                          FAMILY_LIST,
-                          head, len > k ? "..." : "");
+                          "unsupported chat template (starts \"%s%s\"): %s; pass --chat-template with one of "
+                          FAMILY_LIST " or --chat-template-file",
+                          head, len > k ? "..." : "", jerr.msg);
     }
     out->family = f;
     /* Qwen 2.5's tool text exactly (the rendering is checked against it); Qwen 3 / QwQ
@@ -156,15 +213,100 @@ ls_status ls_chat_template_detect(const char *src, size_t len, ls_chat_template 
                         !has(src, len, "<think>") && !has(src, len, "reasoning_content");
     bool nomem = false;
     if (f == LS_CHAT_CHATML) out->default_system = chatml_default_system(src, len, &nomem);
-    if (nomem) return ls_err_set(err, LS_E_NOMEM, "chat: out of memory reading the template's system prompt");
+    if (nomem) {
+        ls_chat_template_free(out);
+        return ls_err_set(err, LS_E_NOMEM, "chat: out of memory reading the template's system prompt");
+    }
     return LS_OK;
+}
+
+ls_status ls_chat_template_from_file(const char *path, ls_chat_template *out, ls_err *err) {
+    out->family = LS_CHAT_UNKNOWN;
+    out->default_system = NULL;
+    out->tools_hermes = false;
+    out->jinja = NULL;
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return ls_err_set(err, LS_E_IO, "chat template file '%s': %s", path, strerror(errno));
+    size_t cap = 1 << 16, n = 0;
+    char *buf = ls_malloc(cap);
+    ls_status st = LS_OK;
+    for (;;) {
+        if (!buf) {
+            st = ls_err_set(err, LS_E_NOMEM, "chat template file '%s': out of memory", path);
+            break;
+        }
+        n += fread(buf + n, 1, cap - n, fp);
+        if (ferror(fp)) {
+            st = ls_err_set(err, LS_E_IO, "chat template file '%s': read error", path);
+            break;
+        }
+        if (n < cap) break;
+        if (cap >= (64u << 20)) {
+            st = ls_err_set(err, LS_E_INVALID, "chat template file '%s' is larger than 64 MiB", path);
+            break;
+        }
+        char *nb = ls_realloc(buf, cap * 2);
+        if (!nb) free(buf);
+        buf = nb;
+        cap *= 2;
+    }
+    fclose(fp);
+    if (st == LS_OK) {
+        ls_err e;
+        ls_err_clear(&e);
+        ls_chat_jinja *j = NULL;
+        st = jinja_compile(buf, n, &j, &e); /* the file must parse */
+        jinja_free(j);
+        if (st == LS_OK) st = ls_chat_template_detect(buf, n, out, &e);
+        if (st) {
+            if (st != LS_E_NOMEM) st = LS_E_INVALID;
+            ls_err_set(err, st, "chat template file '%s': %s", path, e.msg);
+        }
+    }
+    free(buf);
+    return st;
+}
+
+ls_status ls_chat_template_set_tokens(ls_chat_template *t, const char *bos, const char *eos, bool add_bos,
+                                      bool add_eos, ls_err *err) {
+    if (!t->jinja) return LS_OK;
+    char *b = ls_strdup(bos ? bos : ""), *e = ls_strdup(eos ? eos : "");
+    if (!b || !e) {
+        free(b);
+        free(e);
+        return ls_err_set(err, LS_E_NOMEM, "chat: out of memory");
+    }
+    free(t->jinja->bos);
+    free(t->jinja->eos);
+    t->jinja->bos = b;
+    t->jinja->eos = e;
+    t->jinja->add_bos = add_bos;
+    t->jinja->add_eos = add_eos;
+    return LS_OK;
+}
+
+void ls_chat_template_summary(const ls_chat_template *t, char *buf, size_t cap) {
+    if (!cap) return;
+    buf[0] = '\0';
+    if (!t || !t->jinja) return;
+    const char *s = t->jinja->src;
+    while (*s == '\n' || *s == '\r' || *s == ' ' || *s == '\t') s++;
+    size_t n = strcspn(s, "\r\n"), full = strlen(s);
+    bool cut = n < full;
+    if (n + 4 > cap) {
+        n = cap > 4 ? cap - 4 : 0;
+        while (n && ((unsigned char)s[n] & 0xC0) == 0x80) n--; /* whole UTF-8 characters */
+        cut = true;
+    }
+    snprintf(buf, cap, "%.*s%s", (int)n, s, cut ? "..." : "");
 }
 
 ls_status ls_chat_template_by_name(const char *name, ls_chat_template *out, ls_err *err) {
     out->family = LS_CHAT_UNKNOWN;
     out->default_system = NULL;
     out->tools_hermes = false;
-    for (size_t i = 1; name && i < sizeof k_family_names / sizeof k_family_names[0]; i++)
+    out->jinja = NULL;
+    for (size_t i = 1; name && i < N_BY_NAME; i++)
         if (strcmp(name, k_family_names[i]) == 0) {
             out->family = (ls_chat_family)i;
             return LS_OK;
@@ -287,6 +429,37 @@ static void render_qwen3(sbuf *b, const role_t *roles, const ls_chat_msg *msgs, 
     }
 }
 
+/* Renders through the engine with transformers' variables (chat.c's header). */
+static ls_status apply_jinja(const ls_chat_jinja *j, const ls_chat_msg *msgs, size_t n, bool gen,
+                             const ls_chat_vars *vars, char **out, ls_err *err) {
+    cJSON *root = cJSON_CreateObject(), *arr = cJSON_CreateArray();
+    bool ok = root && arr && cJSON_AddItemToObject(root, "messages", arr);
+    if (!ok) cJSON_Delete(arr);
+    for (size_t i = 0; ok && i < n; i++) {
+        cJSON *m = cJSON_CreateObject();
+        ok = m && cJSON_AddItemToArray(arr, m) && cJSON_AddStringToObject(m, "role", msgs[i].role) &&
+             cJSON_AddStringToObject(m, "content", msgs[i].content ? msgs[i].content : "");
+        if (!ok && m && !m->prev) cJSON_Delete(m);
+    }
+    ok = ok && cJSON_AddBoolToObject(root, "add_generation_prompt", gen) &&
+         cJSON_AddStringToObject(root, "bos_token", j->bos) && cJSON_AddStringToObject(root, "eos_token", j->eos);
+    if (ok && vars->enable_thinking >= 0) ok = cJSON_AddBoolToObject(root, "enable_thinking", vars->enable_thinking > 0);
+    if (!ok) {
+        cJSON_Delete(root);
+        return ls_err_set(err, LS_E_NOMEM, "chat: out of memory");
+    }
+    size_t len;
+    ls_status st = ls_jinja_render(j->tmpl, root, out, &len, err);
+    cJSON_Delete(root);
+    if (st) return st;
+    size_t bl = strlen(j->bos), el = strlen(j->eos), off = 0;
+    if (j->add_bos && bl && len >= bl && memcmp(*out, j->bos, bl) == 0) off = bl;
+    if (j->add_eos && el && len - off >= el && memcmp(*out + len - el, j->eos, el) == 0) len -= el;
+    memmove(*out, *out + off, len - off);
+    (*out)[len - off] = '\0';
+    return LS_OK;
+}
+
 ls_status ls_chat_apply(const ls_chat_template *t, const ls_chat_msg *msgs, size_t n,
                         bool add_generation_prompt, char **out, ls_err *err) {
     return ls_chat_apply_vars(t, msgs, n, add_generation_prompt, NULL, out, err);
@@ -297,7 +470,8 @@ ls_status ls_chat_apply_vars(const ls_chat_template *t, const ls_chat_msg *msgs,
     const ls_chat_vars dflt = LS_CHAT_VARS_INIT;
     if (!vars) vars = &dflt;
     *out = NULL;
-    if (!t || t->family == LS_CHAT_UNKNOWN || (size_t)t->family >= sizeof k_family_names / sizeof k_family_names[0])
+    if (!t || t->family == LS_CHAT_UNKNOWN || (size_t)t->family >= sizeof k_family_names / sizeof k_family_names[0] ||
+        (t->family == LS_CHAT_JINJA && !t->jinja))
         return ls_err_set(err, LS_E_UNSUPPORTED, "no chat template; pass --chat-template");
     if (n && !msgs) return ls_err_set(err, LS_E_INVALID, "chat: messages missing");
     role_t *roles = ls_malloc((n ? n : 1) * sizeof *roles);
@@ -315,6 +489,10 @@ ls_status ls_chat_apply_vars(const ls_chat_template *t, const ls_chat_msg *msgs,
         }
     }
 
+    if (t->jinja) {
+        free(roles);
+        return apply_jinja(t->jinja, msgs, n, add_generation_prompt, vars, out, err);
+    }
     sbuf b = {0};
     sb_addn(&b, "", 0);
     /* the template's own system prompt when the conversation has none */
@@ -419,6 +597,7 @@ ls_status ls_chat_apply_vars(const ls_chat_template *t, const ls_chat_msg *msgs,
             }
             break;
         case LS_CHAT_QWEN3: /* render_qwen3 */
+        case LS_CHAT_JINJA: /* apply_jinja */
         case LS_CHAT_UNKNOWN:
             break;
         }

@@ -29,15 +29,36 @@ static const char k_re_qwen2[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}|"
     " ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
+/* tokenizer.ggml.pre names, as llama.cpp's llama-vocab.cpp (llama_vocab::impl::load)
+ * maps them to pre-tokenizer types, for the types whose split this file implements:
+ *   LLAMA3 (ignore_merges, add_bos): llama3 llama-v3 llama-bpe falcon3 falcon-h1 pixtral
+ *           midm-2.0 lfm2
+ *   QWEN2: qwen2 deepseek-r1-qwen kormo megrez
+ *   GPT2:  gpt2 (llama.cpp's default regex) gpt-2 phi-2 jina-es jina-de gigachat jina-v2-es
+ *          jina-v2-de a.x-4.0 mellum exaone4
+ *   STARCODER / REFACT / SMOLLM: starcoder refact smollm (this file's SMOLLM split)
+ * Not here: names whose type has another regex (deepseek-llm, deepseek-v3, falcon, mpt,
+ * command-r, stablelm2, olmo, dbrx, tekken, gpt-4o/llama4, chatglm, bloom, ...) and
+ * jina-v1-en / jina-v2-code / roberta-bpe (GPT-2's split, but they add a SEP token):
+ * they stay a clear error. */
 static const struct {
     const char *name;
     ls_pretok_kind kind;
     bool ignore_merges;
 } k_names[] = {
-    {"gpt2", LS_PRETOK_GPT2, false},       {"gpt-2", LS_PRETOK_GPT2, false},
-    {"smollm", LS_PRETOK_SMOLLM, false},   {"starcoder", LS_PRETOK_SMOLLM, false},
-    {"refact", LS_PRETOK_SMOLLM, false},   {"llama3", LS_PRETOK_LLAMA3, true},
-    {"llama-bpe", LS_PRETOK_LLAMA3, true}, {"qwen2", LS_PRETOK_QWEN2, false},
+    {"gpt2", LS_PRETOK_GPT2, false},        {"gpt-2", LS_PRETOK_GPT2, false},
+    {"phi-2", LS_PRETOK_GPT2, false},       {"jina-es", LS_PRETOK_GPT2, false},
+    {"jina-de", LS_PRETOK_GPT2, false},     {"gigachat", LS_PRETOK_GPT2, false},
+    {"jina-v2-es", LS_PRETOK_GPT2, false},  {"jina-v2-de", LS_PRETOK_GPT2, false},
+    {"a.x-4.0", LS_PRETOK_GPT2, false},     {"mellum", LS_PRETOK_GPT2, false},
+    {"exaone4", LS_PRETOK_GPT2, false},     {"smollm", LS_PRETOK_SMOLLM, false},
+    {"starcoder", LS_PRETOK_SMOLLM, false}, {"refact", LS_PRETOK_SMOLLM, false},
+    {"llama3", LS_PRETOK_LLAMA3, true},     {"llama-v3", LS_PRETOK_LLAMA3, true},
+    {"llama-bpe", LS_PRETOK_LLAMA3, true},  {"falcon3", LS_PRETOK_LLAMA3, true},
+    {"falcon-h1", LS_PRETOK_LLAMA3, true},  {"pixtral", LS_PRETOK_LLAMA3, true},
+    {"midm-2.0", LS_PRETOK_LLAMA3, true},   {"lfm2", LS_PRETOK_LLAMA3, true},
+    {"qwen2", LS_PRETOK_QWEN2, false},      {"deepseek-r1-qwen", LS_PRETOK_QWEN2, false},
+    {"kormo", LS_PRETOK_QWEN2, false},      {"megrez", LS_PRETOK_QWEN2, false},
 };
 
 int ls_pretok_lookup(const char *name, ls_pretok_kind *kind, bool *ignore_merges) {
@@ -51,7 +72,9 @@ int ls_pretok_lookup(const char *name, ls_pretok_kind *kind, bool *ignore_merges
 }
 
 const char *ls_pretok_supported_names(void) {
-    return "gpt2, gpt-2, smollm, starcoder, refact, llama3, llama-bpe, qwen2";
+    return "gpt2, gpt-2, phi-2, jina-es, jina-de, gigachat, jina-v2-es, jina-v2-de, a.x-4.0, mellum, exaone4, "
+           "smollm, starcoder, refact, llama3, llama-v3, llama-bpe, falcon3, falcon-h1, pixtral, midm-2.0, lfm2, "
+           "qwen2, deepseek-r1-qwen, kormo, megrez";
 }
 
 static pcre2_code *compile(const char *pat, ls_err *err) {

@@ -631,7 +631,11 @@ ls_tokenizer *ls_tokenizer_from_gguf(const gguf_file *f, ls_err *err) {
     if (opt_i32(f, "tokenizer.ggml.eos_token_id", &p.eos_id, err) != LS_OK) goto out;
     if (opt_i32(f, "tokenizer.ggml.eot_token_id", &p.eot_id, err) != LS_OK) goto out;
     /* llama3-style vocabularies add BOS unless the file says otherwise (as llama.cpp) */
-    if (!spm) p.add_bos = pre && (strcmp(pre, "llama3") == 0 || strcmp(pre, "llama-bpe") == 0);
+    if (!spm) {
+        ls_pretok_kind pk;
+        bool im;
+        p.add_bos = pre && ls_pretok_lookup(pre, &pk, &im) == 0 && pk == LS_PRETOK_LLAMA3;
+    }
     if (opt_bool(f, "tokenizer.ggml.add_bos_token", &p.add_bos, err) != LS_OK) goto out;
     if (opt_bool(f, "tokenizer.ggml.add_eos_token", &p.add_eos, err) != LS_OK) goto out;
     if ((p.bos_id >= 0 && (uint32_t)p.bos_id >= p.n_vocab) ||
@@ -669,6 +673,8 @@ uint32_t ls_tokenizer_n_vocab(const ls_tokenizer *t) { return t->n_vocab; }
 int32_t ls_tokenizer_bos(const ls_tokenizer *t) { return t->bos; }
 int32_t ls_tokenizer_eos(const ls_tokenizer *t) { return t->eos; }
 int32_t ls_tokenizer_eot(const ls_tokenizer *t) { return t->eot; }
+bool ls_tokenizer_adds_bos(const ls_tokenizer *t) { return t->add_bos; }
+bool ls_tokenizer_adds_eos(const ls_tokenizer *t) { return t->add_eos; }
 
 bool ls_tokenizer_is_eog(const ls_tokenizer *t, int32_t id) {
     if (!id_ok(t, id)) return false;

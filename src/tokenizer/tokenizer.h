@@ -62,6 +62,9 @@ uint32_t ls_tokenizer_n_vocab(const ls_tokenizer *t);
 int32_t ls_tokenizer_bos(const ls_tokenizer *t);
 int32_t ls_tokenizer_eos(const ls_tokenizer *t);
 int32_t ls_tokenizer_eot(const ls_tokenizer *t); /* -1 when none */
+/* Whether ls_tokenize's add_special prepends BOS / appends EOS (the file's flags). */
+bool ls_tokenizer_adds_bos(const ls_tokenizer *t);
+bool ls_tokenizer_adds_eos(const ls_tokenizer *t);
 /* The token's LS_TOKTYPE_*, or 0 for an invalid id. */
 int32_t ls_tokenizer_token_type(const ls_tokenizer *t, int32_t id);
 /* true for EOS, EOT and any other token that ends generation (e.g. <|im_end|>, <|eot_id|>) */

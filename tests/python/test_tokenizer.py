@@ -40,7 +40,8 @@ class DetokStream(ctypes.Structure):
 
 
 class ChatTemplate(ctypes.Structure):
-    _fields_ = [("family", ctypes.c_int), ("default_system", ctypes.c_void_p), ("tools_hermes", ctypes.c_bool)]
+    _fields_ = [("family", ctypes.c_int), ("default_system", ctypes.c_void_p), ("tools_hermes", ctypes.c_bool),
+                ("jinja", ctypes.c_void_p)]
 
 
 class ChatVars(ctypes.Structure):

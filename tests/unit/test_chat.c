@@ -80,7 +80,7 @@ static void test_default_system(void **state) {
 }
 
 static char *render(ls_chat_family f, const char *default_system, const ls_chat_msg *m, size_t n, bool gen) {
-    ls_chat_template t = {f, default_system ? strdup(default_system) : NULL, false};
+    ls_chat_template t = {f, default_system ? strdup(default_system) : NULL, false, NULL};
     char *out = NULL;
     ls_err e;
     ls_err_clear(&e);
@@ -169,12 +169,26 @@ static void test_errors(void **state) {
     assert_non_null(strstr(e.msg, "--chat-template"));
     assert_int_equal(ls_chat_template_detect("", 0, &t, &e), LS_E_UNSUPPORTED);
     assert_non_null(strstr(e.msg, "no chat template"));
+    /* a template of no family renders through the Jinja engine */
     const char *odd = "{% for m in messages %}### {{ m['role'] }}: {{ m['content'] }}\n{% endfor %}";
-    assert_int_equal(ls_chat_template_detect(odd, strlen(odd), &t, &e), LS_E_UNSUPPORTED);
+    assert_int_equal(ls_chat_template_detect(odd, strlen(odd), &t, &e), LS_OK);
+    assert_int_equal(t.family, LS_CHAT_JINJA);
+    assert_string_equal(ls_chat_family_name(t.family), "jinja");
+    char *r = NULL;
+    assert_int_equal(ls_chat_apply(&t, k_user_only, 1, true, &r, &e), LS_OK);
+    assert_string_equal(r, "### user: Hi\n");
+    free(r);
+    ls_chat_template_free(&t);
+    /* one the engine cannot parse is refused, naming the line */
+    const char *broken = "{% for m in messages %}\n{{ m.content }";
+    assert_int_equal(ls_chat_template_detect(broken, strlen(broken), &t, &e), LS_E_UNSUPPORTED);
     assert_non_null(strstr(e.msg, "--chat-template"));
     assert_non_null(strstr(e.msg, "chatml"));
+    assert_non_null(strstr(e.msg, "line 2"));
     assert_int_equal(t.family, LS_CHAT_UNKNOWN);
     ls_chat_template_free(&t);
+    /* "jinja" is no family name for --chat-template */
+    assert_int_equal(ls_chat_template_by_name("jinja", &t, &e), LS_E_INVALID);
 
     assert_int_equal(ls_chat_template_by_name("vicuna", &t, &e), LS_E_INVALID);
     assert_non_null(strstr(e.msg, "'vicuna'"));
@@ -187,14 +201,14 @@ static void test_errors(void **state) {
     assert_string_equal(ls_chat_family_name(LS_CHAT_UNKNOWN), "unknown");
 
     ls_chat_msg bad[] = {{"user", "hi"}, {"tool", "x"}};
-    ls_chat_template ct = {LS_CHAT_CHATML, NULL, false};
+    ls_chat_template ct = {LS_CHAT_CHATML, NULL, false, NULL};
     char *out = (char *)1;
     assert_int_equal(ls_chat_apply(&ct, bad, 2, true, &out, &e), LS_E_INVALID);
     assert_null(out);
     assert_non_null(strstr(e.msg, "'tool'"));
     ls_chat_msg nullrole[] = {{NULL, "x"}};
     assert_int_equal(ls_chat_apply(&ct, nullrole, 1, true, &out, &e), LS_E_INVALID);
-    ls_chat_template unk = {LS_CHAT_UNKNOWN, NULL, false};
+    ls_chat_template unk = {LS_CHAT_UNKNOWN, NULL, false, NULL};
     assert_int_equal(ls_chat_apply(&unk, k_user_only, 1, true, &out, &e), LS_E_UNSUPPORTED);
 }
 
