@@ -52,9 +52,11 @@ int main(int argc, char **argv) {
     else return usage("--type must be q4_1, q4_0, q8_0 or q4_k_m");
     synth_cfg c;
     if (!strcmp(shape, "1b"))
-        c = (synth_cfg){"synthetic Llama-3.2-1B-shaped", 0, 2048, 16, 32, 8, 8192, 8192, t, t, t6, t, t, t, t6, t6, -1, 500000.0f};
+        c = (synth_cfg){"synthetic Llama-3.2-1B-shaped", 0, 2048, 16, 32, 8, 8192, 8192, t, t, t6, t, t, t, t6, t6, -1, 500000.0f,
+                        .arch = NULL};
     else if (!strcmp(shape, "8b"))
-        c = (synth_cfg){"synthetic Llama-3-8B-shaped", 0, 4096, 32, 32, 8, 14336, 8192, t, t, t6, t, t, t, t6, t6, LS_TYPE_Q6_K, 500000.0f};
+        c = (synth_cfg){"synthetic Llama-3-8B-shaped", 0, 4096, 32, 32, 8, 14336, 8192, t, t, t6, t, t, t, t6, t6, LS_TYPE_Q6_K,
+                        500000.0f, .arch = NULL};
     else return usage("--shape must be 1b or 8b");
     ls_err err = {0};
     if (synth_write_file(&c, seed, vocab, out, &err)) {
