@@ -143,7 +143,7 @@ static void bench_decode(ls_model *m, const char *name) {
     const int V = (int)ls_model_hparams(m)->n_vocab, P = 64, STEPS = g_quick ? 32 : 128, BMAX = 32;
     const int bps = 16; /* 256 positions per sequence */
     ls_err err;
-    ls_cuda_fwd *g = ls_cuda_fwd_create(m, &(ls_fwd_params){.n_rows = BMAX * P > 2048 ? 2048 : BMAX * P, .n_ctx = 256}, &err);
+    ls_cuda_fwd *g = ls_cuda_fwd_create(m, &(ls_backend_params){.n_rows = BMAX * P > 2048 ? 2048 : BMAX * P, .n_ctx = 256}, &err);
     ls_cuda_kv *kv = g ? ls_cuda_kv_create(m, BMAX * bps, &err) : NULL;
     if (!g || !kv) {
         printf("decode: %s\n", err.msg);
@@ -279,7 +279,7 @@ static void bench_prefill(ls_model *m, const char *name) {
     const int V = (int)hp->n_vocab;
     const int NMAX = 2048;
     ls_err err;
-    ls_cuda_fwd *g = ls_cuda_fwd_create(m, &(ls_fwd_params){.n_rows = NMAX, .n_ctx = NMAX}, &err);
+    ls_cuda_fwd *g = ls_cuda_fwd_create(m, &(ls_backend_params){.n_rows = NMAX, .n_ctx = NMAX}, &err);
     ls_cuda_kv *kv = g ? ls_cuda_kv_create(m, NMAX / 16, &err) : NULL;
     if (!g || !kv) {
         printf("prefill: %s\n", err.msg);
@@ -357,7 +357,7 @@ static void bench_parity(ls_model *m, const char *name, int nseq, int min_len, i
         return;
     }
     const double t1 = now_s();
-    ls_cuda_fwd *g = ls_cuda_fwd_create(m, &(ls_fwd_params){.n_rows = 160, .n_ctx = 256}, &err);
+    ls_cuda_fwd *g = ls_cuda_fwd_create(m, &(ls_backend_params){.n_rows = 160, .n_ctx = 256}, &err);
     ls_cuda_kv *kv = g ? ls_cuda_kv_create(m, nseq * 16, &err) : NULL;
     if (!g || !kv) {
         printf("parity %s: %s\n", name, err.msg);

@@ -32,6 +32,8 @@ typedef struct {
     int32_t isa;         /* host kernels' instruction set: -1 = the best the host has; else an ls_isa */
     const char *kernels; /* matmul family by name: NULL or "auto", "wide", "narrow"; a backend without
                           * families takes its exact one */
+    const int32_t *layers; /* run only these layers, in this order (a layer-skip draft); NULL = all */
+    int32_t n_layers;
     const struct ls_engine_test *test;
 } ls_backend_params;
 

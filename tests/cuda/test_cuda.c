@@ -272,7 +272,7 @@ static void test_model(const synth_cfg *c, uint64_t seed) {
         return;
     }
     const double t1 = now_s();
-    ls_cuda_fwd *g = ls_cuda_fwd_create(fx.m, &(ls_fwd_params){.n_rows = 160, .n_ctx = NCTX}, &err);
+    ls_cuda_fwd *g = ls_cuda_fwd_create(fx.m, &(ls_backend_params){.n_rows = 160, .n_ctx = NCTX}, &err);
     ls_cuda_kv *kv = g ? ls_cuda_kv_create(fx.m, NSEQ * (NCTX / LS_KV_BLOCK), &err) : NULL;
     if (!g || !kv) {
         printf("FAIL cuda fwd %s: %s\n", c->name, err.msg);

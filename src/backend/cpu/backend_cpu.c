@@ -15,6 +15,7 @@ static void *cpu_fwd_create(const ls_model *m, const ls_backend_params *p, ls_er
         return NULL;
     }
     ls_fwd_params fp = {.n_rows = p->n_rows, .n_ctx = p->n_ctx, .n_threads = p->n_threads, .isa = p->isa,
+                        .layers = p->layers, .n_layers = p->n_layers,
                         .fam = t && t->fam ? t->fam : named, .fam_parity = t && t->fam_parity ? t->fam_parity : named,
                         .faults = t ? t->faults : 0};
     return ls_fwd_create(m, fp, err);

@@ -7,8 +7,7 @@
 
 static void *cu_fwd_create(const ls_model *m, const ls_backend_params *p, ls_err *err) {
     if (!ls_cuda_available(NULL, 0, err)) return NULL;
-    ls_fwd_params fp = {.n_rows = p->n_rows, .n_ctx = p->n_ctx};
-    return ls_cuda_fwd_create(m, &fp, err);
+    return ls_cuda_fwd_create(m, p, err);
 }
 static void cu_fwd_free(void *f) { ls_cuda_fwd_free(f); }
 static void *cu_kv_create(const ls_model *m, int32_t n_blocks, ls_err *err) { return ls_cuda_kv_create(m, n_blocks, err); }

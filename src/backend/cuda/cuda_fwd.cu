@@ -554,12 +554,8 @@ static ls_status logits_reserve(ls_cuda_fwd *f, int32_t rows, ls_err *err) {
     return LS_OK;
 }
 
-ls_cuda_fwd *ls_cuda_fwd_create(const ls_model *m, const ls_fwd_params *p, ls_err *err) {
+ls_cuda_fwd *ls_cuda_fwd_create(const ls_model *m, const ls_backend_params *p, ls_err *err) {
     if (!ls_cuda_available(NULL, 0, err)) return NULL;
-    if (p->mtp) {
-        ls_err_set(err, LS_E_UNSUPPORTED, "the CUDA backend does not run MTP modules");
-        return NULL;
-    }
     if (p->n_rows < 1 || p->n_ctx < 1) {
         ls_err_set(err, LS_E_INVALID, "bad forward sizes (rows %d, context %d)", p->n_rows, p->n_ctx);
         return NULL;

@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "engine/backend.h"
 #include "model/model.h"
 #include "util/err.h"
 
@@ -41,12 +42,13 @@ int32_t ls_cuda_kv_blocks(const ls_cuda_kv *kv);
 ls_status ls_cuda_kv_block_copy(ls_cuda_kv *kv, int32_t dst, int32_t src, int32_t n_pos, ls_err *err);
 
 /* ---- the forward ------------------------------------------------------------
- * Uses from ls_fwd_params: n_rows, n_ctx, layers/n_layers.  isa, narrow, pool, fam,
- * fam_parity are CPU matters and ignored; mtp is refused (LS_E_UNSUPPORTED).
+ * Uses from the seam's ls_backend_params (engine/backend.h): n_rows, n_ctx, layers/n_layers;
+ * n_threads, isa and kernels are host-kernel matters and ignored.  (MTP modules run on the
+ * CPU's own ls_fwd; this forward runs the trunk.)
  * The model's weights are uploaded at the first create for that model and shared by
  * every fwd of it (reference-counted; freed with the last fwd). */
 typedef struct ls_cuda_fwd ls_cuda_fwd;
-ls_cuda_fwd *ls_cuda_fwd_create(const ls_model *m, const ls_fwd_params *p, ls_err *err);
+ls_cuda_fwd *ls_cuda_fwd_create(const ls_model *m, const ls_backend_params *p, ls_err *err);
 void ls_cuda_fwd_free(ls_cuda_fwd *f);
 
 /* Same contract as ls_fwd_run: b->n rows of any sequences at any positions; each row's
