@@ -330,12 +330,15 @@ LS_API ls_status ls_engine_step(ls_engine *e, int32_t *n_rows, ls_err *err);
 LS_API bool ls_engine_idle(ls_engine *e);
 
 typedef struct {
+    size_t size;
     int32_t n_waiting, n_running;
     int32_t kv_blocks, kv_used, kv_cached_idle, kv_free;
     int32_t n_ctx, n_seq_max, step_tokens;
     uint64_t steps, rows, preemptions, prefix_hit_tokens, evictions;
     uint64_t drafted, accepted;
 } ls_engine_stats;
+#define LS_ENGINE_STATS_INIT {.size = sizeof(ls_engine_stats)}
+/* Fills the first s->size bytes of *s (set s->size with LS_ENGINE_STATS_INIT). */
 LS_API void ls_engine_get_stats(ls_engine *e, ls_engine_stats *s);
 
 typedef struct {

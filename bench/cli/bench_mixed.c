@@ -150,7 +150,7 @@ static ls_status run_mix(const mix_env *env, stream *s, int n, int n_classic, bo
         res->accept_rate =
             n > n_classic && s[n_classic].n_drafted ? (double)s[n_classic].n_accepted / s[n_classic].n_drafted : 0.0;
         res->window_steps = steps;
-        ls_engine_stats es;
+        ls_engine_stats es = LS_ENGINE_STATS_INIT;
         ls_engine_get_stats(e, &es);
         res->preemptions = es.preemptions;
     }

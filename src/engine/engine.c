@@ -437,9 +437,13 @@ bool ls_engine_idle(ls_engine *e) {
 }
 
 void ls_engine_get_stats(ls_engine *e, ls_engine_stats *s) {
+    size_t n = s->size < sizeof *s ? s->size : sizeof *s;
+    LS_ASSERT(n > sizeof(size_t));
     pthread_mutex_lock(&e->mu);
-    *s = e->snap;
+    ls_engine_stats snap = e->snap;
     pthread_mutex_unlock(&e->mu);
+    snap.size = n;
+    memcpy(s, &snap, n);
 }
 
 /* ---- blocks ----------------------------------------------------------------- */

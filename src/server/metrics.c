@@ -105,7 +105,7 @@ void ls_srv_count_step(server *s, int32_t rows) {
 }
 
 enum MHD_Result ls_srv_metrics(server *s, struct MHD_Connection *c) {
-    ls_engine_stats es;
+    ls_engine_stats es = LS_ENGINE_STATS_INIT;
     ls_engine_get_stats(s->e, &es);
     const size_t cap = 16384;
     char *t = malloc(cap);

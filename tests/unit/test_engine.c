@@ -513,10 +513,19 @@ static void test_engine_stops_and_cancel(void **state) {
     assert_true(o3.done && o3.cancelled);
     assert_true(o3.n < 16);
     assert_true(ls_engine_idle(e));
-    ls_engine_stats st;
+    ls_engine_stats st = LS_ENGINE_STATS_INIT;
     ls_engine_get_stats(e, &st);
     assert_int_equal(st.kv_used, 0);
     assert_int_equal(st.n_running + st.n_waiting, 0);
+    assert_true(st.steps > 0);
+    /* a caller built against a shorter layout gets its fields and nothing past them */
+    ls_engine_stats old;
+    memset(&old, 0xAB, sizeof old);
+    old.size = offsetof(ls_engine_stats, steps);
+    ls_engine_get_stats(e, &old);
+    assert_int_equal(old.size, offsetof(ls_engine_stats, steps));
+    assert_int_equal(old.kv_blocks, st.kv_blocks);
+    assert_true(old.steps == 0xABABABABABABABABull);
     ls_engine_free(e);
 }
 
@@ -548,7 +557,7 @@ static void test_engine_prefix_hit_after_one_step(void **state) {
     assert_int_equal(b.n, 1);
     assert_int_equal(a.toks[0], b.toks[0]);
     assert_memory_equal(a.logits, b.logits, sizeof(float) * (size_t)g_V);
-    ls_engine_stats st;
+    ls_engine_stats st = LS_ENGINE_STATS_INIT;
     ls_engine_get_stats(e, &st);
     assert_true(st.prefix_hit_tokens >= (uint64_t)(r.n_prompt - 1));
     free(a.logits);
@@ -722,7 +731,7 @@ static void run_case(uint64_t seed, const mix_case *mc, suite_totals *tot) {
             tot->compared++;
         }
     }
-    ls_engine_stats st;
+    ls_engine_stats st = LS_ENGINE_STATS_INIT;
     ls_engine_get_stats(e, &st);
     assert_int_equal(st.kv_used, 0); /* every block came back */
     tot->preempted += st.preemptions;

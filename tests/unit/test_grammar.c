@@ -851,7 +851,7 @@ static void test_engine_parity_alone_batched_speculative(void **st) {
     uint64_t id;
     assert_int_equal(ls_engine_submit(e, &q, &id, &err), LS_E_INVALID);
     assert_non_null(strstr(err.msg, "grammar line 1"));
-    ls_engine_stats es;
+    ls_engine_stats es = LS_ENGINE_STATS_INIT;
     ls_engine_get_stats(e2, &es);
     assert_true(es.preemptions > 0);
     ls_engine_free(e2);

@@ -119,7 +119,7 @@ static void test_verified_on_canonical_families(void **state) {
         assert_true(r.drafted > 0 && r.accepted > 0 && r.accepted < r.drafted); /* partial acceptance was verified */
         assert_true(r.n_rows > 100);
         assert_int_equal(ls_engine_verdict(e), LS_VERDICT_VERIFIED);
-        ls_engine_stats st;
+        ls_engine_stats st = LS_ENGINE_STATS_INIT;
         ls_engine_get_stats(e, &st); /* the probe's requests left no trace */
         assert_true(st.steps == 0 && st.rows == 0 && st.prefix_hit_tokens == 0 && st.kv_used == 0 &&
                     st.kv_cached_idle == 0);
