@@ -52,7 +52,7 @@ ISA_AVXVNNI = -mavxvnni $(ISA_AVX2)
 ISA_AVX512 = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni $(ISA_AVX2)
 
 .PHONY: all lib cli tests test test-c test-asan test-tsan fuzz run model deps test-deps clean mutants
-all: cli lib tests bench-tools $(BUILD)/embed
+all: cli lib tests bench-tools $(BUILD)/embed $(BUILD)/lockstep-faults
 
 lib: $(BUILD)/liblockstep.a $(BUILD)/liblockstep.so $(BUILD)/liblockstep_test.so
 cli: $(BUILD)/lockstep
@@ -115,6 +115,11 @@ $(BUILD)/liblockstep_test.so: $(LIB_OBJ) $(SO_EXTRA)
 
 $(BUILD)/lockstep: $(CLI_OBJ) $(LINK_DEPS)
 	$(CC) -o $@ $(CLI_OBJ) $(LINK_LIB)
+
+# The same program with test-only parity faults (LOCKSTEP_FAULT; tests/hooks/faults_hook.c),
+# for the tests that show the probe catches them through the CLI and the server.
+$(BUILD)/lockstep-faults: $(CLI_OBJ) tests/hooks/faults_hook.c src/engine/engine_test.h $(LINK_DEPS)
+	$(CC) $(ALL_CFLAGS) -o $@ tests/hooks/faults_hook.c $(CLI_OBJ) $(LINK_LIB)
 
 # The embedding example (docs/embedding.md): the public header and the shared library,
 # nothing else of the tree.

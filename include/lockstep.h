@@ -224,14 +224,6 @@ LS_API ls_status ls_model_apply_chat_opts(const ls_model *m, const ls_chat_msg *
  * verify blocks of drafted tokens) in one forward. */
 typedef struct ls_engine ls_engine;
 
-/* Test-only fault injection (ls_engine_params.faults): each bit plants one deliberate
- * parity bug in the live code path, so tests can show the probe catches it. */
-enum {
-    LS_FAULT_KV_SKIP = 1u << 0,  /* the K/V write of the first row of a later sequence in a batch is skipped */
-    LS_FAULT_THREADS = 1u << 1,  /* RMSNorm output 0 of each row one ulp off when the pool has more than one thread */
-    LS_FAULT_ISA = 1u << 2,      /* SwiGLU output 0 of each row one ulp off on every ISA but scalar */
-};
-
 typedef struct {
     size_t size;
     int32_t n_ctx;        /* max positions per sequence; 0 = min(trained, 4096) */
@@ -245,7 +237,7 @@ typedef struct {
     bool no_prefix_cache;
     int32_t draft_max;    /* the longest draft a verify block may carry (0 = no speculation) */
     bool allow_inexact;   /* keep speculating when the probe declined (default: fail closed) */
-    unsigned faults;      /* LS_FAULT_*: tests only, 0 otherwise (the CLI's LOCKSTEP_FAULT) */
+    unsigned reserved0;   /* unused: keeps the offsets of the fields after it */
     const char *device;   /* where the forwards run: "cpu" (NULL) or "cuda" (a CUDA build, docs/cuda.md) */
 } ls_engine_params;
 #define LS_ENGINE_PARAMS_INIT {.size = sizeof(ls_engine_params), .isa = LS_ISA_AUTO}

@@ -77,18 +77,3 @@ int cli_default_threads(void) {
     return n > 0 ? (int)n : 1;
 }
 
-unsigned cli_faults_from_env(void) {
-    const char *v = getenv("LOCKSTEP_FAULT");
-    unsigned f = 0;
-    if (!v || !*v) return 0;
-    char buf[128];
-    snprintf(buf, sizeof buf, "%s", v);
-    for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
-        if (!strcmp(t, "kv-skip")) f |= LS_FAULT_KV_SKIP;
-        else if (!strcmp(t, "threads")) f |= LS_FAULT_THREADS;
-        else if (!strcmp(t, "isa")) f |= LS_FAULT_ISA;
-        else fprintf(stderr, "lockstep: LOCKSTEP_FAULT: unknown fault '%s' (kv-skip, threads, isa) ignored\n", t);
-    }
-    if (f) fprintf(stderr, "lockstep: LOCKSTEP_FAULT=%s: deliberate parity faults planted (tests only)\n", v);
-    return f;
-}

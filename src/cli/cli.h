@@ -18,9 +18,6 @@ int cli_serve(int argc, char **argv);
 
 /* Online CPUs (the default --threads). */
 int cli_default_threads(void);
-/* LOCKSTEP_FAULT=kv-skip,threads,isa: test-only parity faults (lockstep.h, LS_FAULT_*) for
- * the engine; announced on stderr when set. */
-unsigned cli_faults_from_env(void);
 /* The probe's verdict on stderr: "parity: verified (...)", "parity: FAILED (...)". */
 void cli_print_verdict(const ls_probe_result *r, const ls_engine_info *ei);
 

@@ -100,7 +100,6 @@ int cli_probe(int argc, char **argv) {
     ep.kernels = kernels;
     ep.draft_max = K;
     ep.allow_inexact = allow_inexact;
-    ep.faults = cli_faults_from_env();
     ep.device = device;
     ls_engine *e = ls_engine_create(m, &ep, &err);
     if (!e) {

@@ -192,7 +192,6 @@ int cli_run(int argc, char **argv) {
     ep.draft_max = spp.kind != LS_SPEC_OFF ? spp.draft_max : 4;
     ep.allow_inexact = allow_inexact;
     ep.no_prefix_cache = false;
-    ep.faults = cli_faults_from_env();
     ep.device = device;
     if (!(e = ls_engine_create(m, &ep, &err))) {
         fprintf(stderr, "lockstep run: %s\n", err.msg);

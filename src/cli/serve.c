@@ -163,7 +163,6 @@ int cli_serve(int argc, char **argv) {
     if (strcmp(kernels, "auto") && strcmp(kernels, "wide") && strcmp(kernels, "narrow"))
         return cli_usage_error(cmd, "no kernel family '%s' in this build (available: auto, wide, narrow)", kernels);
     p.kernels = kernels;
-    p.faults = cli_faults_from_env();
     if (p.api_key && !*p.api_key) return cli_usage_error(cmd, "--api-key is empty");
     if (access(p.model_path, R_OK) != 0)
         return cli_usage_error(cmd, "cannot read model file '%s'%s", p.model_path,

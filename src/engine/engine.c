@@ -220,7 +220,7 @@ ls_engine *ls_engine_create_test(const ls_model *m, const ls_engine_params *pp, 
     }
     e->m = m;
     if (t) e->test = *t;
-    e->test.faults |= p.faults;
+    if (ls_test_faults_hook) e->test.faults |= ls_test_faults_hook();
     e->verdict = LS_VERDICT_UNPROBED;
     pthread_mutex_init(&e->mu, NULL);
     if (p.n_ctx < 0 || p.kv_mem < 0 || p.n_seq_max < 0 || p.step_tokens < 0 || p.n_threads < 0 || p.draft_max < 0) {

@@ -11,8 +11,14 @@ typedef struct ls_engine_test {
      * parity need; NULL = by ls_engine_params.kernels.  The probe withdraws a failing
      * fam_parity. */
     const ls_mm_family *fam, *fam_parity;
-    unsigned faults; /* LS_FAULT_* (the engine adds ls_engine_params.faults) */
+    unsigned faults; /* LS_FAULT_* (kernels.h) */
 } ls_engine_test;
+
+/* Faults for every engine a process creates, for the end-to-end tests of the probe through
+ * the CLI and the server: defined only in build/lockstep-faults (tests/hooks/faults_hook.c
+ * reads LOCKSTEP_FAULT there), a weak undefined symbol (NULL) everywhere else, so the
+ * shipped binary and library cannot plant a fault. */
+unsigned ls_test_faults_hook(void) __attribute__((weak));
 
 /* ls_engine_create with test knobs (t may be NULL: the same as ls_engine_create). */
 ls_engine *ls_engine_create_test(const ls_model *m, const ls_engine_params *p, const ls_engine_test *t, ls_err *err);

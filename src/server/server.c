@@ -66,7 +66,6 @@ static ls_status start_engine(server *s, ls_err *err) {
     ep.kernels = p->kernels;
     ep.draft_max = K;
     ep.allow_inexact = p->allow_inexact;
-    ep.faults = p->faults;
     ep.device = p->device;
     if (!(s->e = ls_engine_create(s->m, &ep, err))) return err->code;
     ls_engine_info ei = LS_ENGINE_INFO_INIT;

@@ -29,7 +29,6 @@ typedef struct {
     bool allow_inexact;
     bool no_probe;
     const char *kernels;       /* "auto", "wide", "narrow" */
-    unsigned faults;           /* LS_FAULT_* (tests only) */
     const char *device;        /* "cpu" (NULL) or "cuda" */
     int max_connections;       /* open connections beyond this get 503 (default 8192) */
     int header_timeout_s;      /* a request head must arrive within this (default 10) */

@@ -9,6 +9,8 @@ import pytest
 from ls_ffi import ROOT, model_path
 
 BIN = ROOT / os.environ.get("LOCKSTEP_BUILD", "build") / "lockstep"
+# The same CLI with test-only parity faults (LOCKSTEP_FAULT; build/lockstep has none)
+BIN_FAULTS = ROOT / os.environ.get("LOCKSTEP_BUILD", "build") / "lockstep-faults"
 BENCH = ROOT / os.environ.get("LOCKSTEP_BUILD", "build") / "lockstep-bench"
 
 
@@ -241,7 +243,7 @@ def test_probe_json_certifies_every_axis(model):
 @pytest.mark.parametrize("fault,axis", [("kv-skip", "batch_mix"), ("threads", "threads")])
 def test_probe_catches_a_planted_fault(model, fault, axis):
     env = {**os.environ, "LOCKSTEP_FAULT": fault}
-    r = subprocess.run([str(BIN), "probe", "-m", model, "--json", "-t", "2"], capture_output=True, text=True,
+    r = subprocess.run([str(BIN_FAULTS), "probe", "-m", model, "--json", "-t", "2"], capture_output=True, text=True,
                        timeout=300, cwd=ROOT, env=env)
     assert r.returncode == 1, r.stderr
     o = json.loads(r.stdout)
@@ -254,7 +256,7 @@ def test_run_declines_speculation_when_the_probe_fails(model):
     """A planted parity bug (a skipped K/V write): run still answers, plainly, names the
     failing axis and exits 1; with --allow-inexact it speculates anyway."""
     env = {**os.environ, "LOCKSTEP_FAULT": "kv-skip"}
-    args = [str(BIN), "run", "-m", model, "-p", "one two three one two three one two three one two", "-n", "16",
+    args = [str(BIN_FAULTS), "run", "-m", model, "-p", "one two three one two three one two three one two", "-n", "16",
             "--temp", "0", "--spec", "ngram", "-t", "2"]
     r = subprocess.run(args + ["--json"], capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
     assert r.returncode == 1, r.stderr
@@ -268,3 +270,13 @@ def test_run_declines_speculation_when_the_probe_fails(model):
                        env=env)
     oa = json.loads(a.stdout)
     assert not oa["spec_declined"] and oa["draft_n"] > 0
+
+
+def test_the_shipped_binary_plants_no_fault(model):
+    """LOCKSTEP_FAULT does nothing to build/lockstep (only build/lockstep-faults has the
+    test hook): the probe verifies and nothing announces planted faults."""
+    env = {**os.environ, "LOCKSTEP_FAULT": "kv-skip"}
+    r = subprocess.run([str(BIN), "probe", "-m", model, "--json", "-t", "2", "--no-memo"], capture_output=True,
+                       text=True, timeout=300, cwd=ROOT, env=env)
+    assert r.returncode == 0 and json.loads(r.stdout)["verdict"] == "verified", r.stdout + r.stderr
+    assert "LOCKSTEP_FAULT" not in r.stderr

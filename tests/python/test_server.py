@@ -35,9 +35,9 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, model_path: Path, *args: str, env=None):
+    def __init__(self, model_path: Path, *args: str, env=None, exe=None):
         self.port = free_port()
-        self.cmd = [str(EXE), "serve", "-m", str(model_path), "--port", str(self.port), "-t", "2", *args]
+        self.cmd = [str(exe or EXE), "serve", "-m", str(model_path), "--port", str(self.port), "-t", "2", *args]
         self.log = open(f"/tmp/lockstep-serve-{self.port}.log", "w+")
         self.proc = subprocess.Popen(self.cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         deadline = time.time() + 120
@@ -225,7 +225,7 @@ def test_failed_probe_declines_speculation(model_path):
     """A planted parity bug (LOCKSTEP_FAULT=kv-skip): /health and /metrics name the failed
     axis, and the server serves without drafts (fail closed)."""
     s = Server(model_path, "--parallel", "4", "--ctx-size", "256", "--spec", "ngram",
-               env={**os.environ, "LOCKSTEP_FAULT": "kv-skip"})
+               env={**os.environ, "LOCKSTEP_FAULT": "kv-skip"}, exe=EXE.parent / "lockstep-faults")
     try:
         h = s.health
         assert h["parity"] == "failed" and h["axes"]["batch_mix"] == "failed", h

@@ -83,9 +83,8 @@ static ls_engine *engine(unsigned faults, const ls_mm_family *fam, int threads, 
     p.step_tokens = 128;
     p.n_threads = threads;
     p.draft_max = 4;
-    p.faults = faults;
     p.allow_inexact = allow_inexact;
-    const ls_engine_test t = {.fam = fam, .fam_parity = fam};
+    const ls_engine_test t = {.fam = fam, .fam_parity = fam, .faults = faults};
     ls_engine *e = ls_engine_create_test(g_model, &p, &t, &err);
     if (!e) fail_msg("engine: %s", err.msg);
     return e;

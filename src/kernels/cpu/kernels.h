@@ -62,7 +62,14 @@ extern const ls_mm_family ls_mm_wide, ls_mm_narrow;
 /* The built-in family of that name ("wide", "narrow"), or NULL. */
 const ls_mm_family *ls_mm_family_builtin(const char *name);
 
-/* Test-only fault injection: the LS_FAULT_* bits (lockstep.h) in ls_kctx.faults plant
+/* Test-only fault injection: each bit plants one deliberate parity bug in the live code
+ * path, so tests can show the probe catches it (engine_test.h says how tests set them). */
+enum {
+    LS_FAULT_KV_SKIP = 1u << 0,  /* the K/V write of the first row of a later sequence in a batch is skipped */
+    LS_FAULT_THREADS = 1u << 1,  /* RMSNorm output 0 of each row one ulp off when the pool has more than one thread */
+    LS_FAULT_ISA = 1u << 2,      /* SwiGLU output 0 of each row one ulp off on every ISA but scalar */
+};
+/* The LS_FAULT_* bits in ls_kctx.faults plant
  * deliberate parity bugs in the live code path; always 0 outside tests. */
 
 /* ---- execution context: what one call runs with ------------------------- */
