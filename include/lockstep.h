@@ -433,9 +433,6 @@ typedef struct {
 LS_API ls_status ls_engine_probe(ls_engine *e, const ls_probe_params *p, ls_probe_result *out, ls_err *err);
 /* The engine's verdict so far (LS_VERDICT_UNPROBED before any probe). */
 LS_API ls_verdict ls_engine_verdict(const ls_engine *e);
-/* $LOCKSTEP_CACHE, else $XDG_CACHE_HOME/lockstep, else $HOME/.cache/lockstep, written into
- * buf (cap bytes); NULL when none can be named. */
-LS_API const char *ls_probe_memo_dir(char *buf, size_t cap);
 
 /* ---- speculative decoding -----------------------------------------------------------------
  * A drafter proposes tokens to follow one sequence; the engine verifies them, so drafts

@@ -72,6 +72,17 @@ bool cli_parse_float(const char *cmd, const char *flag, const char *s, double lo
     return true;
 }
 
+const char *cli_probe_memo_dir(char *buf, size_t cap) {
+    const char *d = getenv("LOCKSTEP_CACHE");
+    const char *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
+    int n;
+    if (d && *d) n = snprintf(buf, cap, "%s", d);
+    else if (x && *x) n = snprintf(buf, cap, "%s/lockstep", x);
+    else if (h && *h) n = snprintf(buf, cap, "%s/.cache/lockstep", h);
+    else return NULL;
+    return n > 0 && (size_t)n < cap ? buf : NULL;
+}
+
 int cli_default_threads(void) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;

@@ -111,7 +111,7 @@ int cli_probe(int argc, char **argv) {
     snprintf(cfg, sizeof cfg, "spec=%s", ls_spec_kind_name(kind));
     ls_probe_params pp = LS_PROBE_PARAMS_INIT;
     pp.draws = (int32_t)draws;
-    pp.memo_dir = ls_probe_memo_dir(dir, sizeof dir);
+    pp.memo_dir = cli_probe_memo_dir(dir, sizeof dir);
     pp.refresh = !memo;
     pp.config = cfg;
     ls_probe_result r = LS_PROBE_RESULT_INIT;

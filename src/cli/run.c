@@ -214,7 +214,7 @@ int cli_run(int argc, char **argv) {
         char cfg[64], dir[4096];
         snprintf(cfg, sizeof cfg, "spec=%s", ls_spec_kind_name(spp.kind));
         ls_probe_params pp = LS_PROBE_PARAMS_INIT;
-        pp.memo_dir = ls_probe_memo_dir(dir, sizeof dir);
+        pp.memo_dir = cli_probe_memo_dir(dir, sizeof dir);
         pp.config = cfg;
         if (ls_engine_probe(e, &pp, &pr, &err)) {
             fprintf(stderr, "lockstep run: the probe could not run: %s\n", err.msg);

@@ -416,17 +416,6 @@ done:
 }
 
 /* ---- memoization ----------------------------------------------------------------- */
-const char *ls_probe_memo_dir(char *buf, size_t cap) {
-    const char *d = getenv("LOCKSTEP_CACHE");
-    const char *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
-    int n;
-    if (d && *d) n = snprintf(buf, cap, "%s", d);
-    else if (x && *x) n = snprintf(buf, cap, "%s/lockstep", x);
-    else if (h && *h) n = snprintf(buf, cap, "%s/.cache/lockstep", h);
-    else return NULL;
-    return n > 0 && (size_t)n < cap ? buf : NULL;
-}
-
 static void mkdirs(const char *dir) {
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s", dir);

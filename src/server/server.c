@@ -78,10 +78,10 @@ static ls_status start_engine(server *s, ls_err *err) {
         snprintf(s->parity, sizeof s->parity, "skipped");
         return LS_OK;
     }
-    char cfg[64], dir[4096];
+    char cfg[64];
     snprintf(cfg, sizeof cfg, "spec=%s", ls_spec_kind_name(s->spec.kind));
     ls_probe_params pp = LS_PROBE_PARAMS_INIT;
-    pp.memo_dir = ls_probe_memo_dir(dir, sizeof dir);
+    pp.memo_dir = p->probe_memo_dir;
     pp.config = cfg;
     ls_probe_result pr = LS_PROBE_RESULT_INIT;
     if (ls_engine_probe(s->e, &pp, &pr, err)) return err->code;
