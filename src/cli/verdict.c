@@ -12,7 +12,7 @@ static const char *axis_label(ls_axis a, const ls_engine_info *ei, char *buf, si
     case LS_AXIS_BLOCK_VS_CHAIN: return "block vs chain";
     case LS_AXIS_THREADS: snprintf(buf, cap, "%d vs 1 threads", ei->n_threads); return buf;
     case LS_AXIS_ISA:
-        if (strncmp(ei->device, "cpu", 3)) snprintf(buf, cap, "%.40s vs the CPU's scalar", ei->device);
+        if (strncmp(ei->device, "cpu", 3)) snprintf(buf, cap, "%.80s vs the CPU's scalar", ei->device);
         else snprintf(buf, cap, "%s vs scalar", ls_isa_name(ei->isa));
         return buf;
     default: return "?";
@@ -20,7 +20,7 @@ static const char *axis_label(ls_axis a, const ls_engine_info *ei, char *buf, si
 }
 
 void cli_print_verdict(const ls_probe_result *r, const ls_engine_info *ei) {
-    char passed[256] = "", skipped[512] = "", lb[96];
+    char passed[512] = "", skipped[512] = "", lb[128];
     for (int a = 0; a < LS_AXIS_COUNT; a++) {
         const char *l = axis_label((ls_axis)a, ei, lb, sizeof lb);
         if (r->axis[a] == LS_AXIS_PASSED)
