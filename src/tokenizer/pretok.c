@@ -116,6 +116,12 @@ static const char k_re_gpt4o[] =
 static const char k_re_granite_multi[] =
     PRE GR_UP "*" GR_LO "+" CONTRACTIONS_I "?|" PRE GR_UP "+" GR_LO "*" CONTRACTIONS_I "?|"
     "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+/* tiny_aya's `\d{1,3}(?=(?:\d{3})*\b)` with \b spelled out as HF's Oniguruma has it
+ * (Unicode's word characters: Alphabetic, \p{M}, \p{Nd}, \p{Pc}, joiners); PCRE2's UCP
+ * \b counts every \p{N} (e.g. U+2472) as a word character and not U+2163. */
+#define AYA_W "[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{200C}\\x{200D}]"
+static const char k_re_aya_digits[] =
+    "\\d{1,3}(?=(?:\\d{3})*(?:(?<=" AYA_W ")(?!" AYA_W ")|(?<!" AYA_W ")(?=" AYA_W ")))";
 /* kimi-k2: unicode.cpp's unicode_regex_split_custom_kimi_k2 as a regex (see the top);
  * HAN is its unicode_cpt_is_han */
 #define HAN                                                                                                   \
@@ -191,7 +197,7 @@ static const pretok_def k_defs[] = {
     /* GPT4O, MINIMAX_M2 */
     {"GPT4O", {RE(k_re_gpt4o)}},
     {"GRANITE_EMB_MULTI", {RE(k_re_granite_multi)}},
-    {"TINY_AYA", {RE("\\d{1,3}(?=(?:\\d{3})*\\b)"), RE(k_re_gpt4o)}},
+    {"TINY_AYA", {RE(k_re_aya_digits), RE(k_re_gpt4o)}},
     {"KIMI_K2", {RE(k_re_kimi)}},
     {"SUPERBPE", {RE("\\p{N}+"), RE("(?=(\\d{3})+(?!\\d))")}},
     {"BAILINGMOE", {RE(k_re_bailing)}},
