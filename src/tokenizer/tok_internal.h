@@ -11,18 +11,22 @@
 #include "tokenizer/tokenizer.h"
 #include "util/err.h"
 
-typedef enum {
-    LS_PRETOK_GPT2,   /* GPT-2 regex */
-    LS_PRETOK_SMOLLM, /* every \p{N} alone, then the GPT-2 regex on the pieces between */
-    LS_PRETOK_LLAMA3, /* Llama 3 regex */
-    LS_PRETOK_QWEN2,  /* Qwen2 regex (Llama 3's with single digits) */
-} ls_pretok_kind;
+/* A pre-tokenizer: up to LS_PRETOK_MAX_STEPS steps applied in sequence, each
+ * splitting every piece of the one before (pretok.c). */
+#define LS_PRETOK_MAX_STEPS 6
 
 typedef struct {
-    ls_pretok_kind kind;
-    void *re;     /* pcre2_code_8 *: the main split regex */
-    void *digit;  /* pcre2_code_8 *: \p{N} (SMOLLM only) */
+    int n;                           /* steps */
+    int kind[LS_PRETOK_MAX_STEPS];   /* pretok.c's step kinds */
+    void *re[LS_PRETOK_MAX_STEPS];   /* pcre2_code_8 * of each step */
 } ls_pretok;
+
+/* What a tokenizer.ggml.pre name selects. */
+typedef struct {
+    int def;            /* pretok.c's table of pre-tokenizers */
+    bool ignore_merges; /* a piece that is a token is that token (llama.cpp's ignore_merges) */
+    bool add_bos;       /* the default of tokenizer.ggml.add_bos_token */
+} ls_pretok_info;
 
 typedef struct {
     int32_t id;   /* -1: empty */
@@ -85,16 +89,29 @@ struct ls_tokenizer {
 
 typedef struct ls_tok_run ls_tok_run;
 
-/* Maps a tokenizer.ggml.pre name to a kind; 0 on success, -1 if unknown. */
-int ls_pretok_lookup(const char *name, ls_pretok_kind *kind, bool *ignore_merges);
+/* Maps a tokenizer.ggml.pre name to a pre-tokenizer: 0 on success; -1 if the
+ * name is unknown; -2 if llama.cpp knows it but this tokenizer cannot do what it
+ * needs (*why says what). */
+int ls_pretok_lookup(const char *name, ls_pretok_info *info, const char **why);
 const char *ls_pretok_supported_names(void);
-ls_status ls_pretok_init(ls_pretok *p, ls_pretok_kind kind, ls_err *err);
+ls_status ls_pretok_init(ls_pretok *p, int def, ls_err *err);
 void ls_pretok_free(ls_pretok *p);
 /* Per-call PCRE2 match data (thread safety: never shared between calls). */
 void *ls_pretok_match_data(const ls_pretok *p);
 void ls_pretok_match_data_free(void *md);
-/* Splits s[0..n) (valid UTF-8) into pieces and runs ls_tok_bpe on each. */
-void ls_pretok_run(const ls_pretok *p, void *md, const char *s, size_t n, ls_tok_run *r);
+/* Splits s[0..n) (valid UTF-8) into pieces, none empty, in order, and calls
+ * piece(ctx, ...) on each. */
+typedef void (*ls_pretok_piece_fn)(void *ctx, const char *s, size_t n);
+void ls_pretok_run(const ls_pretok *p, void *md, const char *s, size_t n, ls_pretok_piece_fn piece, void *ctx);
+/* For tests: the pieces of s[0..n) (valid UTF-8) under the named pre-tokenizer,
+ * as end offsets in ends[0..*count).  0 on success, -1 for an unknown or
+ * unsupported name, -2 if the regexes do not compile, -3 if cap is too small
+ * (*count is then the number needed). */
+int ls_pretok_split(const char *name, const char *s, size_t n, size_t *ends, size_t cap, size_t *count);
+/* The number of pre-tokenizers in pretok.c's table, and the name of the
+ * first name that selects each (tests and the fuzzer walk them all). */
+int ls_pretok_count(void);
+const char *ls_pretok_def_name(int def);
 
 /* BPE over one piece of raw bytes, appending ids to the run (tokenizer.c). */
 void ls_tok_bpe(ls_tok_run *r, const char *piece, size_t n);

@@ -276,15 +276,25 @@ static const char *const k_eot_names[] = {"<|im_end|>", "<|eot_id|>", "<end_of_t
  * the decoded bytes, the merges and the special-token list. */
 static ls_status gpt2_init(ls_tokenizer *t, const ls_tokenizer_params *p, ls_err *err) {
     uint32_t n = t->n_vocab;
-    ls_pretok_kind kind;
-    if (ls_pretok_lookup(p->pre ? p->pre : "gpt2", &kind, &t->ignore_merges) != 0) {
+    ls_pretok_info info;
+    const char *why = NULL;
+    int lk = ls_pretok_lookup(p->pre ? p->pre : "gpt2", &info, &why);
+    if (lk == -2) {
+        ls_err_set(err, LS_E_UNSUPPORTED,
+                   "tokenizer: pre-tokenizer '%s' (tokenizer.ggml.pre) is not supported: it needs %s; "
+                   "supported: %s",
+                   p->pre, why, ls_pretok_supported_names());
+        return LS_E_UNSUPPORTED;
+    }
+    if (lk != 0) {
         ls_err_set(err, LS_E_UNSUPPORTED,
                    "tokenizer: pre-tokenizer '%s' (tokenizer.ggml.pre) is not supported; "
                    "supported: %s",
                    p->pre, ls_pretok_supported_names());
         return LS_E_UNSUPPORTED;
     }
-    ls_status st = ls_pretok_init(&t->pretok, kind, err);
+    t->ignore_merges = info.ignore_merges;
+    ls_status st = ls_pretok_init(&t->pretok, info.def, err);
     if (st != LS_OK) return st;
 
     /* byte-level tables */
@@ -632,9 +642,8 @@ ls_tokenizer *ls_tokenizer_from_gguf(const gguf_file *f, ls_err *err) {
     if (opt_i32(f, "tokenizer.ggml.eot_token_id", &p.eot_id, err) != LS_OK) goto out;
     /* llama3-style vocabularies add BOS unless the file says otherwise (as llama.cpp) */
     if (!spm) {
-        ls_pretok_kind pk;
-        bool im;
-        p.add_bos = pre && ls_pretok_lookup(pre, &pk, &im) == 0 && pk == LS_PRETOK_LLAMA3;
+        ls_pretok_info pi;
+        p.add_bos = pre && ls_pretok_lookup(pre, &pi, NULL) == 0 && pi.add_bos;
     }
     if (opt_bool(f, "tokenizer.ggml.add_bos_token", &p.add_bos, err) != LS_OK) goto out;
     if (opt_bool(f, "tokenizer.ggml.add_eos_token", &p.add_eos, err) != LS_OK) goto out;
@@ -840,6 +849,8 @@ void ls_tok_bpe(ls_tok_run *r, const char *piece, size_t n) {
     for (int32_t i = 0; i >= 0; i = r->next[i]) emit(r, r->sym[i]);
 }
 
+static void bpe_piece(void *r, const char *piece, size_t n) { ls_tok_bpe(r, piece, n); }
+
 /* Plain text (no special tokens): validate UTF-8, pre-tokenize the valid runs,
  * and make each invalid byte a piece of its own. */
 static void tokenize_plain(ls_tok_run *r, void *md, const char *s, size_t n) {
@@ -855,13 +866,13 @@ static void tokenize_plain(ls_tok_run *r, void *md, const char *s, size_t n) {
             i += k;
             continue;
         }
-        if (i > run) ls_pretok_run(&r->t->pretok, md, s + run, i - run, r);
+        if (i > run) ls_pretok_run(&r->t->pretok, md, s + run, i - run, bpe_piece, r);
         if (r->t->byte_tok[u[i]] >= 0) ls_tok_bpe(r, s + i, 1);
         else ls_tok_bpe(r, "\xEF\xBF\xBD", 3); /* no token for the byte: U+FFFD instead */
         i++;
         run = i;
     }
-    if (n > run) ls_pretok_run(&r->t->pretok, md, s + run, n - run, r);
+    if (n > run) ls_pretok_run(&r->t->pretok, md, s + run, n - run, bpe_piece, r);
 }
 
 /* Length of the longest special token starting at s (n bytes left), id in *id. */

@@ -1,7 +1,11 @@
 /* libFuzzer target: the tokenizers on arbitrary bytes.  The first byte picks the mode
  * (bit 0 parse_special, bit 1 add_special) and the vocabulary (bits 2-3):
- *   0, 3  byte-level BPE: the default model's vocabulary ($MODEL, default
+ *   0     byte-level BPE: the default model's vocabulary ($MODEL, default
  *         models/SmolLM2-135M-Instruct.Q4_1.gguf)
+ *   3     the same vocabulary under another pre-tokenizer: the second byte picks
+ *         one of pretok.c's table (every regex sequence, kimi-k2's, afmoe's digit
+ *         step); its pieces must be non-empty and add up to the input, and the BPE
+ *         property below holds for the tokens
  *   1     SentencePiece (SPM): a small Llama-2-style vocabulary built here
  *         (add_space_prefix on, all 256 <0xXX> tokens, control and user-defined
  *         tokens)
@@ -30,6 +34,8 @@
 #include "tokenizer/tokenizer.h"
 
 static ls_tokenizer *g_tok, *g_spm, *g_gemma;
+static ls_pretok *g_pretoks; /* one per entry of pretok.c's table */
+static int g_n_pretoks;
 static bool g_byte_ok[256]; /* the BPE vocabulary has a byte-level token for this byte */
 
 /* The small SPM vocabulary: <unk> <s> </s>, the 256 byte tokens, then pieces (score
@@ -104,6 +110,13 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         g_byte_ok[b] = !ls_tokenize(g_tok, &s, 1, false, false, ids, 8, &n, &err) && n == 1 &&
                        ls_token_bytes(g_tok, ids[0], false, piece, sizeof piece) == 1 && piece[0] == s;
     }
+    g_n_pretoks = ls_pretok_count();
+    g_pretoks = calloc((size_t)g_n_pretoks, sizeof *g_pretoks);
+    for (int d = 0; d < g_n_pretoks; d++)
+        if (ls_pretok_init(&g_pretoks[d], d, &err) != LS_OK) {
+            fprintf(stderr, "fuzz_tokenizer: pre-tokenizer %s: %s\n", ls_pretok_def_name(d), err.msg);
+            abort();
+        }
     g_spm = build_spm();
     const char *gm = getenv("LOCKSTEP_GEMMA_MODEL");
     if (gm && *gm) {
@@ -164,14 +177,42 @@ static void check_spm(const ls_tokenizer *t, const char *text, size_t len, const
     free(want);
 }
 
+typedef struct {
+    const char *base;
+    size_t at;
+} piece_check;
+
+static void check_piece(void *ctx, const char *s, size_t n) {
+    piece_check *c = ctx;
+    if (n == 0 || s != c->base + c->at) __builtin_trap();
+    c->at += n;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     const bool parse_special = data[0] & 1, add_special = data[0] & 2;
     const int which = (data[0] >> 2) & 3;
-    const ls_tokenizer *t = which == 1 ? g_spm : which == 2 ? (g_gemma ? g_gemma : g_spm) : g_tok;
+    ls_tokenizer *t = which == 1 ? g_spm : which == 2 ? (g_gemma ? g_gemma : g_spm) : g_tok;
     const bool spm = t != g_tok;
     const char *text = (const char *)data + 1;
-    size_t len = size - 1, cap = len + 8, n = 0;
+    size_t len = size - 1;
+    ls_pretok saved = g_tok->pretok;
+    bool saved_im = g_tok->ignore_merges;
+    if (which == 3 && len > 0) { /* another pre-tokenizer on the same vocabulary */
+        int d = (unsigned char)text[0] % g_n_pretoks;
+        text++;
+        len--;
+        if (valid_utf8(text, len)) {
+            void *md = ls_pretok_match_data(&g_pretoks[d]);
+            piece_check c = {text, 0};
+            ls_pretok_run(&g_pretoks[d], md, text, len, check_piece, &c);
+            ls_pretok_match_data_free(md);
+            if (c.at != len) __builtin_trap();
+        }
+        g_tok->pretok = g_pretoks[d];
+        g_tok->ignore_merges = (unsigned char)data[1] & 0x80; /* either way: llama3-style or not */
+    }
+    size_t cap = len + 8, n = 0;
     int32_t *ids = malloc(cap * sizeof *ids);
     ls_err err;
     ls_status st = ls_tokenize(t, text, len, add_special, parse_special, ids, cap, &n, &err);
@@ -183,6 +224,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (st) {
         if (!err.msg[0]) __builtin_trap();
         free(ids);
+        g_tok->pretok = saved;
+        g_tok->ignore_merges = saved_im;
         return 0;
     }
     bool valid = valid_utf8(text, len);
@@ -211,5 +254,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int rs = 0; rs < 2; rs++) (void)ls_detokenize(t, ids, n, rs, !rs, whole, 4 * len + 64);
     free(whole);
     free(ids);
+    g_tok->pretok = saved;
+    g_tok->ignore_merges = saved_im;
     return 0;
 }

@@ -16,6 +16,7 @@
 
 #include "gguf/gguf.h"
 #include "gguf/gguf_write.h"
+#include "tokenizer/tok_internal.h" /* the pre-tokenizer table */
 #include "tokenizer/tokenizer.h"
 #include "util/alloc.h"
 
@@ -212,38 +213,91 @@ static void test_pretokenizers(void **state) {
     vocab_free(&v);
 }
 
+/* Every tokenizer.ggml.pre name llama.cpp's llama-vocab.cpp accepts (ggml-org/llama.cpp
+ * 00ad355e, llama_vocab::impl::load), less the refused ones below; "gpt2" is ours. */
+static const char *const k_llama_cpp_pre_names[] = {
+    "gpt2", "default", "minicpm5", "llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral",
+    "midm-2.0", "lfm2", "jina-v5-nano", "deepseek-llm", "deepseek-coder", "deepseek-v3", "spark2_5", "youtu",
+    "falcon", "mpt", "starcoder", "gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es", "jina-v2-de",
+    "a.x-4.0", "mellum", "modern-bert", "jais-2", "refact", "command-r", "qwen2", "deepseek-r1-qwen", "kormo",
+    "f2llmv2", "qwen35", "stablelm2", "olmo", "dbrx", "smaug-bpe", "poro-chat", "glm4", "chatglm-bpe", "viking",
+    "jais", "tekken", "smollm", "codeshell", "bloom", "gpt3-finnish", "exaone", "exaone4", "exaone-moe",
+    "chameleon", "minerva-7b", "megrez", "gpt-4o", "llama4", "kanana2", "talkie", "granite-embed-multi-97m",
+    "tiny_aya", "cohere2moe", "superbpe", "trillion", "granite-docling", "bailingmoe", "bailingmoe2",
+    "llada-moe", "seed-coder", "hunyuan", "hunyuan-dense", "hy_v4", "joyai-llm", "kimi-k2", "ufakzeka", "grok-2",
+    "afmoe", "laguna", "minimax-m2", "solar-open", "mellum2",
+};
+
 static void test_unknown_pretokenizer(void **state) {
     (void)state;
     vocab v;
     vocab_init(&v, -1);
     ls_err e;
     ls_err_clear(&e);
-    ls_tokenizer *t = vocab_build(&v, "deepseek-coder", &e);
+    ls_tokenizer *t = vocab_build(&v, "no-such-pre", &e);
     assert_null(t);
     assert_int_equal(e.code, LS_E_UNSUPPORTED);
-    assert_non_null(strstr(e.msg, "'deepseek-coder'"));
+    assert_non_null(strstr(e.msg, "'no-such-pre'"));
     assert_non_null(strstr(e.msg, "tokenizer.ggml.pre"));
+    /* the list: one name per pre-tokenizer, and where the rest are */
+    assert_non_null(strstr(e.msg, "supported: gpt2, starcoder, llama3, qwen2"));
+    assert_non_null(strstr(e.msg, "deepseek-llm"));
+    assert_non_null(strstr(e.msg, "kimi-k2"));
+    assert_non_null(strstr(e.msg, "docs/supported.md"));
     /* NULL means gpt2 */
     t = vocab_build(&v, NULL, &e);
     assert_non_null(t);
     ls_tokenizer_free(t);
-    /* llama.cpp's names for the splits implemented here load (issue 31: deepseek-r1-qwen
-     * is Qwen 2's); each split itself is checked against HF tokenizers in test_tokenizer.py */
-    static const char *const names[] = {"deepseek-r1-qwen", "kormo", "megrez", "llama-v3", "falcon3", "falcon-h1",
-                                        "pixtral", "midm-2.0", "lfm2", "gpt-2", "phi-2", "gigachat", "mellum",
-                                        "exaone4", "a.x-4.0", "jina-es", "jina-v2-de"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        t = vocab_build(&v, names[i], &e);
-        if (!t) fail_msg("pre-tokenizer '%s': %s", names[i], e.msg);
+    /* every name llama.cpp knows loads (each split is checked against HF tokenizers
+     * in tests/python/test_pretok.py) */
+    for (size_t i = 0; i < sizeof k_llama_cpp_pre_names / sizeof k_llama_cpp_pre_names[0]; i++) {
+        t = vocab_build(&v, k_llama_cpp_pre_names[i], &e);
+        if (!t) fail_msg("pre-tokenizer '%s': %s", k_llama_cpp_pre_names[i], e.msg);
         ls_tokenizer_free(t);
     }
-    /* names whose split is another regex (or that add a SEP token) stay refused */
-    static const char *const refused[] = {"deepseek-v3", "gpt-4o", "tekken", "roberta-bpe", "command-r"};
+    /* every pre-tokenizer compiles and splits losslessly */
+    for (int d = 0; d < ls_pretok_count(); d++) {
+        const char *name = ls_pretok_def_name(d);
+        assert_non_null(name);
+        static const char text[] = "It's 1234567 x\xE4\xB8\xAD\xE6\x96\x87  <sentinel:3>\n\n\t\xF0\x9F\x98\x80!!";
+        size_t ends[64], n = 0;
+        if (ls_pretok_split(name, text, sizeof text - 1, ends, 64, &n) != 0) fail_msg("split '%s'", name);
+        assert_true(n > 0);
+        for (size_t i = 0; i < n; i++) assert_true(ends[i] > (i ? ends[i - 1] : 0));
+        assert_int_equal(ends[n - 1], sizeof text - 1);
+    }
+    /* names llama.cpp knows but whose tokenizer needs what ours lacks: refused, saying why */
+    static const struct {
+        const char *name, *why;
+    } refused[] = {{"gemma4", "raw UTF-8"}, {"granite-embed-multi-311m", "raw UTF-8"}, {"sarvam-moe", "raw UTF-8"},
+                   {"whitespace", "raw UTF-8"}, {"jina-v1-en", "SEP"}, {"jina-v2-code", "SEP"},
+                   {"roberta-bpe", "SEP"}};
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
-        assert_null(vocab_build(&v, refused[i], &e));
+        assert_null(vocab_build(&v, refused[i].name, &e));
         assert_int_equal(e.code, LS_E_UNSUPPORTED);
+        assert_non_null(strstr(e.msg, refused[i].name));
+        if (!strstr(e.msg, refused[i].why)) fail_msg("'%s': %s", refused[i].name, e.msg);
     }
     vocab_free(&v);
+}
+
+/* The flags llama.cpp sets with some names: add_bos (llama3, tekken, chameleon),
+ * ignore_merges (llama3, tekken, youtu, minicpm5, granite-embed-multi-97m). */
+static void test_pretokenizer_flags(void **state) {
+    (void)state;
+    static const struct {
+        const char *name;
+        bool ignore_merges, add_bos;
+    } k[] = {{"llama-bpe", true, true}, {"tekken", true, true}, {"chameleon", false, true},
+             {"youtu", true, false}, {"minicpm5", true, false}, {"granite-embed-multi-97m", true, false},
+             {"dbrx", false, false}, {"gpt-4o", false, false}, {"deepseek-v3", false, false},
+             {"smollm", false, false}};
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        ls_pretok_info info;
+        assert_int_equal(ls_pretok_lookup(k[i].name, &info, NULL), 0);
+        if (info.ignore_merges != k[i].ignore_merges || info.add_bos != k[i].add_bos)
+            fail_msg("'%s': ignore_merges %d add_bos %d", k[i].name, info.ignore_merges, info.add_bos);
+    }
 }
 
 static void test_special_tokens(void **state) {
@@ -990,6 +1044,7 @@ int main(void) {
         cmocka_unit_test(test_merge_ties_leftmost_and_chains),
         cmocka_unit_test(test_pretokenizers),
         cmocka_unit_test(test_unknown_pretokenizer),
+        cmocka_unit_test(test_pretokenizer_flags),
         cmocka_unit_test(test_special_tokens),
         cmocka_unit_test(test_bos_eos_and_range),
         cmocka_unit_test(test_invalid_utf8),
