@@ -139,11 +139,17 @@ typedef struct {
     const char *chat_template;  /* NULL: detect from the file; else a family name (override) */
     const char *chat_template_file; /* NULL: none; else a Jinja template file used in place of the
                                      * file's template (a bad file fails the load, naming it) */
+    int32_t load;               /* LS_MODEL_LOAD_FULL (0), or LS_MODEL_LOAD_META: the metadata, the
+                                 * tokenizer, the template and the checked tensor table, no weight
+                                 * read or repacked (info, tokenize); no engine runs over it */
 } ls_model_params;
+enum { LS_MODEL_LOAD_FULL = 0, LS_MODEL_LOAD_META = 1 };
 #define LS_MODEL_PARAMS_INIT {.size = sizeof(ls_model_params)}
 
 /* Loads and validates a model (every count, offset and shape is checked; a refused file
- * names the tensor, type or key).  Caller owns the result (ls_model_free). */
+ * names the tensor, type or key).  A model split with gguf-split is loaded by its first
+ * shard's path (NAME-00001-of-0000N.gguf; the others beside it).  Caller owns the result
+ * (ls_model_free). */
 LS_API ls_model *ls_model_load(const ls_model_params *p, ls_err *err);
 LS_API void ls_model_free(ls_model *m);
 

@@ -48,6 +48,7 @@ int cli_info(int argc, char **argv) {
     ls_err err;
     ls_model_params mp = LS_MODEL_PARAMS_INIT;
     mp.path = model_path;
+    mp.load = LS_MODEL_LOAD_META; /* the metadata and the checked tensor table: no weight is read */
     ls_model *m = ls_model_load(&mp, &err);
     if (!m) {
         fprintf(stderr, "lockstep info: cannot load '%s': %s\n", model_path, err.msg);
@@ -73,7 +74,9 @@ int cli_info(int argc, char **argv) {
 #define NUM(obj, key) cJSON_GetNumberValue(cJSON_GetObjectItem((obj), (key)))
 #define STR(obj, key) cJSON_GetStringValue(cJSON_GetObjectItem((obj), (key)))
     const cJSON *h = cJSON_GetObjectItem(doc, "hparams");
-    printf("file:          %s (%.1f MiB, GGUF v%.0f)\n", model_path, NUM(doc, "file_size") / 1048576.0, NUM(doc, "gguf_version"));
+    printf("file:          %s (%.1f MiB, GGUF v%.0f", model_path, NUM(doc, "file_size") / 1048576.0, NUM(doc, "gguf_version"));
+    if (NUM(doc, "shards") > 1) printf(", %.0f shards", NUM(doc, "shards"));
+    printf(")\n");
     const char *name = STR(doc, "name");
     printf("architecture:  %s%s%s\n", STR(doc, "architecture"), name && name[0] ? "  name: " : "", name ? name : "");
     printf("family:        %s (", STR(doc, "family"));

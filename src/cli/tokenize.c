@@ -61,6 +61,7 @@ int cli_tokenize(int argc, char **argv) {
     ls_err err;
     ls_model_params mp = LS_MODEL_PARAMS_INIT;
     mp.path = model_path;
+    mp.load = LS_MODEL_LOAD_META; /* the tokenizer only: no weight is read */
     ls_model *m = ls_model_load(&mp, &err);
     if (!m) {
         fprintf(stderr, "lockstep tokenize: cannot load '%s': %s\n", model_path, err.msg);

@@ -84,6 +84,13 @@ struct gguf_file {
     gguf_index tensor_index;
 
     gguf_chunk *chunks;  /* every other allocation, freed by gguf_close */
+
+    /* A model split with gguf-split: this is the first shard (split.no 0); shards[i] is
+     * shard i + 1, opened with it and closed with it, and the tensor table above is the
+     * union of every shard's.  A shard other than the first needs no general.architecture. */
+    bool is_shard;
+    uint32_t n_shards;   /* 1 for a file that is not split */
+    gguf_file **shards;  /* (n_shards - 1) */
 };
 
 /* ---- small helpers ---------------------------------------------------------- */
@@ -446,6 +453,11 @@ static ls_status gguf_check_general(gguf_parser *ps) {
         f->alignment = (uint32_t)v->v.u64;
     }
     i = gguf_find_idx(f, "general.architecture");
+    if (i == UINT64_MAX) { /* shards after the first (split.no > 0) hold tensors only */
+        uint64_t k = gguf_find_idx(f, "split.no");
+        if (f->is_shard || (k != UINT64_MAX && gguf_vtype_is_int(f->kvs[k].value.type) && f->kvs[k].value.v.u64 != 0))
+            return LS_OK;
+    }
     if (i == UINT64_MAX)
         return ls_err_set(ps->err, LS_E_FORMAT, "missing required key 'general.architecture'");
     if (f->kvs[i].value.type != GGUF_VT_STRING)
@@ -650,12 +662,13 @@ gguf_file *gguf_open_mem(const void *buf, size_t size, ls_err *err) {
     }
     static const uint8_t empty[1] = {0};
     f->fd = -1;
+    f->n_shards = 1;
     f->base = buf ? buf : empty;
     f->size = size;
     return gguf_open_impl(f, err);
 }
 
-gguf_file *gguf_open(const char *path, ls_err *err) {
+static gguf_file *gguf_open_file(const char *path, bool is_shard, ls_err *err) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         ls_err_set(err, LS_E_IO, "cannot open '%s': %s", path, strerror(errno));
@@ -688,6 +701,8 @@ gguf_file *gguf_open(const char *path, ls_err *err) {
     f->fd = fd;
     f->base = empty;
     f->size = (uint64_t)sb.st_size;
+    f->is_shard = is_shard;
+    f->n_shards = 1;
     if (sb.st_size > 0) { /* mmap of 0 bytes fails; an empty file just fails to parse */
         void *m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (m == MAP_FAILED) {
@@ -703,8 +718,127 @@ gguf_file *gguf_open(const char *path, ls_err *err) {
     return gguf_open_impl(f, err);
 }
 
+/* ---- split models (gguf-split) -----------------------------------------------
+ * As llama.cpp writes and reads them: every shard carries split.no (its 0-based
+ * index, u16), split.count (u16) and split.tensors.count (i32, the tensors of all
+ * shards together); the first holds the metadata and may hold tensors, each holds its
+ * own tensors in its own data section, and shard i (0-based) of n is named
+ * PREFIX-%05d-of-%05d.gguf with i + 1 and n.  The model is opened by its first shard. */
+
+/* An integer key as u64 (any integer type), or false when absent or not an integer. */
+static bool gguf_int_key(const gguf_file *f, const char *key, int64_t *out) {
+    const gguf_value *v = gguf_find(f, key);
+    if (!v || !gguf_vtype_is_int(v->type)) return false;
+    *out = gguf_vtype_is_signed(v->type) ? v->v.i64 : (v->v.u64 > INT64_MAX ? INT64_MAX : (int64_t)v->v.u64);
+    return true;
+}
+
+static ls_status gguf_open_splits(gguf_file *f, const char *path, ls_err *err) {
+    int64_t count, no, total;
+    if (!gguf_find(f, "split.count")) return LS_OK;
+    if (!gguf_int_key(f, "split.count", &count) || count < 1 || count > 65535)
+        return ls_err_set(err, LS_E_FORMAT, "'%s': split.count is not an integer in 1..65535", path);
+    if (!gguf_int_key(f, "split.no", &no))
+        return ls_err_set(err, LS_E_FORMAT, "'%s': split.count %lld without an integer split.no", path,
+                          (long long)count);
+    if (no != 0)
+        return ls_err_set(err, LS_E_INVALID,
+                          "'%s' is shard %lld of %lld of a split model (split.no %lld): open the first shard, "
+                          "named ...-00001-of-%05lld.gguf", path, (long long)no + 1, (long long)count, (long long)no,
+                          (long long)count);
+    if (!gguf_int_key(f, "split.tensors.count", &total) || total < 0)
+        return ls_err_set(err, LS_E_FORMAT, "'%s': split model without a valid split.tensors.count", path);
+    if (count == 1) {
+        if ((uint64_t)total != f->n_tensors)
+            return ls_err_set(err, LS_E_FORMAT, "'%s': split.tensors.count is %lld but the file holds %llu tensors",
+                              path, (long long)total, (unsigned long long)f->n_tensors);
+        return LS_OK;
+    }
+    char tail[64];
+    snprintf(tail, sizeof tail, "-00001-of-%05lld.gguf", (long long)count);
+    size_t plen = strlen(path), tlen = strlen(tail);
+    if (plen < tlen || strcmp(path + plen - tlen, tail) != 0)
+        return ls_err_set(err, LS_E_INVALID,
+                          "'%s' is the first of %lld shards (split.count) but its name does not end in '%s', so "
+                          "the others cannot be found", path, (long long)count, tail);
+    char *name = ls_malloc(plen + 1);
+    f->shards = ls_calloc((size_t)count - 1, sizeof *f->shards);
+    if (!name || !f->shards) {
+        free(name);
+        return ls_err_set(err, LS_E_NOMEM, "out of memory opening %lld shards", (long long)count);
+    }
+    ls_status st = LS_OK;
+    uint64_t n = f->n_tensors;
+    for (int64_t i = 1; i < count && !st; i++) {
+        memcpy(name, path, plen - tlen);
+        snprintf(name + plen - tlen, tlen + 1, "-%05lld-of-%05lld.gguf", (long long)i + 1, (long long)count);
+        ls_err e;
+        gguf_file *s = gguf_open_file(name, true, &e);
+        if (!s) {
+            st = ls_err_set(err, e.code, "shard %lld of %lld: %s", (long long)i + 1, (long long)count, e.msg);
+            break;
+        }
+        f->shards[i - 1] = s;
+        f->n_shards++;
+        int64_t sno, scount;
+        if (!gguf_int_key(s, "split.no", &sno))
+            st = ls_err_set(err, LS_E_FORMAT, "shard '%s' has no integer split.no (expected %lld)", name, (long long)i);
+        else if (sno != i)
+            st = ls_err_set(err, LS_E_FORMAT, "shard '%s' has split.no %lld (expected split.no %lld)", name,
+                            (long long)sno, (long long)i);
+        else if (gguf_int_key(s, "split.count", &scount) && scount != count)
+            st = ls_err_set(err, LS_E_FORMAT, "shard '%s' has split.count %lld, the first shard %lld", name,
+                            (long long)scount, (long long)count);
+        else if (s->n_tensors > UINT64_MAX - n)
+            st = ls_err_set(err, LS_E_FORMAT, "shard '%s': tensor count overflows", name);
+        else
+            n += s->n_tensors;
+    }
+    free(name);
+    if (st) return st;
+    if (n != (uint64_t)total)
+        return ls_err_set(err, LS_E_FORMAT, "'%s': split.tensors.count is %lld but the %lld shards hold %llu tensors",
+                          path, (long long)total, (long long)count, (unsigned long long)n);
+    /* One table of every shard's tensors, the first shard's first (their data pointers point
+     * into their own shard's mapping); a name in two shards is an error naming both. */
+    gguf_parser ps = {f, 0, err};
+    gguf_tensor *all = n ? gguf_alloc(&ps, n, sizeof *all, "the split model's tensor table") : NULL;
+    gguf_index idx = {0};
+    if ((n && !all) || gguf_index_init(&ps, &idx, n, "the split model's tensor index")) return LS_E_NOMEM;
+    uint64_t k = 0;
+    for (uint32_t sh = 0; sh < f->n_shards; sh++) {
+        const gguf_file *s = sh ? f->shards[sh - 1] : f;
+        for (uint64_t j = 0; j < s->n_tensors; j++, k++) {
+            all[k] = s->tensors[j];
+            all[k].shard = sh;
+            uint64_t slot, prev = gguf_index_find(&idx, all[k].name.ptr, all[k].name.len, all, sizeof *all, &slot);
+            if (prev != UINT64_MAX) {
+                gguf_namebuf nb;
+                return ls_err_set(err, LS_E_FORMAT, "tensor '%s' is in shard %u and in shard %u of '%s'",
+                                  gguf_show(all[k].name, nb), all[prev].shard + 1, sh + 1, path);
+            }
+            idx.slots[slot] = k + 1;
+        }
+    }
+    f->tensors = all;
+    f->n_tensors = n;
+    f->tensor_index = idx;
+    return LS_OK;
+}
+
+gguf_file *gguf_open(const char *path, ls_err *err) {
+    gguf_file *f = gguf_open_file(path, false, err);
+    if (f && gguf_open_splits(f, path, err)) {
+        gguf_close(f);
+        return NULL;
+    }
+    return f;
+}
+
 void gguf_close(gguf_file *f) {
     if (!f) return;
+    for (uint32_t i = 0; i + 1 < f->n_shards; i++) gguf_close(f->shards[i]);
+    free(f->shards);
     for (gguf_chunk *c = f->chunks; c;) {
         gguf_chunk *next = c->next;
         free(c);
@@ -715,7 +849,7 @@ void gguf_close(gguf_file *f) {
     free(f);
 }
 
-ls_status gguf_check_intact(const gguf_file *f, ls_err *err) {
+static ls_status gguf_check_one(const gguf_file *f, ls_err *err) {
     if (f->fd < 0) return LS_OK;
     struct stat sb;
     if (fstat(f->fd, &sb) != 0) return ls_err_set(err, LS_E_IO, "cannot stat the mapped file: %s", strerror(errno));
@@ -723,6 +857,44 @@ ls_status gguf_check_intact(const gguf_file *f, ls_err *err) {
         return ls_err_set(err, LS_E_IO, "the file was truncated while mapped: %llu bytes now, %llu when opened",
                           (unsigned long long)sb.st_size, (unsigned long long)f->size);
     return LS_OK;
+}
+
+ls_status gguf_check_intact(const gguf_file *f, ls_err *err) {
+    ls_status st = gguf_check_one(f, err);
+    for (uint32_t i = 0; !st && i + 1 < f->n_shards; i++) {
+        ls_err e;
+        if ((st = gguf_check_one(f->shards[i], &e)))
+            ls_err_set(err, st, "shard %u of %u: %s", i + 2, f->n_shards, e.msg);
+    }
+    return st;
+}
+
+uint32_t gguf_n_shards(const gguf_file *f) { return f->n_shards; }
+
+uint64_t gguf_total_size(const gguf_file *f) {
+    uint64_t n = f->size;
+    for (uint32_t i = 0; i + 1 < f->n_shards; i++) n += f->shards[i]->size;
+    return n;
+}
+
+/* Gives back the pages of [p, p + n) that lie inside one of f's mappings (whole pages
+ * only): the mapping is read-only and private, so a later read faults them in again from
+ * the file, unchanged.  Nothing for a caller's buffer (gguf_open_mem). */
+void gguf_release(const gguf_file *f, const void *p, uint64_t n) {
+#ifdef MADV_DONTNEED
+    const long page = sysconf(_SC_PAGESIZE) > 0 ? sysconf(_SC_PAGESIZE) : 4096;
+    for (uint32_t i = 0; i < f->n_shards; i++) {
+        const gguf_file *s = i ? f->shards[i - 1] : f;
+        const uintptr_t lo = (uintptr_t)s->map, hi = lo + s->map_len, a = (uintptr_t)p;
+        if (!s->map || a < lo || a >= hi) continue;
+        uintptr_t b = a + (n < hi - a ? n : hi - a);
+        uintptr_t pa = (a + (uintptr_t)page - 1) & ~((uintptr_t)page - 1), pb = b & ~((uintptr_t)page - 1);
+        if (pb > pa) (void)madvise((void *)pa, pb - pa, MADV_DONTNEED); /* advice: a failure costs memory only */
+        return;
+    }
+#else
+    (void)f, (void)p, (void)n;
+#endif
 }
 
 /* ---- accessors ---------------------------------------------------------------- */

@@ -86,13 +86,19 @@ typedef struct {
     uint64_t offset;            /* relative to the data section */
     uint64_t n_elems;
     uint64_t nbytes;
-    const void *data;           /* into the mapping */
+    const void *data;           /* into the mapping (of its shard's, for a split model) */
+    uint32_t shard;             /* 0-based shard holding it (0 unless split) */
 } gguf_tensor;
 
 typedef struct gguf_file gguf_file;
 
 /* Opens, maps and validates `path`.  Returns NULL and fills err on failure.
- * Caller owns the result; free with gguf_close. */
+ * Caller owns the result; free with gguf_close.
+ * A model split with gguf-split is opened by its first shard, PREFIX-00001-of-0000N.gguf
+ * (split.count N > 1): every shard is opened, checked (its split.no, split.count; the
+ * tensors of all, split.tensors.count of them, unique by name) and mapped, and the
+ * result presents them as one file: the first shard's metadata and every shard's
+ * tensors.  An error names the shard. */
 gguf_file *gguf_open(const char *path, ls_err *err);
 /* Same over a caller-owned buffer that must outlive the result (tests, fuzzing). */
 gguf_file *gguf_open_mem(const void *buf, size_t size, ls_err *err);
@@ -102,8 +108,16 @@ void gguf_close(gguf_file *f);
  * (LS_E_IO naming both sizes if not).  Always LS_OK for gguf_open_mem. */
 ls_status gguf_check_intact(const gguf_file *f, ls_err *err);
 
+/* Shards opened together (1 unless split), and their bytes together. */
+uint32_t gguf_n_shards(const gguf_file *f);
+uint64_t gguf_total_size(const gguf_file *f);
+/* Advice: the pages of [p, p + n) inside f's mappings are not needed for now (their
+ * data was copied elsewhere); they stay readable (read again from the file).  Nothing
+ * for gguf_open_mem. */
+void gguf_release(const gguf_file *f, const void *p, uint64_t n);
+
 uint32_t gguf_version(const gguf_file *f);
-uint64_t gguf_file_size(const gguf_file *f);
+uint64_t gguf_file_size(const gguf_file *f);  /* of the (first) file */
 uint32_t gguf_alignment(const gguf_file *f);
 uint64_t gguf_data_offset(const gguf_file *f); /* file offset of the tensor data section */
 

@@ -6,11 +6,13 @@
 #include "util/util.h"
 
 #include <math.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Reads "{arch}.suffix" as u32.  A missing key is an error unless def is given. */
 static ls_status get_arch_u32(const gguf_file *f, const char *arch, const char *suffix, uint32_t *out,
@@ -186,19 +188,116 @@ static ls_status find_tensor(const gguf_file *f, const char *name, uint64_t ne0,
     return LS_OK;
 }
 
-/* Creates a matrix and records it in the model's list (which owns it). */
+/* Records a matrix to build (its tensor and where the model keeps it); build_matrices
+ * builds them all, on every core, once the whole table is checked. */
 static ls_status add_matrix(ls_model *m, const gguf_tensor *t, uint64_t N, uint64_t K, ls_wmat **out, ls_err *err) {
+    (void)N, (void)K; /* the tensor's shape: checked by find_tensor ([K, N]) */
     if (m->n_mats == m->cap_mats) {
         int32_t nc = m->cap_mats ? 2 * m->cap_mats : 64;
         ls_wmat **a = ls_realloc(m->mats, (size_t)nc * sizeof *a);
-        if (!a) return ls_err_set(err, LS_E_NOMEM, "out of memory");
-        m->mats = a;
+        if (a) m->mats = a;
+        const gguf_tensor **b = a ? ls_realloc(m->mat_src, (size_t)nc * sizeof *b) : NULL;
+        if (b) m->mat_src = b;
+        ls_wmat ***c = b ? ls_realloc(m->mat_dst, (size_t)nc * sizeof *c) : NULL;
+        if (!c) return ls_err_set(err, LS_E_NOMEM, "out of memory");
+        m->mat_dst = c;
         m->cap_mats = nc;
     }
-    *out = ls_wmat_create(t->type, (int64_t)N, (int64_t)K, t->data, err);
-    if (!*out) return err ? err->code : LS_E_NOMEM;
-    m->mats[m->n_mats++] = *out;
+    *out = NULL;
+    m->mats[m->n_mats] = NULL;
+    m->mat_src[m->n_mats] = t;
+    m->mat_dst[m->n_mats++] = out;
     m->weight_bytes += t->nbytes;
+    return LS_OK;
+}
+
+/* ---- building the weights on every core ---------------------------------------
+ * Each matrix is built by one thread, whole (its bytes do not depend on the thread
+ * count or the order: the repack is a permutation of the file's bytes).  Then the
+ * pages of the file it was read from are given back (gguf_release): the repacked copy
+ * replaces them, and the process holds one copy of the weights, not the file's too. */
+typedef struct {
+    ls_model *m;
+    bool prep;          /* ls_model_prepare's pass (else the load's) */
+    ls_isa isa;
+    uint8_t *arena;
+    pthread_mutex_t mu; /* guards what follows */
+    int32_t next;       /* the next matrix to take */
+    size_t used;        /* arena bytes handed out */
+    int32_t fail_at;    /* the lowest matrix that failed (n_mats: none), its error in ferr */
+    ls_err ferr;
+} ls_par;
+
+static bool repacked(const gguf_tensor *t) {
+    return t->type != LS_TYPE_F32 && t->type != LS_TYPE_F16 && t->type != LS_TYPE_BF16; /* those are read in place */
+}
+
+static void *par_worker(void *arg) {
+    ls_par *P = arg;
+    ls_model *m = P->m;
+    for (;;) {
+        pthread_mutex_lock(&P->mu);
+        int32_t i = P->fail_at < m->n_mats ? m->n_mats : P->next++;
+        size_t off = P->used, b = 0;
+        if (i < m->n_mats && P->prep) P->used += (b = ls_wmat_prepare_bytes(m->mats[i], P->isa));
+        pthread_mutex_unlock(&P->mu);
+        if (i >= m->n_mats) return NULL;
+        const gguf_tensor *t = m->mat_src[i];
+        if (P->prep) { /* cannot fail: every byte it needs is in the arena */
+            LS_ASSERT(ls_wmat_prepare(m->mats[i], P->isa, b ? P->arena + off : NULL, NULL) == LS_OK);
+        } else {
+            ls_err e;
+            m->mats[i] = ls_wmat_create(t->type, (int64_t)t->ne[1], (int64_t)t->ne[0], t->data, &e);
+            if (!m->mats[i]) {
+                pthread_mutex_lock(&P->mu);
+                if (i < P->fail_at) {
+                    P->fail_at = i;
+                    P->ferr = e;
+                }
+                pthread_mutex_unlock(&P->mu);
+                continue;
+            }
+        }
+        /* (at the load, unless the panel copy will be read from them soon: a CPU with AVX2 builds it) */
+        if (repacked(t) && (P->prep || !ls_isa_supported(LS_ISA_AVX2) || !ls_wmat_prepare_bytes(m->mats[i], LS_ISA_AVX2)))
+            gguf_release(m->gguf, t->data, t->nbytes);
+    }
+}
+
+/* Runs P over every matrix on the CPUs this process may use (at most 64). */
+static void par_run(ls_par *P) {
+    long nc = sysconf(_SC_NPROCESSORS_ONLN);
+#ifdef CPU_COUNT
+    cpu_set_t cs;
+    if (sched_getaffinity(0, sizeof cs, &cs) == 0 && CPU_COUNT(&cs) < nc) nc = CPU_COUNT(&cs);
+#endif
+    int32_t nt = nc < 1 ? 1 : nc > 64 ? 64 : (int32_t)nc;
+    if (nt > P->m->n_mats) nt = P->m->n_mats;
+    pthread_mutex_init(&P->mu, NULL);
+    P->next = 0;
+    P->used = 0;
+    P->fail_at = P->m->n_mats;
+    pthread_t th[64];
+    int32_t started = 0;
+    for (int32_t k = 1; k < nt; k++, started++)
+        if (pthread_create(&th[started], NULL, par_worker, P) != 0) break; /* fewer threads: the same result */
+    par_worker(P);
+    for (int32_t k = 0; k < started; k++) pthread_join(th[k], NULL);
+    pthread_mutex_destroy(&P->mu);
+}
+
+/* Builds every listed matrix (the kernels' group records) and stores each where the
+ * model keeps it. */
+static ls_status build_matrices(ls_model *m, ls_err *err) {
+    ls_par P = {.m = m};
+    par_run(&P);
+    if (P.fail_at < m->n_mats) {
+        if (err) *err = P.ferr;
+        return P.ferr.code;
+    }
+    for (int32_t i = 0; i < m->n_mats; i++) *m->mat_dst[i] = m->mats[i];
+    free(m->mat_dst); /* the layer fields it points to are set */
+    m->mat_dst = NULL;
     return LS_OK;
 }
 
@@ -214,6 +313,9 @@ static ls_status add_matrix(ls_model *m, const gguf_tensor *t, uint64_t N, uint6
 ls_status ls_model_prepare(const ls_model *cm, ls_isa isa, ls_err *err) {
     ls_model *m = (ls_model *)cm; /* a lazily built cache, guarded by prep_mu: the model stays logically const */
     ls_status st = LS_OK;
+    if (m->meta_only)
+        return ls_err_set(err, LS_E_INVALID, "the model was loaded without its weights (LS_MODEL_LOAD_META): "
+                                             "nothing can run over it");
     pthread_mutex_lock(&m->prep_mu);
     if (m->prepared & (1u << isa)) goto out;
     size_t cap = 0;
@@ -238,12 +340,9 @@ ls_status ls_model_prepare(const ls_model *cm, ls_isa isa, ls_err *err) {
         (void)madvise(arena, cap, MADV_HUGEPAGE); /* advice only: 4 KiB pages work too */
 #endif
     }
-    size_t used = 0;
-    for (int32_t i = 0; i < m->n_mats; i++) { /* cannot fail: every byte it needs is in the arena */
-        size_t b = ls_wmat_prepare_bytes(m->mats[i], isa);
-        LS_ASSERT(ls_wmat_prepare(m->mats[i], isa, b ? arena + used : NULL, NULL) == LS_OK);
-        used += b;
-    }
+    ls_par P = {.m = m, .prep = true, .isa = isa, .arena = arena};
+    par_run(&P); /* every matrix's layout, from the file's pages, which it then gives back */
+    LS_ASSERT(P.used <= cap);
     m->prep_arena[isa] = arena; /* freed after every matrix that points into it (ls_model_free) */
     m->prepared |= 1u << isa;
 out:
@@ -530,7 +629,13 @@ ls_model *ls_model_load_gguf(gguf_file *g, const ls_model_params *pp, ls_err *er
         ls_err_set(err, LS_E_FORMAT, "%s = %u but the tokenizer has %u tokens", key, nv, m->hp.n_vocab);
         goto fail;
     }
-    if (load_weights(m, err)) goto fail;
+    if (p.load != LS_MODEL_LOAD_FULL && p.load != LS_MODEL_LOAD_META) {
+        ls_err_set(err, LS_E_INVALID, "unknown model load mode %d", (int)p.load);
+        goto fail;
+    }
+    m->meta_only = p.load == LS_MODEL_LOAD_META;
+    if (load_weights(m, err)) goto fail; /* checks every tensor; lists the matrices */
+    if (!m->meta_only && build_matrices(m, err)) goto fail;
     if (check_intact(m, p.path, err)) goto fail; /* shrunk while the weights were read */
 
     if (ls_plan_build(m, err)) goto fail;
@@ -594,6 +699,8 @@ void ls_model_free(ls_model *m) {
     free(m->plan.layers);
     for (int32_t i = 0; i < m->n_mats; i++) ls_wmat_free(m->mats[i]);
     free(m->mats);
+    free(m->mat_src);
+    free(m->mat_dst);
     for (int i = 0; i < LS_ISA_COUNT; i++) free(m->prep_arena[i]); /* after every matrix that points into it */
     pthread_mutex_destroy(&m->prep_mu);
     free(m->path);

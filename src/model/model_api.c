@@ -74,7 +74,8 @@ char *ls_model_describe_json(const ls_model *m, ls_err *err) {
     const gguf_file *f = m->gguf;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "path", m->path ? m->path : "");
-    cJSON_AddNumberToObject(o, "file_size", (double)gguf_file_size(f));
+    cJSON_AddNumberToObject(o, "file_size", (double)gguf_total_size(f)); /* every shard's, when split */
+    cJSON_AddNumberToObject(o, "shards", gguf_n_shards(f));
     cJSON_AddNumberToObject(o, "gguf_version", gguf_version(f));
     cJSON_AddStringToObject(o, "sha256", mi.sha256);
     cJSON_AddStringToObject(o, "architecture", hp->arch);

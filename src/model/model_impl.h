@@ -49,9 +49,14 @@ struct ls_model {
     ls_wmat *mtp_eh_proj;                         /* (n_embd, 2 n_embd) */
     const gguf_tensor *mtp_embd;                  /* nextn.embed_tokens, or NULL: token_embd */
     ls_wmat *mtp_head;                            /* nextn.shared_head_head, or NULL: output */
-    /* Every matrix above, owned here (freed once, whatever points to it). */
+    /* Every matrix above, owned here (freed once, whatever points to it); mat_src[i] is
+     * the file's tensor of mats[i] and mat_dst[i] where the model keeps it (valid during
+     * the load).  A metadata-only load (LS_MODEL_LOAD_META) lists them, builds none. */
     ls_wmat **mats;
+    const gguf_tensor **mat_src;
+    ls_wmat ***mat_dst;
     int32_t n_mats, cap_mats;
+    bool meta_only;
     /* Per ISA, its own weight layout (ls_model_prepare): one arena advised MADV_HUGEPAGE
      * (NULL when that ISA needs none or was never used), guarded by prep_mu. */
     pthread_mutex_t prep_mu;

@@ -280,3 +280,42 @@ def test_the_shipped_binary_plants_no_fault(model):
                        text=True, timeout=300, cwd=ROOT, env=env)
     assert r.returncode == 0 and json.loads(r.stdout)["verdict"] == "verified", r.stdout + r.stderr
     assert "LOCKSTEP_FAULT" not in r.stderr
+
+
+def test_info_tokenize_run_on_a_split_model(model, tmp_path):
+    """A model split by the gguf package's writer (split.no / split.count / split.tensors.count,
+    NAME-0000i-of-0000N.gguf, as gguf-split writes them) loads by its first shard: info
+    lists every tensor, tokenize and run give what the whole file gives."""
+    gguf = pytest.importorskip("gguf")
+    rd = gguf.GGUFReader(model)
+    arch = rd.fields["general.architecture"].contents()
+    w = gguf.GGUFWriter(str(tmp_path / "m.gguf"), arch, split_max_tensors=100)
+    for k, f in rd.fields.items():
+        if k.startswith("GGUF.") or k in ("general.architecture", "general.alignment"):
+            continue
+        vt = f.types[0]
+        sub = f.types[-1] if vt == gguf.GGUFValueType.ARRAY else None
+        w.add_key_value(k, f.contents(), vt, sub_type=sub)
+    for t in rd.tensors:
+        w.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)  # quantized: data is the byte shape
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    shards = sorted(p.name for p in tmp_path.glob("m-*.gguf"))
+    assert len(shards) == 3 and shards[0] == "m-00001-of-00003.gguf", shards
+    first = str(tmp_path / shards[0])
+    r = run("info", "-m", first, "--json")
+    assert r.returncode == 0, r.stderr
+    o = json.loads(r.stdout)
+    assert o["shards"] == 3 and len(o["tensors"]) == len(rd.tensors)
+    assert o["file_size"] == sum(os.path.getsize(tmp_path / s) for s in shards)
+    r = run("info", "-m", first)
+    assert r.returncode == 0 and "3 shards" in r.stdout, r.stdout + r.stderr
+    a, b = run("tokenize", "-m", first, "Hello world"), run("tokenize", "-m", model, "Hello world")
+    assert a.returncode == 0 and a.stdout == b.stdout, a.stderr
+    a = run("run", "-m", first, "-p", "The sky is", "-n", "8", "--no-probe", "--temp", "0")
+    b = run("run", "-m", model, "-p", "The sky is", "-n", "8", "--no-probe", "--temp", "0")
+    assert a.returncode == 0 and a.stdout == b.stdout, a.stderr
+    r = run("info", "-m", str(tmp_path / shards[1]))
+    assert r.returncode != 0 and "open the first shard" in r.stderr, r.stderr
