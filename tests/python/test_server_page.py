@@ -8,7 +8,8 @@
   conversation whose texts equal /v1/chat/completions's replies for the same messages
   byte for byte; each reply's seed and system_fingerprint shown; draft acceptance equal
   to the reply's `timings`; the replay button re-sends the request with that seed and
-  the page says "identical"; the parity verdict shown is /health's.  No CSP violation
+  the page says "identical" (and "DIFFERENT from character N" for a reply whose shown
+  text was altered); the parity verdict shown is /health's.  No CSP violation
   in the browser's console.  LOCKSTEP_SCREENSHOT=docs/server-page.png saves a screenshot
   of the finished conversation there (how the one in docs/ was made).
 Skips (a failure under CI=true) when Chromium or chromedriver is missing:
@@ -141,6 +142,18 @@ def test_page_chat_replay_and_parity_in_chromium(srv):
         res = last.find_element("css selector", ".replay-result")
         verdict = _wait("the replay verdict", lambda: res.get_attribute("data-verdict"))
         assert verdict == "identical" and res.text.startswith("replay: identical"), res.text
+        # the comparison is real: a reply whose shown text was altered replays as different
+        first = d.find_elements("css selector", ".msg.assistant")[0]
+        d.execute_script("arguments[0].textContent += '!'", first.find_element("css selector", ".text"))
+        first.find_element("css selector", "button.replay").click()
+        res0 = first.find_element("css selector", ".replay-result")
+        verdict = _wait("the altered reply's replay verdict", lambda: res0.get_attribute("data-verdict"))
+        n = len(messages[1]["content"])
+        assert verdict == "different" and f"DIFFERENT from character {n}" in res0.text, res0.text
+        d.execute_script("arguments[0].textContent = arguments[1]", first.find_element("css selector", ".text"),
+                         messages[1]["content"])
+        d.execute_script("arguments[0].removeAttribute('data-verdict'); arguments[0].textContent = ''", res0)
+        last.location_once_scrolled_into_view
         # no CSP violation, no script error (the 401 of /props before the key was typed is expected)
         logs = [e for e in d.get_log("browser") if "Content Security Policy" in e["message"]
                 or (e["level"] == "SEVERE" and "/props" not in e["message"])]

@@ -103,7 +103,8 @@ function draftLine(t) {
   return `draft: ${t.draft_accepted} of ${t.draft_n} accepted (${pct} %)`;
 }
 
-// The reply's replay fields, and a button that sends the same request with its seed.
+// The reply's replay fields, and a button that sends the same request with its seed and
+// compares what comes back with the text this page shows for the reply.
 function addMeta(m, body, reply) {
   const meta = el("div", "meta");
   const bits = [`seed ${reply.seed}`, reply.fingerprint, `finish: ${reply.finish}`];
@@ -115,7 +116,7 @@ function addMeta(m, body, reply) {
   b.type = "button";
   b.title = "send this request again with seed " + reply.seed + " and compare the bytes";
   const res = el("div", "replay-result");
-  b.addEventListener("click", () => replay(body, reply, b, res));
+  b.addEventListener("click", () => replay(body, reply, m.querySelector(":scope > .text"), b, res));
   meta.appendChild(b);
   m.appendChild(meta);
   m.appendChild(res);
@@ -130,16 +131,16 @@ function firstDiff(a, b) {
   return i;
 }
 
-async function replay(body, reply, button, res) {
+async function replay(body, reply, shown, button, res) {
   const again = Object.assign({}, body, { seed: reply.seed });
   button.disabled = true;
   res.className = "replay-result";
   res.textContent = "replaying with seed " + reply.seed + " …";
   try {
     const r = await streamChat(again, () => {}, undefined);
-    const a = reply.reasoning + "\u0000" + reply.text, b = r.reasoning + "\u0000" + r.text;
+    const a = reply.reasoning + "\u0000" + shown.textContent, b = r.reasoning + "\u0000" + r.text;
     const at = firstDiff(a, b);
-    const bytes = new TextEncoder().encode(reply.text).length;
+    const bytes = new TextEncoder().encode(r.text).length;
     if (at < 0) {
       res.dataset.verdict = "identical";
       res.classList.add("ok");
@@ -147,7 +148,7 @@ async function replay(body, reply, button, res) {
     } else {
       res.dataset.verdict = "different";
       res.classList.add("bad");
-      res.textContent = `replay: DIFFERENT from character ${at}` +
+      res.textContent = `replay: DIFFERENT from character ${Math.max(0, at - reply.reasoning.length - 1)}` +
         (r.fingerprint !== reply.fingerprint ? ` (fingerprint ${reply.fingerprint} → ${r.fingerprint})` : "");
       res.appendChild(el("pre", "diff", "original: …" + a.slice(at, at + 200) + "\nreplay:   …" + b.slice(at, at + 200)));
     }
