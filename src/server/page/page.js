@@ -209,6 +209,7 @@ async function health() {
     p.classList.toggle("bad", j.parity === "failed");
     $("spec").textContent = j.spec === "off" ? "spec: off" : "spec: " + j.spec_state;
     if (j.parity_detail) p.title = j.parity_detail;
+    if (!$("model").textContent) props(); // asked before the model was loaded: 503 then
   } catch (e) {
     $("parity").textContent = "server unreachable";
     setTimeout(health, 2000);
