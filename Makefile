@@ -28,7 +28,7 @@ override MODEL := $(if $(filter gemma3,$(MODEL)),models/gemma-3-270m-q4_k_m.gguf
 # (include/lockstep.h): the command line (src/cli) and the HTTP server (src/server); the
 # CUDA backend (src/backend/cuda) joins it only in a CUDA build (below).
 LIB_SRC  := $(shell find src -name '*.c' -not -path 'src/cli/*' -not -path 'src/server/*' -not -path 'src/backend/cuda/*' | sort)
-CLI_SRC  := $(shell find src/cli src/server -name '*.c' | sort)
+CLI_SRC  := $(shell find src/cli src/server -name '*.c' | sort) $(BUILD)/gen/page_assets.c
 BENCH_SRC := $(sort $(wildcard bench/cli/*.c)) src/cli/args.c
 # Backends (src/backend/<name>/, engine/backend.h) are found in one table generated from
 # BACKENDS.  A CUDA build (CUDA=1, its own BUILD folder, e.g. `make CUDA=1 BUILD=build-cuda`)
@@ -112,6 +112,14 @@ $(BUILD)/liblockstep.so: $(LIB_OBJ) $(SO_EXTRA) $(BUILD)/lockstep.map
 	$(CC) -shared -o $@ $(LIB_OBJ) $(SO_EXTRA) -Wl,--version-script=$(BUILD)/lockstep.map $(if $(SO_EXTRA),$(CUDA_LDLIBS),$(LDLIBS))
 $(BUILD)/liblockstep_test.so: $(LIB_OBJ) $(SO_EXTRA)
 	$(CC) -shared -o $@ $(LIB_OBJ) $(SO_EXTRA) $(if $(SO_EXTRA),$(CUDA_LDLIBS),$(LDLIBS))
+
+# The server's chat page (src/server/page/), compiled in as byte arrays page_html, page_js,
+# page_css, page_svg (xxd -i; docs/server.md, "The chat page").
+PAGE_FILES := src/server/page/page.html src/server/page/page.js src/server/page/page.css src/server/page/page.svg
+$(BUILD)/gen/page_assets.c: $(PAGE_FILES)
+	@mkdir -p $(dir $@)
+	cd src/server/page && for f in $(notdir $(PAGE_FILES)); do xxd -i $$f || exit 1; done > $(CURDIR)/$@.tmp
+	mv $@.tmp $@
 
 $(BUILD)/lockstep: $(CLI_OBJ) $(LINK_DEPS)
 	$(CC) -o $@ $(CLI_OBJ) $(LINK_LIB)

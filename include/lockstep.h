@@ -310,6 +310,11 @@ typedef struct {
      * row runs, in position order.  A position run again (after a preemption) is reported
      * again with the same bits.  The prefix cache is then not read for this request. */
     void (*on_hidden)(void *ud, int32_t pos, const float *hidden);
+    /* Optional: prompt positions prefilled so far of n_prompt, after each step that ran some
+     * (a progress display; called from the stepping thread; nothing about the result depends
+     * on it).  A preempted request's prefill starts again and is reported again. */
+    void (*on_prefill)(void *prefill_ud, int32_t done, int32_t n_prompt);
+    void *prefill_ud;
 } ls_request;
 #define LS_REQUEST_INIT {.size = sizeof(ls_request), .sampling = {.top_p = 1.0f}, .max_tokens = -1}
 

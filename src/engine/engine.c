@@ -44,6 +44,8 @@ typedef struct seq {
     void (*on_event)(void *, const ls_event *);
     void *ud;
     void (*on_hidden)(void *, int32_t, const float *);
+    void (*on_prefill)(void *, int32_t, int32_t);
+    void *prefill_ud;
     ls_detok_stream ds;
     char *text;
     size_t text_len, text_cap, emitted;
@@ -191,6 +193,8 @@ static seq *seq_new(const ls_engine *e, const ls_request *r) {
     s->on_event = r->on_event;
     s->ud = r->ud;
     s->on_hidden = r->on_hidden;
+    s->on_prefill = r->on_prefill;
+    s->prefill_ud = r->prefill_ud;
     s->t_submit = ls_now_ms();
     s->text[0] = '\0';
     ls_detok_init(&s->ds);
@@ -878,6 +882,8 @@ ls_status ls_engine_step(ls_engine *e, int32_t *n_rows_out, ls_err *err) {
             s->on_hidden(s->ud, past0 + j, e->hnorm);
         }
         s->n_past += s->n_rows - s->n_draft;
+        if (s->on_prefill && past0 < s->n_prompt)
+            s->on_prefill(s->prefill_ud, s->n_past < s->n_prompt ? s->n_past : s->n_prompt, s->n_prompt);
         bool alive = true;
         if (last >= 0 && last < s->n_rows) {
             /* counted before the tokens are accepted: the request's last event (sent when a

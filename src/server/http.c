@@ -626,8 +626,17 @@ static enum MHD_Result r_apply_template(server *s, struct MHD_Connection *c, con
     return ls_srv_apply_template(s, c, cn->body, cn->len);
 }
 
+static enum MHD_Result r_page(server *s, struct MHD_Connection *c, conn *cn, const char *url) {
+    return ls_srv_page(s, c, url);
+}
+
 static const route ROUTES[] = {
     {"/health", "GET", r_health, false, LS_API_OPENAI, true},
+    /* the chat page (page.c): open, as it holds no data; its requests carry the key */
+    {"/", "GET", r_page, false, LS_API_OPENAI, true},
+    {"/page.js", "GET", r_page, false, LS_API_OPENAI, true},
+    {"/page.css", "GET", r_page, false, LS_API_OPENAI, true},
+    {"/page.svg", "GET", r_page, false, LS_API_OPENAI, true},
     {"/v1/chat/completions", "POST", r_chat, true, LS_API_OPENAI, false},
     {"/v1/completions", "POST", r_completions, true, LS_API_OPENAI, false},
     {"/v1/responses", "POST", r_responses, true, LS_API_RESPONSES, false},
@@ -702,7 +711,7 @@ enum MHD_Result ls_srv_handler(void *cls, struct MHD_Connection *c, const char *
     const route *rt = find_route(url);
     sock *k = ls_srv_sock(c);
     if (k) k->api = rt ? rt->api : LS_API_OPENAI; /* the error shape of what follows */
-    if (rt && rt->open) { /* /health: no key, and answered while loading */
+    if (rt && rt->open) { /* /health and the page: no key, and answered while loading */
         if (strcmp(method, rt->method)) return ls_srv_send_405(s, c, rt->method);
         return rt->fn(s, c, cn, url);
     }

@@ -84,7 +84,12 @@ static ls_status start_engine(server *s, ls_err *err) {
     pp.memo_dir = p->probe_memo_dir;
     pp.config = cfg;
     ls_probe_result pr = LS_PROBE_RESULT_INIT;
+    double t0 = now_ms();
+    if (p->progress) fprintf(stderr, "lockstep serve: startup parity check running ...\n");
     if (ls_engine_probe(s->e, &pp, &pr, err)) return err->code;
+    if (p->progress)
+        fprintf(stderr, "lockstep serve: startup parity check took %.1f s%s\n", (now_ms() - t0) / 1e3,
+                pr.memoized ? " (memoized)" : "");
     s->probe = pr;
     snprintf(s->parity, sizeof s->parity, "%s", ls_verdict_name(pr.verdict));
     if (pr.verdict == LS_VERDICT_FAILED) {
@@ -159,6 +164,7 @@ int ls_server_run(const ls_server_params *p, ls_err *err) {
     /* The model file first: a file that is not a model fails before anything listens. */
     ls_model_params mp = LS_MODEL_PARAMS_INIT;
     mp.path = p->model_path;
+    mp.chat_template_file = p->chat_template_file; /* a bad template fails here too, naming the file */
     if (!(s->m = ls_model_load(&mp, err))) goto out;
 
     /* --host: an IPv4 or IPv6 address or a name (the first address it resolves to). */

@@ -36,6 +36,8 @@ typedef struct {
     int body_timeout_s;        /* a request body must arrive within this of its head (default 60) */
     const char *cors_origin;   /* NULL: no CORS headers; "*" or one origin */
     int reasoning_format;      /* LS_SRV_REASONING_*: 1 (deepseek) splits think blocks out of chat replies */
+    const char *chat_template_file; /* NULL: the model file's template; else a Jinja template file */
+    bool progress;             /* say on stderr that the startup probe runs, and how long it took */
 } ls_server_params;
 
 /* Loads the model file (a bad one fails here, before anything listens), binds,

@@ -254,6 +254,8 @@ const char *ls_srv_finish_str(ls_finish f);
 char *ls_srv_tools_chunks(const job *j);
 /* GET /props and POST /apply-template (llama-server's). */
 enum MHD_Result ls_srv_props(server *s, struct MHD_Connection *c);
+/* GET /, /page.js, /page.css, /page.svg: the chat page (page.c). */
+enum MHD_Result ls_srv_page(server *s, struct MHD_Connection *c, const char *url);
 enum MHD_Result ls_srv_apply_template(server *s, struct MHD_Connection *c, const char *body, size_t len);
 
 /* With a think block split out (chat): reasoning_content chunks. */

@@ -319,3 +319,69 @@ def test_info_tokenize_run_on_a_split_model(model, tmp_path):
     assert a.returncode == 0 and a.stdout == b.stdout, a.stderr
     r = run("info", "-m", str(tmp_path / shards[1]))
     assert r.returncode != 0 and "open the first shard" in r.stderr, r.stderr
+
+
+# ---- progress on a terminal (issue 32 item 6) -----------------------------------------
+LONG = "word " * 600  # about 600 tokens: two prefill steps of the default 512-token budget
+
+
+def on_pty(args, until=None, timeout=120):
+    """Runs the program with stdout and stderr on a pseudo-terminal; what it wrote.  With
+    `until`, stops it (SIGTERM) once that text has appeared."""
+    import pty
+    import select
+    import signal
+    import time
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.chdir(ROOT)
+        os.execv(str(BIN), [str(BIN), *args])
+    out, t0 = b"", time.time()
+    try:
+        while time.time() - t0 < timeout:
+            if until and until.encode() in out:
+                os.kill(pid, signal.SIGTERM)
+                until = None
+            if not select.select([fd], [], [], 0.5)[0]:
+                continue
+            try:
+                b = os.read(fd, 65536)
+            except OSError:  # the child closed the terminal
+                break
+            if not b:
+                break
+            out += b
+    finally:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os.waitpid(pid, 0)
+        os.close(fd)
+    return out.decode(errors="replace")
+
+
+def test_run_progress_only_on_a_terminal(model):
+    base = ["-m", model, "-p", LONG, "-n", "1", "--temp", "0", "-t", "2", "-c", "1024"]
+    tty = on_pty(["run", *base])
+    assert "parity check running ..." in tty and "parity check: " in tty, tty
+    assert "\rprefill 512/601 tokens" in tty, tty
+    assert "\r\x1b[K" in tty  # the progress line is erased before the answer
+    for quiet in (["--no-progress"], ["--json"]):
+        out = on_pty(["run", *base, *quiet])
+        assert "prefill " not in out.replace("| prefill ", "") and "parity check" not in out, (quiet, out)
+    r = run("run", *base)  # not a terminal: the same run prints no progress
+    assert r.returncode == 0, r.stderr
+    assert "\rprefill" not in r.stderr and "parity check" not in r.stderr and "\x1b" not in r.stderr, r.stderr
+
+
+def test_serve_probe_progress_only_on_a_terminal(model):
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    tty = on_pty(["serve", "-m", model, "--port", port, "-t", "2", "-np", "2", "-c", "256"], until="lockstep serve: ready")
+    assert "startup parity check running ..." in tty and "startup parity check took " in tty, tty
+    quiet = on_pty(["serve", "-m", model, "--port", port, "-t", "2", "-np", "2", "-c", "256", "--no-progress"],
+                   until="lockstep serve: ready")
+    assert "lockstep serve: ready" in quiet and "parity check" not in quiet, quiet

@@ -295,3 +295,33 @@ def test_run_chat_template_file(tmp_path, model_path):
                         "-n", "2", "--no-probe"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2
     assert str(bad) in r.stderr and "line 2" in r.stderr
+
+
+def test_serve_chat_template_file(tmp_path, model_path):
+    """`serve --chat-template-file`: /apply-template and the chat endpoint render with the
+    file's template (jinja2's rendering of it); an unreadable or unparsable file is refused
+    (exit 2) before anything listens, naming the file (and the line)."""
+    import subprocess
+
+    from test_server import EXE, Server
+    src = TEMPLATES / "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"
+    conv = [{"role": "user", "content": "Hi"}]
+    s = Server(model_path, "--chat-template-file", str(src), "--no-probe", "--parallel", "2", "--ctx-size", "512")
+    try:
+        st, r, _ = s.post("/apply-template", {"messages": conv})
+        assert st == 200, r
+        # SmolLM2's BOS and EOS, which /apply-template's text carries as the template writes them
+        ok, ref = reference(src.read_text(), {"messages": conv, "add_generation_prompt": True,
+                                              "bos_token": "<|im_start|>", "eos_token": "<|im_end|>"})
+        assert ok and r["prompt"] == ref, (r, ref)
+        st, r, _ = s.post("/v1/chat/completions", {"messages": conv, "max_tokens": 2, "temperature": 0})
+        st2, plain, _ = s.post("/tokenize", {"content": "Hi"})
+        assert st == 200 and r["usage"]["prompt_tokens"] > len(plain["tokens"]) + 3, r
+    finally:
+        assert s.stop() == 0, s.logtext()
+    bad = tmp_path / "bad.jinja"
+    bad.write_text("{% for m in messages %}\n{{ m.content }")
+    for f, why in ((bad, "line 2"), (tmp_path / "missing.jinja", "cannot read")):
+        r = subprocess.run([str(EXE), "serve", "-m", str(model_path), "--port", "1", "--chat-template-file", str(f)],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and str(f) in r.stderr and why in r.stderr, r.stderr
