@@ -216,6 +216,11 @@ ls_engine *ls_engine_create_test(const ls_model *m, const ls_engine_params *pp, 
         return NULL;
     }
     if (ls_params_take(&p, sizeof p, pp, "engine params", err)) return NULL;
+    if (ls_model_meta_only(m)) { /* every backend: none may read weights that were not built */
+        ls_err_set(err, LS_E_INVALID, "the model was loaded without its weights (LS_MODEL_LOAD_META): no engine can "
+                                      "run it");
+        return NULL;
+    }
     const ls_hparams *hp = ls_model_hparams(m);
     ls_engine *e = ls_calloc(1, sizeof *e);
     if (!e) {

@@ -871,6 +871,12 @@ ls_status gguf_check_intact(const gguf_file *f, ls_err *err) {
 
 uint32_t gguf_n_shards(const gguf_file *f) { return f->n_shards; }
 
+const void *gguf_shard_bytes(const gguf_file *f, uint32_t i, uint64_t *size) {
+    const gguf_file *s = i == 0 ? f : i < f->n_shards ? f->shards[i - 1] : NULL;
+    *size = s ? s->size : 0;
+    return s ? s->base : NULL;
+}
+
 uint64_t gguf_total_size(const gguf_file *f) {
     uint64_t n = f->size;
     for (uint32_t i = 0; i + 1 < f->n_shards; i++) n += f->shards[i]->size;

@@ -727,3 +727,4 @@ const ls_chat_template *ls_model_chat_template(const ls_model *m) { return m->ha
 const char *ls_model_template_error(const ls_model *m) { return m->tmpl_err; }
 uint64_t ls_model_weight_bytes(const ls_model *m) { return m->weight_bytes; }
 bool ls_model_has_mtp(const ls_model *m) { return m->hp.n_nextn > 0 && m->mtp_eh_proj; }
+bool ls_model_meta_only(const ls_model *m) { return m->meta_only; }

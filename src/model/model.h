@@ -74,6 +74,8 @@ uint64_t ls_model_weight_bytes(const ls_model *m); /* bytes of weights read per 
  * plus that block's own attention and FFN; optional nextn.embed_tokens and
  * nextn.shared_head_head, else the model's embedding and head are shared). */
 bool ls_model_has_mtp(const ls_model *m);
+/* Loaded with LS_MODEL_LOAD_META: metadata and tokenizer only, no weights to run. */
+bool ls_model_meta_only(const ls_model *m);
 /* Builds the weight layout an ISA's kernels need beyond the common one (kernels.h,
  * ls_wmat_prepare), once per (model, ISA); thread-safe.  ls_fwd_create calls it. */
 ls_status ls_model_prepare(const ls_model *m, ls_isa isa, ls_err *err);

@@ -58,6 +58,22 @@ bool ls_sha256_file(const char *path, char hex[65]) {
     return ok;
 }
 
+bool ls_sha256_parts(const void *const *p, const uint64_t *n, size_t k, char hex[65]) {
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    unsigned char md[32];
+    unsigned int len = 0;
+    bool ok = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+    for (size_t i = 0; ok && i < k; i++)
+        for (uint64_t off = 0; ok && off < n[i]; off += 1u << 30) { /* EVP takes size_t; pieces of 1 GiB */
+            uint64_t m = n[i] - off < (1u << 30) ? n[i] - off : (1u << 30);
+            ok = EVP_DigestUpdate(ctx, (const unsigned char *)p[i] + off, (size_t)m);
+        }
+    ok = ok && EVP_DigestFinal_ex(ctx, md, &len) && len == 32;
+    EVP_MD_CTX_free(ctx);
+    if (ok) ls_hex(md, hex);
+    return ok;
+}
+
 void ls_sha256_str(const char *s, char hex[65]) {
     unsigned char md[32];
     unsigned int n = 0;

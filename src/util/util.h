@@ -33,6 +33,8 @@ bool ls_buf_append(ls_buf *b, const void *s, size_t n);
 
 /* SHA-256 of a file's contents as 64 hex digits (+ NUL); false when it cannot be read. */
 bool ls_sha256_file(const char *path, char hex[65]);
+/* One SHA-256 over k byte ranges in order (p[i], n[i] bytes each). */
+bool ls_sha256_parts(const void *const *p, const uint64_t *n, size_t k, char hex[65]);
 /* SHA-256 of a string, hex. */
 void ls_sha256_str(const char *s, char hex[65]);
 

@@ -310,6 +310,9 @@ def test_info_tokenize_run_on_a_split_model(model, tmp_path):
     o = json.loads(r.stdout)
     assert o["shards"] == 3 and len(o["tensors"]) == len(rd.tensors)
     assert o["file_size"] == sum(os.path.getsize(tmp_path / s) for s in shards)
+    import hashlib  # the model's identity covers every shard, in order
+
+    assert o["sha256"] == hashlib.sha256(b"".join((tmp_path / s).read_bytes() for s in shards)).hexdigest()
     r = run("info", "-m", first)
     assert r.returncode == 0 and "3 shards" in r.stdout, r.stdout + r.stderr
     a, b = run("tokenize", "-m", first, "Hello world"), run("tokenize", "-m", model, "Hello world")

@@ -242,6 +242,10 @@ static void test_metadata_only_load(void **state) {
     free(d2);
     assert_null(ls_ctx_create(m, (ls_ctx_params){.n_ctx = 16, .n_batch = 4, .n_threads = 1, .isa = -1}, &err));
     if (!strstr(err.msg, "without its weights")) fail_msg("unexpected message: %s", err.msg);
+    ls_engine_params ep = LS_ENGINE_PARAMS_INIT; /* an engine on any device is refused before it reads weights */
+    ep.n_ctx = 16;
+    assert_null(ls_engine_create(m, &ep, &err));
+    if (!strstr(err.msg, "without its weights")) fail_msg("unexpected message: %s", err.msg);
     ls_model_free(full);
     ls_model_free(m);
     /* an unknown mode */
