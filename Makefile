@@ -228,12 +228,12 @@ FUZZ_FLAGS = -std=c11 -D_GNU_SOURCE -O1 -g -Iinclude -Isrc -ffp-contract=off -fs
 build-fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c src/gguf/gguf.c src/quant/quant.c src/util/err.c src/util/alloc.c
 	@mkdir -p build-fuzz
 	clang $(FUZZ_FLAGS) -o $@ $^
-FUZZ_TOK_SRC = tests/fuzz/fuzz_tokenizer.c src/tokenizer/tokenizer.c src/tokenizer/pretok.c src/tokenizer/spm.c src/gguf/gguf.c \
+FUZZ_TOK_SRC = tests/fuzz/fuzz_tokenizer.c src/tokenizer/tokenizer.c src/util/utf8.c src/tokenizer/pretok.c src/tokenizer/spm.c src/gguf/gguf.c \
                src/quant/quant.c src/util/err.c src/util/alloc.c
 build-fuzz/fuzz_tokenizer: $(FUZZ_TOK_SRC)
 	@mkdir -p build-fuzz
 	clang $(FUZZ_FLAGS) -o $@ $^ -lpcre2-8
-build-fuzz/fuzz_request: tests/fuzz/fuzz_request.c src/server/request.c src/server/tools.c src/tokenizer/chat.c src/tokenizer/jinja.c src/sample/grammar.c \
+build-fuzz/fuzz_request: tests/fuzz/fuzz_request.c src/server/request.c src/util/utf8.c src/server/tools.c src/tokenizer/chat.c src/tokenizer/jinja.c src/sample/grammar.c \
                          src/sample/json_schema.c src/util/err.c src/util/alloc.c
 	@mkdir -p build-fuzz
 	clang $(FUZZ_FLAGS) -pthread -o $@ $^ -lcjson
