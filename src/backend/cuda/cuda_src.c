@@ -99,39 +99,6 @@ void lsc_embed_rows(const ls_model *m, const int32_t *tok, int32_t n, float *out
 }
 
 void lsc_rope_tables(const ls_model *m, int which, int32_t n_ctx, float *cs, float *sn) {
-    /* ls_rope_create_factors's expressions (ops.c), in the same order, in double */
-    const ls_rope_params p = m->plan.rope[which].params;
-    const float *factors = m->plan.rope[which].factors;
-    size_t half = (size_t)p.head_dim / 2;
-    double lo = 0.0, hi = 0.0, mscale = 1.0;
-    if (p.yarn) {
-        const double d = (double)p.head_dim, two_pi = 6.283185307179586476925;
-        double cf = d * log((double)p.yarn_n_ctx_orig / ((double)p.yarn_beta_fast * two_pi)) / (2.0 * log((double)p.freq_base));
-        double cs_ = d * log((double)p.yarn_n_ctx_orig / ((double)p.yarn_beta_slow * two_pi)) / (2.0 * log((double)p.freq_base));
-        lo = floor(cf) > 0.0 ? floor(cf) : 0.0;
-        hi = ceil(cs_) < d - 1.0 ? ceil(cs_) : d - 1.0;
-        mscale = (double)p.yarn_attn_factor * (p.freq_scale < 1.0f ? 1.0 + 0.1 * log(1.0 / (double)p.freq_scale) : 1.0);
-    }
-    for (size_t i = 0; i < half; i++) {
-        double inv_freq = pow((double)p.freq_base, -2.0 * (double)i / (double)p.head_dim);
-        double ramp = 0.0;
-        if (p.yarn) {
-            double y = ((double)i - lo) / (hi - lo > 0.001 ? hi - lo : 0.001);
-            ramp = 1.0 - (y < 0.0 ? 0.0 : y > 1.0 ? 1.0 : y);
-        }
-        for (int32_t pos = 0; pos < n_ctx; pos++) {
-            double theta;
-            if (p.yarn) {
-                double extrap = (double)pos * inv_freq;
-                if (factors) extrap /= (double)factors[i];
-                double interp = (double)p.freq_scale * extrap;
-                theta = interp * (1.0 - ramp) + extrap * ramp;
-            } else {
-                theta = (double)pos * (double)p.freq_scale * inv_freq;
-                if (factors) theta /= (double)factors[i];
-            }
-            cs[(size_t)pos * half + i] = (float)(cos(theta) * mscale);
-            sn[(size_t)pos * half + i] = (float)(sin(theta) * mscale);
-        }
-    }
+    /* the CPU's own table code (ops.c), so the two cannot drift */
+    ls_rope_fill(m->plan.rope[which].params, m->plan.rope[which].factors, n_ctx, cs, sn);
 }

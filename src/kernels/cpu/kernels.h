@@ -167,6 +167,9 @@ ls_rope *ls_rope_create(ls_rope_params p, ls_err *err);
  * 3.1+: theta_i = pos * freq_scale * base^(-2i/d) / factors[i], in double); factors
  * NULL is ls_rope_create.  factors is read only here. */
 ls_rope *ls_rope_create_factors(ls_rope_params p, const float *factors, ls_err *err);
+/* Fills cs and sn (n_ctx * head_dim/2 floats each) with the tables ls_rope_create_factors
+ * builds (p.n_ctx is not read; p must be valid as ls_rope_create_factors checks). */
+void ls_rope_fill(ls_rope_params p, const float *factors, int32_t n_ctx, float *cs, float *sn);
 void ls_rope_free(ls_rope *r);
 /* Rotates, in place, M rows each holding n_heads heads of head_stride floats, row m
  * at position pos[m].  Rotates the first head_dim dims of each head. */

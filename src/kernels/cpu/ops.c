@@ -59,6 +59,46 @@ struct ls_rope {
     float *cs, *sn; /* (n_ctx, head_dim/2) */
 };
 
+/* The tables of positions 0..n_ctx-1: cs/sn[pos * head_dim/2 + i], in double then rounded
+ * once.  The one definition: the CPU's ls_rope and the CUDA backend's tables (cuda_src.c)
+ * both call it. */
+void ls_rope_fill(ls_rope_params p, const float *factors, int32_t n_ctx, float *cs, float *sn) {
+    size_t half = (size_t)p.head_dim / 2;
+    /* YaRN (docs/numerics.md): the correction dims of beta_fast and beta_slow rotations,
+     * the ramp between them, the magnitude scale; all in double like the rest. */
+    double lo = 0.0, hi = 0.0, mscale = 1.0;
+    if (p.yarn) {
+        const double d = (double)p.head_dim, two_pi = 6.283185307179586476925;
+        double cf = d * log((double)p.yarn_n_ctx_orig / ((double)p.yarn_beta_fast * two_pi)) / (2.0 * log((double)p.freq_base));
+        double cs_ = d * log((double)p.yarn_n_ctx_orig / ((double)p.yarn_beta_slow * two_pi)) / (2.0 * log((double)p.freq_base));
+        lo = floor(cf) > 0.0 ? floor(cf) : 0.0;
+        hi = ceil(cs_) < d - 1.0 ? ceil(cs_) : d - 1.0;
+        mscale = (double)p.yarn_attn_factor * (p.freq_scale < 1.0f ? 1.0 + 0.1 * log(1.0 / (double)p.freq_scale) : 1.0);
+    }
+    for (size_t i = 0; i < half; i++) {
+        double inv_freq = pow((double)p.freq_base, -2.0 * (double)i / (double)p.head_dim);
+        double ramp = 0.0; /* YaRN: 1 keeps the original angle, 0 takes the interpolated one */
+        if (p.yarn) {
+            double y = ((double)i - lo) / (hi - lo > 0.001 ? hi - lo : 0.001);
+            ramp = 1.0 - (y < 0.0 ? 0.0 : y > 1.0 ? 1.0 : y);
+        }
+        for (int32_t pos = 0; pos < n_ctx; pos++) {
+            double theta;
+            if (p.yarn) {
+                double extrap = (double)pos * inv_freq;
+                if (factors) extrap /= (double)factors[i];
+                double interp = (double)p.freq_scale * extrap;
+                theta = interp * (1.0 - ramp) + extrap * ramp;
+            } else {
+                theta = (double)pos * (double)p.freq_scale * inv_freq;
+                if (factors) theta /= (double)factors[i];
+            }
+            cs[(size_t)pos * half + i] = (float)(cos(theta) * mscale);
+            sn[(size_t)pos * half + i] = (float)(sin(theta) * mscale);
+        }
+    }
+}
+
 ls_rope *ls_rope_create(ls_rope_params p, ls_err *err) { return ls_rope_create_factors(p, NULL, err); }
 
 ls_rope *ls_rope_create_factors(ls_rope_params p, const float *factors, ls_err *err) {
@@ -82,39 +122,7 @@ ls_rope *ls_rope_create_factors(ls_rope_params p, const float *factors, ls_err *
         return NULL;
     }
     r->p = p;
-    /* YaRN (docs/numerics.md): the correction dims of beta_fast and beta_slow rotations,
-     * the ramp between them, the magnitude scale; all in double like the rest. */
-    double lo = 0.0, hi = 0.0, mscale = 1.0;
-    if (p.yarn) {
-        const double d = (double)p.head_dim, two_pi = 6.283185307179586476925;
-        double cf = d * log((double)p.yarn_n_ctx_orig / ((double)p.yarn_beta_fast * two_pi)) / (2.0 * log((double)p.freq_base));
-        double cs_ = d * log((double)p.yarn_n_ctx_orig / ((double)p.yarn_beta_slow * two_pi)) / (2.0 * log((double)p.freq_base));
-        lo = floor(cf) > 0.0 ? floor(cf) : 0.0;
-        hi = ceil(cs_) < d - 1.0 ? ceil(cs_) : d - 1.0;
-        mscale = (double)p.yarn_attn_factor * (p.freq_scale < 1.0f ? 1.0 + 0.1 * log(1.0 / (double)p.freq_scale) : 1.0);
-    }
-    for (size_t i = 0; i < half; i++) {
-        double inv_freq = pow((double)p.freq_base, -2.0 * (double)i / (double)p.head_dim);
-        double ramp = 0.0; /* YaRN: 1 keeps the original angle, 0 takes the interpolated one */
-        if (p.yarn) {
-            double y = ((double)i - lo) / (hi - lo > 0.001 ? hi - lo : 0.001);
-            ramp = 1.0 - (y < 0.0 ? 0.0 : y > 1.0 ? 1.0 : y);
-        }
-        for (int32_t pos = 0; pos < p.n_ctx; pos++) {
-            double theta;
-            if (p.yarn) {
-                double extrap = (double)pos * inv_freq;
-                if (factors) extrap /= (double)factors[i];
-                double interp = (double)p.freq_scale * extrap;
-                theta = interp * (1.0 - ramp) + extrap * ramp;
-            } else {
-                theta = (double)pos * (double)p.freq_scale * inv_freq;
-                if (factors) theta /= (double)factors[i];
-            }
-            r->cs[(size_t)pos * half + i] = (float)(cos(theta) * mscale);
-            r->sn[(size_t)pos * half + i] = (float)(sin(theta) * mscale);
-        }
-    }
+    ls_rope_fill(p, factors, p.n_ctx, r->cs, r->sn);
     return r;
 }
 
