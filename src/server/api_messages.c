@@ -20,36 +20,6 @@ static const char *const KNOWN[] = {"model", "max_tokens", "messages", "system",
                                     "temperature", "top_p", "top_k", "tools", "tool_choice", "metadata", "seed",
                                     "thinking", "reasoning_format", "grammar", NULL};
 
-static bool in_list(const char *k, const char *const *list) {
-    for (int i = 0; list[i]; i++)
-        if (!strcmp(k, list[i])) return true;
-    return false;
-}
-
-static ls_status keys_in(const cJSON *o, const char *const *allowed, const char *path, ls_err *err) {
-    const cJSON *v;
-    cJSON_ArrayForEach(v, o) {
-        if (cJSON_IsNull(v) || in_list(v->string, allowed)) continue;
-        return ls_srv_error(err, LS_E_INVALID, "unsupported parameter '%s.%.60s': lockstep does not implement it (it is "
-                                               "refused rather than ignored)", path, v->string);
-    }
-    return LS_OK;
-}
-
-/* A copy of v for the chat body; a number written with 17 digits (cJSON prints 15, which
- * would change a 16-digit seed or a float's last bits on the way to the chat parser). */
-static cJSON *dup_exact(const cJSON *v) {
-    if (!cJSON_IsNumber(v)) return cJSON_Duplicate(v, true);
-    char b[40];
-    snprintf(b, sizeof b, "%.17g", v->valuedouble);
-    return cJSON_CreateRaw(b);
-}
-
-static const cJSON *get(const cJSON *o, const char *k) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return v && !cJSON_IsNull(v) ? v : NULL;
-}
-
 /* A growing string. */
 typedef struct {
     char *p;
@@ -82,10 +52,10 @@ static ls_status text_blocks(const cJSON *c, const char *path, buf *b, ls_err *e
     char where[96];
     cJSON_ArrayForEach(x, c) {
         snprintf(where, sizeof where, "%s[%d]", path, k++);
-        const cJSON *ty = get(x, "type"), *tx = get(x, "text");
+        const cJSON *ty = ls_srv_get(x, "type"), *tx = ls_srv_get(x, "text");
         if (!cJSON_IsObject(x) || !cJSON_IsString(ty) || strcmp(ty->valuestring, "text"))
             return ls_srv_error(err, LS_E_INVALID, "'%s.type' must be \"text\" here", where);
-        ls_status st = keys_in(x, TEXT, where, err);
+        ls_status st = ls_srv_keys_in(x, TEXT, where, err);
         if (st) return st;
         if (!cJSON_IsString(tx)) return ls_srv_error(err, LS_E_INVALID, "'%s.text' must be a string", where);
         add(b, tx->valuestring);
@@ -102,9 +72,9 @@ static ls_status one_message(const cJSON *m, int i, cJSON *msgs, ls_err *err) {
     snprintf(where, sizeof where, "messages[%d]", i);
     static const char *const MSG[] = {"role", "content", NULL};
     if (!cJSON_IsObject(m)) return ls_srv_error(err, LS_E_INVALID, "'%s' must be an object", where);
-    ls_status st = keys_in(m, MSG, where, err);
+    ls_status st = ls_srv_keys_in(m, MSG, where, err);
     if (st) return st;
-    const cJSON *role = get(m, "role"), *c = get(m, "content");
+    const cJSON *role = ls_srv_get(m, "role"), *c = ls_srv_get(m, "content");
     const char *r = cJSON_IsString(role) ? role->valuestring : "";
     bool user = !strcmp(r, "user");
     if (!user && strcmp(r, "assistant"))
@@ -123,18 +93,18 @@ static ls_status one_message(const cJSON *m, int i, cJSON *msgs, ls_err *err) {
         const cJSON *x;
         cJSON_ArrayForEach(x, c) {
             snprintf(bw, sizeof bw, "%s.content[%d]", where, k++);
-            const cJSON *ty = get(x, "type");
+            const cJSON *ty = ls_srv_get(x, "type");
             const char *t = cJSON_IsString(ty) ? ty->valuestring : "";
             if (!cJSON_IsObject(x)) st = ls_srv_error(err, LS_E_INVALID, "'%s' must be a content block", bw);
             else if (!strcmp(t, "text")) {
-                if (!(st = keys_in(x, TEXT, bw, err))) {
-                    const cJSON *tx = get(x, "text");
+                if (!(st = ls_srv_keys_in(x, TEXT, bw, err))) {
+                    const cJSON *tx = ls_srv_get(x, "text");
                     if (cJSON_IsString(tx)) add(&text, tx->valuestring);
                     else st = ls_srv_error(err, LS_E_INVALID, "'%s.text' must be a string", bw);
                 }
             } else if (!user && !strcmp(t, "tool_use")) {
-                if (!(st = keys_in(x, USE, bw, err))) {
-                    const cJSON *id = get(x, "id"), *nm = get(x, "name"), *in = get(x, "input");
+                if (!(st = ls_srv_keys_in(x, USE, bw, err))) {
+                    const cJSON *id = ls_srv_get(x, "id"), *nm = ls_srv_get(x, "name"), *in = ls_srv_get(x, "input");
                     if (!cJSON_IsString(id) || !cJSON_IsString(nm) || !cJSON_IsObject(in)) {
                         st = ls_srv_error(err, LS_E_INVALID, "'%s' needs 'id', 'name' (strings) and 'input' (an object)", bw);
                     } else {
@@ -151,8 +121,8 @@ static ls_status one_message(const cJSON *m, int i, cJSON *msgs, ls_err *err) {
                     }
                 }
             } else if (user && !strcmp(t, "tool_result")) {
-                if (!(st = keys_in(x, RES, bw, err))) {
-                    const cJSON *id = get(x, "tool_use_id"), *ie = get(x, "is_error");
+                if (!(st = ls_srv_keys_in(x, RES, bw, err))) {
+                    const cJSON *id = ls_srv_get(x, "tool_use_id"), *ie = ls_srv_get(x, "is_error");
                     char cw[112];
                     snprintf(cw, sizeof cw, "%s.content", bw);
                     buf res = {0};
@@ -160,7 +130,7 @@ static ls_status one_message(const cJSON *m, int i, cJSON *msgs, ls_err *err) {
                     else if (!cJSON_IsString(id)) st = ls_srv_error(err, LS_E_INVALID, "'%s.tool_use_id' must be a string", bw);
                     else {
                         if (cJSON_IsTrue(ie)) add(&res, "Error: "); /* documented: a failed tool's result says so */
-                        st = get(x, "content") ? text_blocks(get(x, "content"), cw, &res, err) : LS_OK;
+                        st = ls_srv_get(x, "content") ? text_blocks(ls_srv_get(x, "content"), cw, &res, err) : LS_OK;
                     }
                     if (!st) {
                         cJSON *tm = cJSON_CreateObject();
@@ -173,7 +143,7 @@ static ls_status one_message(const cJSON *m, int i, cJSON *msgs, ls_err *err) {
                     free(res.p);
                 }
             } else if (!user && (!strcmp(t, "thinking") || !strcmp(t, "redacted_thinking"))) {
-                st = keys_in(x, THINK, bw, err);
+                st = ls_srv_keys_in(x, THINK, bw, err);
             } else {
                 st = ls_srv_error(err, LS_E_INVALID, "'%s.type' is '%.40s': lockstep takes text%s blocks here", bw, t,
                                   user ? " and tool_result" : ", tool_use and thinking");
@@ -201,19 +171,19 @@ static ls_status one_message(const cJSON *m, int i, cJSON *msgs, ls_err *err) {
 static ls_status translate(const cJSON *j, int max_tokens, cJSON *o, ls_err *err) {
     const cJSON *v;
     cJSON_ArrayForEach(v, j) {
-        if (cJSON_IsNull(v) || in_list(v->string, KNOWN)) continue;
+        if (cJSON_IsNull(v) || ls_srv_in_list(v->string, KNOWN)) continue;
         return ls_srv_error(err, LS_E_INVALID, "unsupported parameter '%.60s': lockstep does not implement it "
                                                "(docs/server.md lists what /v1/messages takes)", v->string);
     }
     static const char *const PASS[] = {"model", "temperature", "top_p", "top_k", "seed", "stream", "reasoning_format", "grammar", NULL};
     for (int i = 0; PASS[i]; i++)
-        if ((v = get(j, PASS[i]))) cJSON_AddItemToObject(o, PASS[i], dup_exact(v));
-    v = get(j, "max_tokens");
+        if ((v = ls_srv_get(j, PASS[i]))) cJSON_AddItemToObject(o, PASS[i], ls_srv_dup_exact(v));
+    v = ls_srv_get(j, "max_tokens");
     if (!v) return ls_srv_error(err, LS_E_INVALID, "'max_tokens' is required");
     if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 1 || v->valuedouble > max_tokens)
         return ls_srv_error(err, LS_E_INVALID, "'max_tokens' must be an integer between 1 and %d", max_tokens);
     cJSON_AddNumberToObject(o, "max_tokens", v->valuedouble);
-    if ((v = get(j, "stop_sequences"))) {
+    if ((v = ls_srv_get(j, "stop_sequences"))) {
         int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
         const cJSON *x;
         bool ok = n >= 0 && n <= LS_SRV_MAX_STOP;
@@ -224,23 +194,23 @@ static ls_status translate(const cJSON *j, int max_tokens, cJSON *o, ls_err *err
                                                    "most %d bytes", LS_SRV_MAX_STOP, LS_SRV_MAX_STOP_LEN);
         if (n) cJSON_AddItemToObject(o, "stop", cJSON_Duplicate(v, true));
     }
-    if ((v = get(j, "metadata"))) {
+    if ((v = ls_srv_get(j, "metadata"))) {
         static const char *const MD[] = {"user_id", NULL};
         if (!cJSON_IsObject(v)) return ls_srv_error(err, LS_E_INVALID, "'metadata' must be an object");
-        ls_status st = keys_in(v, MD, "metadata", err);
+        ls_status st = ls_srv_keys_in(v, MD, "metadata", err);
         if (st) return st;
-        const cJSON *u = get(v, "user_id");
+        const cJSON *u = ls_srv_get(v, "user_id");
         if (u && !cJSON_IsString(u)) return ls_srv_error(err, LS_E_INVALID, "'metadata.user_id' must be a string");
     }
-    if ((v = get(j, "thinking"))) {
-        const cJSON *ty = get(v, "type");
+    if ((v = ls_srv_get(j, "thinking"))) {
+        const cJSON *ty = ls_srv_get(v, "type");
         if (!cJSON_IsObject(v) || !cJSON_IsString(ty) || strcmp(ty->valuestring, "disabled") || cJSON_GetArraySize(v) != 1)
             return ls_srv_error(err, LS_E_INVALID, "'thinking' must be {\"type\": \"disabled\"}: lockstep has no thinking "
                                                    "budget (a reasoning model's think block comes back as a thinking "
                                                    "block; reasoning_format \"none\" keeps it in the text)");
     }
     cJSON *msgs = cJSON_AddArrayToObject(o, "messages");
-    if ((v = get(j, "system"))) {
+    if ((v = ls_srv_get(j, "system"))) {
         buf b = {0};
         ls_status st = text_blocks(v, "system", &b, err);
         if (!st && b.oom) st = ls_srv_error(err, LS_E_NOMEM, "out of memory");
@@ -253,7 +223,7 @@ static ls_status translate(const cJSON *j, int max_tokens, cJSON *o, ls_err *err
         free(b.p);
         if (st) return st;
     }
-    const cJSON *ms = get(j, "messages");
+    const cJSON *ms = ls_srv_get(j, "messages");
     if (!cJSON_IsArray(ms) || !cJSON_GetArraySize(ms))
         return ls_srv_error(err, LS_E_INVALID, "'messages' must be a non-empty list");
     int i = 0;
@@ -262,7 +232,7 @@ static ls_status translate(const cJSON *j, int max_tokens, cJSON *o, ls_err *err
         ls_status st = one_message(m, i++, msgs, err);
         if (st) return st;
     }
-    if ((v = get(j, "tools"))) {
+    if ((v = ls_srv_get(j, "tools"))) {
         if (!cJSON_IsArray(v)) return ls_srv_error(err, LS_E_INVALID, "'tools' must be a list of tools");
         static const char *const TOOL[] = {"name", "description", "input_schema", "type", "cache_control", NULL};
         cJSON *ct = cJSON_AddArrayToObject(o, "tools");
@@ -271,11 +241,11 @@ static ls_status translate(const cJSON *j, int max_tokens, cJSON *o, ls_err *err
         char where[48];
         cJSON_ArrayForEach(t, v) {
             snprintf(where, sizeof where, "tools[%d]", k++);
-            const cJSON *ty = get(t, "type"), *nm = get(t, "name"), *sc = get(t, "input_schema"), *d = get(t, "description");
+            const cJSON *ty = ls_srv_get(t, "type"), *nm = ls_srv_get(t, "name"), *sc = ls_srv_get(t, "input_schema"), *d = ls_srv_get(t, "description");
             if (!cJSON_IsObject(t)) return ls_srv_error(err, LS_E_INVALID, "'%s' must be an object", where);
             if (ty && !(cJSON_IsString(ty) && !strcmp(ty->valuestring, "custom")))
                 return ls_srv_error(err, LS_E_INVALID, "'%s.type' must be \"custom\" (lockstep runs client tools only)", where);
-            ls_status st = keys_in(t, TOOL, where, err);
+            ls_status st = ls_srv_keys_in(t, TOOL, where, err);
             if (st) return st;
             if (!cJSON_IsString(nm) || !nm->valuestring[0])
                 return ls_srv_error(err, LS_E_INVALID, "'%s.name' must be a non-empty string", where);
@@ -290,13 +260,13 @@ static ls_status translate(const cJSON *j, int max_tokens, cJSON *o, ls_err *err
             cJSON_AddItemToObject(f, "parameters", cJSON_Duplicate(sc, true));
         }
     }
-    if ((v = get(j, "tool_choice"))) {
+    if ((v = ls_srv_get(j, "tool_choice"))) {
         static const char *const TC[] = {"type", "name", "disable_parallel_tool_use", NULL};
-        const cJSON *ty = get(v, "type"), *nm = get(v, "name"), *dp = get(v, "disable_parallel_tool_use");
+        const cJSON *ty = ls_srv_get(v, "type"), *nm = ls_srv_get(v, "name"), *dp = ls_srv_get(v, "disable_parallel_tool_use");
         const char *t = cJSON_IsString(ty) ? ty->valuestring : "";
         if (!cJSON_IsObject(v) || (strcmp(t, "auto") && strcmp(t, "any") && strcmp(t, "tool") && strcmp(t, "none")))
             return ls_srv_error(err, LS_E_INVALID, "'tool_choice.type' must be auto, any, tool or none");
-        ls_status st = keys_in(v, TC, "tool_choice", err);
+        ls_status st = ls_srv_keys_in(v, TC, "tool_choice", err);
         if (st) return st;
         if (dp && !cJSON_IsBool(dp))
             return ls_srv_error(err, LS_E_INVALID, "'tool_choice.disable_parallel_tool_use' must be true or false");

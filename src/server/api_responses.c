@@ -21,37 +21,6 @@ static const char *const KNOWN[] = {"model", "input", "instructions", "tools", "
                                     "parallel_tool_calls", "text", "truncation", "include", "background",
                                     "reasoning_format", "grammar", NULL};
 
-static bool in_list(const char *k, const char *const *list) {
-    for (int i = 0; list[i]; i++)
-        if (!strcmp(k, list[i])) return true;
-    return false;
-}
-
-/* Every key of o (not null) in allowed, or a 400 naming 'path.key'. */
-static ls_status keys_in(const cJSON *o, const char *const *allowed, const char *path, ls_err *err) {
-    const cJSON *v;
-    cJSON_ArrayForEach(v, o) {
-        if (cJSON_IsNull(v) || in_list(v->string, allowed)) continue;
-        return ls_srv_error(err, LS_E_INVALID, "unsupported parameter '%s.%.60s': lockstep does not implement it (it is "
-                                               "refused rather than ignored)", path, v->string);
-    }
-    return LS_OK;
-}
-
-/* A copy of v for the chat body; a number written with 17 digits (cJSON prints 15, which
- * would change a 16-digit seed or a float's last bits on the way to the chat parser). */
-static cJSON *dup_exact(const cJSON *v) {
-    if (!cJSON_IsNumber(v)) return cJSON_Duplicate(v, true);
-    char b[40];
-    snprintf(b, sizeof b, "%.17g", v->valuedouble);
-    return cJSON_CreateRaw(b);
-}
-
-static const cJSON *get(const cJSON *o, const char *k) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return v && !cJSON_IsNull(v) ? v : NULL;
-}
-
 /* A message's content: a string, or a list of input_text (output_text in an assistant
  * message) parts, joined. */
 static ls_status content_text(const cJSON *c, const char *path, bool assistant, cJSON **out, ls_err *err) {
@@ -66,13 +35,13 @@ static ls_status content_text(const cJSON *c, const char *path, bool assistant, 
     const cJSON *p;
     char where[128];
     cJSON_ArrayForEach(p, c) {
-        const cJSON *ty = get(p, "type"), *tx = get(p, "text");
+        const cJSON *ty = ls_srv_get(p, "type"), *tx = ls_srv_get(p, "text");
         snprintf(where, sizeof where, "%s[%d]", path, k);
         bool out_text = assistant && cJSON_IsString(ty) && !strcmp(ty->valuestring, "output_text");
         if (!cJSON_IsObject(p) || !cJSON_IsString(ty) || (strcmp(ty->valuestring, "input_text") && !out_text))
             return ls_srv_error(err, LS_E_INVALID, "'%s.type' must be \"input_text\"%s (lockstep reads text only)", where,
                                 assistant ? " or \"output_text\"" : "");
-        ls_status st = keys_in(p, out_text ? OPART : PART, where, err);
+        ls_status st = ls_srv_keys_in(p, out_text ? OPART : PART, where, err);
         if (st) return st;
         if (!cJSON_IsString(tx)) return ls_srv_error(err, LS_E_INVALID, "'%s.text' must be a string", where);
         total += strlen(tx->valuestring);
@@ -81,7 +50,7 @@ static ls_status content_text(const cJSON *c, const char *path, bool assistant, 
     char *t = malloc(total);
     if (!t) return ls_srv_error(err, LS_E_NOMEM, "out of memory");
     t[0] = 0;
-    cJSON_ArrayForEach(p, c) strcat(t, get(p, "text")->valuestring);
+    cJSON_ArrayForEach(p, c) strcat(t, ls_srv_get(p, "text")->valuestring);
     *out = cJSON_CreateString(t);
     free(t);
     return *out ? LS_OK : ls_srv_error(err, LS_E_NOMEM, "out of memory");
@@ -108,26 +77,26 @@ static ls_status input_messages(const cJSON *in, cJSON *msgs, ls_err *err) {
     cJSON_ArrayForEach(it, in) {
         snprintf(where, sizeof where, "input[%d]", i++);
         if (!cJSON_IsObject(it)) return ls_srv_error(err, LS_E_INVALID, "'%s' must be an object (an input item)", where);
-        const cJSON *ty = get(it, "type");
+        const cJSON *ty = ls_srv_get(it, "type");
         const char *t = cJSON_IsString(ty) ? ty->valuestring : ty ? "" : "message";
         ls_status st;
         if (!strcmp(t, "message")) {
-            if ((st = keys_in(it, MSG, where, err))) return st;
-            const cJSON *role = get(it, "role");
+            if ((st = ls_srv_keys_in(it, MSG, where, err))) return st;
+            const cJSON *role = ls_srv_get(it, "role");
             const char *r = cJSON_IsString(role) ? role->valuestring : "";
             if (strcmp(r, "user") && strcmp(r, "system") && strcmp(r, "developer") && strcmp(r, "assistant"))
                 return ls_srv_error(err, LS_E_INVALID, "'%s.role' must be user, system, developer or assistant", where);
             snprintf(cw, sizeof cw, "%s.content", where);
             cJSON *text = NULL;
-            if ((st = content_text(get(it, "content"), cw, !strcmp(r, "assistant"), &text, err))) return st;
+            if ((st = content_text(ls_srv_get(it, "content"), cw, !strcmp(r, "assistant"), &text, err))) return st;
             cJSON *m = cJSON_CreateObject();
             cJSON_AddItemToArray(msgs, m);
             cJSON_AddStringToObject(m, "role", r);
             cJSON_AddItemToObject(m, "content", text);
             calls_to = !strcmp(r, "assistant") ? m : NULL;
         } else if (!strcmp(t, "function_call")) {
-            if ((st = keys_in(it, CALL, where, err))) return st;
-            const cJSON *id = get(it, "call_id"), *nm = get(it, "name"), *args = get(it, "arguments");
+            if ((st = ls_srv_keys_in(it, CALL, where, err))) return st;
+            const cJSON *id = ls_srv_get(it, "call_id"), *nm = ls_srv_get(it, "name"), *args = ls_srv_get(it, "arguments");
             if (!cJSON_IsString(id) || !cJSON_IsString(nm) || !cJSON_IsString(args))
                 return ls_srv_error(err, LS_E_INVALID, "'%s' needs 'call_id', 'name' and 'arguments' (strings)", where);
             if (!calls_to) {
@@ -146,8 +115,8 @@ static ls_status input_messages(const cJSON *in, cJSON *msgs, ls_err *err) {
             cJSON_AddStringToObject(f, "name", nm->valuestring);
             cJSON_AddStringToObject(f, "arguments", args->valuestring);
         } else if (!strcmp(t, "function_call_output")) {
-            if ((st = keys_in(it, OUT, where, err))) return st;
-            const cJSON *id = get(it, "call_id"), *o = get(it, "output");
+            if ((st = ls_srv_keys_in(it, OUT, where, err))) return st;
+            const cJSON *id = ls_srv_get(it, "call_id"), *o = ls_srv_get(it, "output");
             if (!cJSON_IsString(id)) return ls_srv_error(err, LS_E_INVALID, "'%s.call_id' must be a string", where);
             snprintf(cw, sizeof cw, "%s.output", where);
             cJSON *text = NULL;
@@ -170,14 +139,14 @@ static ls_status input_messages(const cJSON *in, cJSON *msgs, ls_err *err) {
 static ls_status translate(const cJSON *j, int max_tokens, cJSON *o, cJSON *echo, ls_err *err) {
     const cJSON *v;
     cJSON_ArrayForEach(v, j) {
-        if (cJSON_IsNull(v) || in_list(v->string, KNOWN)) continue;
+        if (cJSON_IsNull(v) || ls_srv_in_list(v->string, KNOWN)) continue;
         if (!strcmp(v->string, "previous_response_id") || !strcmp(v->string, "conversation"))
             return ls_srv_error(err, LS_E_INVALID, "'%s' is not supported: lockstep stores no responses (store: false); "
                                                    "send the whole conversation in 'input'", v->string);
         return ls_srv_error(err, LS_E_INVALID, "unsupported parameter '%.60s': lockstep does not implement it "
                                                "(docs/server.md lists what /v1/responses takes)", v->string);
     }
-    const cJSON *store = get(j, "store"), *bg = get(j, "background"), *inc = get(j, "include"), *tr = get(j, "truncation");
+    const cJSON *store = ls_srv_get(j, "store"), *bg = ls_srv_get(j, "background"), *inc = ls_srv_get(j, "include"), *tr = ls_srv_get(j, "truncation");
     if (store && !cJSON_IsFalse(store))
         return ls_srv_error(err, LS_E_INVALID, "'store' must be false (or absent): lockstep stores no responses");
     if (bg && !cJSON_IsFalse(bg)) return ls_srv_error(err, LS_E_INVALID, "'background' must be false: lockstep answers in the request");
@@ -188,14 +157,14 @@ static ls_status translate(const cJSON *j, int max_tokens, cJSON *o, cJSON *echo
     static const char *const PASS[] = {"model", "temperature", "top_p", "top_k", "seed", "stream", "user",
                                        "parallel_tool_calls", "reasoning_format", "grammar", NULL};
     for (int i = 0; PASS[i]; i++)
-        if ((v = get(j, PASS[i]))) cJSON_AddItemToObject(o, PASS[i], dup_exact(v));
-    if ((v = get(j, "max_output_tokens"))) {
+        if ((v = ls_srv_get(j, PASS[i]))) cJSON_AddItemToObject(o, PASS[i], ls_srv_dup_exact(v));
+    if ((v = ls_srv_get(j, "max_output_tokens"))) {
         if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 1 || v->valuedouble > max_tokens)
             return ls_srv_error(err, LS_E_INVALID, "'max_output_tokens' must be an integer between 1 and %d", max_tokens);
         cJSON_AddNumberToObject(o, "max_tokens", v->valuedouble);
     }
     cJSON *msgs = cJSON_AddArrayToObject(o, "messages");
-    const cJSON *ins = get(j, "instructions"), *in = get(j, "input");
+    const cJSON *ins = ls_srv_get(j, "instructions"), *in = ls_srv_get(j, "input");
     if (ins) {
         if (!cJSON_IsString(ins)) return ls_srv_error(err, LS_E_INVALID, "'instructions' must be a string");
         cJSON *m = cJSON_CreateObject();
@@ -207,7 +176,7 @@ static ls_status translate(const cJSON *j, int max_tokens, cJSON *o, cJSON *echo
     ls_status st = input_messages(in, msgs, err);
     if (st) return st;
     /* tools: [{"type": "function", "name", "description", "parameters", "strict"}] */
-    const cJSON *tools = get(j, "tools");
+    const cJSON *tools = ls_srv_get(j, "tools");
     if (tools) {
         if (!cJSON_IsArray(tools)) return ls_srv_error(err, LS_E_INVALID, "'tools' must be a list of function tools");
         static const char *const TOOL[] = {"type", "name", "description", "parameters", "strict", NULL};
@@ -217,11 +186,11 @@ static ls_status translate(const cJSON *j, int max_tokens, cJSON *o, cJSON *echo
         char where[48];
         cJSON_ArrayForEach(t, tools) {
             snprintf(where, sizeof where, "tools[%d]", i++);
-            const cJSON *ty = get(t, "type"), *nm = get(t, "name");
+            const cJSON *ty = ls_srv_get(t, "type"), *nm = ls_srv_get(t, "name");
             if (!cJSON_IsObject(t) || !cJSON_IsString(ty) || strcmp(ty->valuestring, "function"))
                 return ls_srv_error(err, LS_E_INVALID, "'%s.type' must be \"function\" (the only kind of tool lockstep runs)",
                                     where);
-            if ((st = keys_in(t, TOOL, where, err))) return st;
+            if ((st = ls_srv_keys_in(t, TOOL, where, err))) return st;
             if (!cJSON_IsString(nm) || !nm->valuestring[0])
                 return ls_srv_error(err, LS_E_INVALID, "'%s.name' must be a non-empty string", where);
             cJSON *w = cJSON_CreateObject(), *f;
@@ -230,17 +199,17 @@ static ls_status translate(const cJSON *j, int max_tokens, cJSON *o, cJSON *echo
             f = cJSON_AddObjectToObject(w, "function");
             static const char *const FN[] = {"name", "description", "parameters", "strict", NULL};
             for (int k = 0; FN[k]; k++)
-                if ((v = get(t, FN[k]))) cJSON_AddItemToObject(f, FN[k], cJSON_Duplicate(v, true));
+                if ((v = ls_srv_get(t, FN[k]))) cJSON_AddItemToObject(f, FN[k], cJSON_Duplicate(v, true));
         }
     }
-    const cJSON *tc = get(j, "tool_choice");
+    const cJSON *tc = ls_srv_get(j, "tool_choice");
     if (tc) {
         if (cJSON_IsString(tc)) {
             cJSON_AddItemToObject(o, "tool_choice", cJSON_Duplicate(tc, true)); /* chat checks the value */
         } else if (cJSON_IsObject(tc)) {
             static const char *const TC[] = {"type", "name", NULL};
-            const cJSON *ty = get(tc, "type"), *nm = get(tc, "name");
-            if ((st = keys_in(tc, TC, "tool_choice", err))) return st;
+            const cJSON *ty = ls_srv_get(tc, "type"), *nm = ls_srv_get(tc, "name");
+            if ((st = ls_srv_keys_in(tc, TC, "tool_choice", err))) return st;
             if (!cJSON_IsString(ty) || strcmp(ty->valuestring, "function") || !cJSON_IsString(nm))
                 return ls_srv_error(err, LS_E_INVALID, "'tool_choice' must be \"none\", \"auto\", \"required\" or "
                                                        "{\"type\": \"function\", \"name\": ...}");
@@ -252,23 +221,23 @@ static ls_status translate(const cJSON *j, int max_tokens, cJSON *o, cJSON *echo
         }
     }
     /* text.format: text, json_object or json_schema (chat's response_format) */
-    const cJSON *text = get(j, "text");
+    const cJSON *text = ls_srv_get(j, "text");
     if (text) {
         static const char *const TX[] = {"format", NULL}, *const FMT[] = {"type", "name", "schema", "strict", "description", NULL};
         if (!cJSON_IsObject(text)) return ls_srv_error(err, LS_E_INVALID, "'text' must be an object");
-        if ((st = keys_in(text, TX, "text", err))) return st;
-        const cJSON *f = get(text, "format"), *ty = get(f, "type");
+        if ((st = ls_srv_keys_in(text, TX, "text", err))) return st;
+        const cJSON *f = ls_srv_get(text, "format"), *ty = ls_srv_get(f, "type");
         if (f) {
             if (!cJSON_IsObject(f) || !cJSON_IsString(ty))
                 return ls_srv_error(err, LS_E_INVALID, "'text.format' must be an object with a 'type'");
-            if ((st = keys_in(f, FMT, "text.format", err))) return st;
+            if ((st = ls_srv_keys_in(f, FMT, "text.format", err))) return st;
             if (!strcmp(ty->valuestring, "json_schema")) {
                 cJSON *rf = cJSON_AddObjectToObject(o, "response_format"), *js;
                 cJSON_AddStringToObject(rf, "type", "json_schema");
                 js = cJSON_AddObjectToObject(rf, "json_schema");
                 static const char *const K[] = {"name", "schema", "strict", "description", NULL};
                 for (int k = 0; K[k]; k++)
-                    if ((v = get(f, K[k]))) cJSON_AddItemToObject(js, K[k], cJSON_Duplicate(v, true));
+                    if ((v = ls_srv_get(f, K[k]))) cJSON_AddItemToObject(js, K[k], cJSON_Duplicate(v, true));
             } else if (!strcmp(ty->valuestring, "json_object") || !strcmp(ty->valuestring, "text")) {
                 cJSON_AddStringToObject(cJSON_AddObjectToObject(o, "response_format"), "type", ty->valuestring);
             } else {
@@ -276,7 +245,7 @@ static ls_status translate(const cJSON *j, int max_tokens, cJSON *o, cJSON *echo
             }
         }
     }
-    const cJSON *md = get(j, "metadata");
+    const cJSON *md = ls_srv_get(j, "metadata");
     if (md) {
         const cJSON *x;
         bool ok = cJSON_IsObject(md);
@@ -287,7 +256,7 @@ static ls_status translate(const cJSON *j, int max_tokens, cJSON *o, cJSON *echo
     static const char *const ECHO[] = {"instructions", "metadata", "tools", "tool_choice", "max_output_tokens",
                                        "parallel_tool_calls", "text", "user", NULL};
     for (int i = 0; ECHO[i]; i++) {
-        v = get(j, ECHO[i]);
+        v = ls_srv_get(j, ECHO[i]);
         cJSON_AddItemToObject(echo, ECHO[i], v ? cJSON_Duplicate(v, true) : cJSON_CreateNull());
     }
     return LS_OK;

@@ -295,4 +295,14 @@ void ls_srv_count_latency(server *s, double queue_ms, double ttft_ms, double tpo
 void ls_srv_count_tokens(server *s, int32_t n);
 enum MHD_Result ls_srv_metrics(server *s, struct MHD_Connection *c);
 
+/* ---- what the request adapters share (api_common.c) ---- */
+bool ls_srv_in_list(const char *k, const char *const *list); /* list: NULL-terminated */
+/* Every key of o (not null) in allowed, or a 400 naming 'path.key'. */
+ls_status ls_srv_keys_in(const cJSON *o, const char *const *allowed, const char *path, ls_err *err);
+/* A copy of v for the chat body; a number written with 17 digits (cJSON prints 15, which
+ * would change a 16-digit seed or a float's last bits on the way to the chat parser). */
+cJSON *ls_srv_dup_exact(const cJSON *v);
+/* o's member k, or NULL when absent or null. */
+const cJSON *ls_srv_get(const cJSON *o, const char *k);
+
 #endif
