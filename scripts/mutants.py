@@ -145,6 +145,11 @@ MUTANTS = [
      "return a->rank != b->rank ? a->rank < b->rank : a->pos > b->pos;",
      "BPE merges tied ranks rightmost first",
      ["python3 -m pytest -q -x tests/python/test_tokenizer.py -k hf"]),
+    ("whole-word-control", "src/tokenizer/tokenizer.c",
+     "if (id >= 0 && ty != LS_TOKTYPE_CONTROL && ty != LS_TOKTYPE_UNKNOWN) {",
+     "if (id >= 0) {",
+     "a whole-word lookup (ignore_merges) turns plain text into a control token",
+     ["build/tests/test_tokenizer"]),
     # issue 34: properties no test stated before (tests/python/test_sampler_ref.py, test_server_api.py)
     ("penalty-counts-prompt", "src/engine/engine.c",
      "s->toks, s->n_toks, s->n_prompt, mask,", "s->toks, s->n_toks, 0, mask,",

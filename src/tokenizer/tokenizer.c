@@ -770,7 +770,11 @@ void ls_tok_bpe(ls_tok_run *r, const char *piece, size_t n) {
         size_t k = 0;
         for (size_t i = 0; i < n; i++) k += (size_t)utf8_put(r->enc + k, t->byte_cp[(unsigned char)piece[i]]);
         int32_t id = ls_tok_lookup(t, r->enc, k);
-        if (id >= 0) {
+        /* A whole word may name a control token ("<filename>" under a pre-tokenizer that
+         * keeps punctuation with letters); plain text never becomes one, so such a word
+         * takes the merges like any other. */
+        int32_t ty = id >= 0 && t->types ? t->types[id] : LS_TOKTYPE_NORMAL;
+        if (id >= 0 && ty != LS_TOKTYPE_CONTROL && ty != LS_TOKTYPE_UNKNOWN) {
             emit(r, id);
             return;
         }

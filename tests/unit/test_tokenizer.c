@@ -300,6 +300,26 @@ static void test_pretokenizer_flags(void **state) {
     }
 }
 
+/* A Llama-3-style whole-word lookup (ignore_merges) under a pre-tokenizer that
+ * keeps punctuation with letters sees the word "<tag>", which names a control
+ * token: plain text must still not become it (fuzz_tokenizer found this). */
+static void test_whole_word_never_control(void **state) {
+    (void)state;
+    vocab v;
+    vocab_init(&v, -1);
+    int32_t tag = add_tok(&v, "<tag>", LS_TOKTYPE_CONTROL);
+    int32_t word = add_tok(&v, "<word>", LS_TOKTYPE_NORMAL);
+    ls_err e;
+    ls_tokenizer *t = vocab_build(&v, "superbpe", &e);
+    assert_non_null(t);
+    t->ignore_merges = true;
+    EXPECT(t, "<tag>", false, '<', 't', 'a', 'g', '>');
+    EXPECT(t, "<tag>", true, tag);
+    EXPECT(t, "<word>", false, word); /* a normal token: the lookup still applies */
+    ls_tokenizer_free(t);
+    vocab_free(&v);
+}
+
 static void test_special_tokens(void **state) {
     (void)state;
     vocab v;
@@ -1046,6 +1066,7 @@ int main(void) {
         cmocka_unit_test(test_unknown_pretokenizer),
         cmocka_unit_test(test_pretokenizer_flags),
         cmocka_unit_test(test_special_tokens),
+        cmocka_unit_test(test_whole_word_never_control),
         cmocka_unit_test(test_bos_eos_and_range),
         cmocka_unit_test(test_invalid_utf8),
         cmocka_unit_test(test_streaming_detok),
