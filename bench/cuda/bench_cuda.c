@@ -144,7 +144,7 @@ static void bench_decode(ls_model *m, const char *name) {
     const int bps = 16; /* 256 positions per sequence */
     ls_err err;
     ls_cuda_fwd *g = ls_cuda_fwd_create(m, &(ls_backend_params){.n_rows = BMAX * P > 2048 ? 2048 : BMAX * P, .n_ctx = 256}, &err);
-    ls_cuda_kv *kv = g ? ls_cuda_kv_create(m, BMAX * bps, &err) : NULL;
+    ls_cuda_kv *kv = g ? ls_cuda_kv_create(m, BMAX * bps, 0, &err) : NULL;
     if (!g || !kv) {
         printf("decode: %s\n", err.msg);
         return;
@@ -280,7 +280,7 @@ static void bench_prefill(ls_model *m, const char *name) {
     const int NMAX = 2048;
     ls_err err;
     ls_cuda_fwd *g = ls_cuda_fwd_create(m, &(ls_backend_params){.n_rows = NMAX, .n_ctx = NMAX}, &err);
-    ls_cuda_kv *kv = g ? ls_cuda_kv_create(m, NMAX / 16, &err) : NULL;
+    ls_cuda_kv *kv = g ? ls_cuda_kv_create(m, NMAX / 16, 0, &err) : NULL;
     if (!g || !kv) {
         printf("prefill: %s\n", err.msg);
         return;
@@ -358,7 +358,7 @@ static void bench_parity(ls_model *m, const char *name, int nseq, int min_len, i
     }
     const double t1 = now_s();
     ls_cuda_fwd *g = ls_cuda_fwd_create(m, &(ls_backend_params){.n_rows = 160, .n_ctx = 256}, &err);
-    ls_cuda_kv *kv = g ? ls_cuda_kv_create(m, nseq * 16, &err) : NULL;
+    ls_cuda_kv *kv = g ? ls_cuda_kv_create(m, nseq * 16, 0, &err) : NULL;
     if (!g || !kv) {
         printf("parity %s: %s\n", name, err.msg);
         parity_refs_free(&r);

@@ -35,6 +35,9 @@ typedef struct {
     const int32_t *layers; /* run only these layers, in this order (a layer-skip draft); NULL = all */
     int32_t n_layers;
     const struct ls_engine_test *test;
+    bool mtp;            /* run the model's MTP module (ls_fwd_params.mtp): each row continues a hidden
+                          * state (ls_batch.embd_in); its K/V go to layer 0 of a one-layer store */
+    ls_pool *pool;       /* a host thread pool to share (drafters), or NULL; a device ignores it */
 } ls_backend_params;
 
 /* What a forward runs on, for logs, /health, the probe and drafters. */
@@ -53,7 +56,8 @@ typedef struct {
     const char *name;
     void *(*fwd_create)(const ls_model *m, const ls_backend_params *p, ls_err *err);
     void (*fwd_free)(void *fwd);
-    void *(*kv_create)(const ls_model *m, int32_t n_blocks, ls_err *err);
+    /* n_layers: the layers the store holds (0 = the model's n_layer; 1 for an MTP module) */
+    void *(*kv_create)(const ls_model *m, int32_t n_blocks, int32_t n_layers, ls_err *err);
     void (*kv_free)(void *kv);
     ls_status (*kv_block_copy)(void *kv, int32_t dst, int32_t src, int32_t n_pos, ls_err *err);
     ls_status (*run)(void *fwd, void *kv, const ls_batch *b, float *logits, ls_err *err);

@@ -299,7 +299,7 @@ ls_engine *ls_engine_create_test(const ls_model *m, const ls_engine_params *pp, 
     if (!(e->be = ls_backend_find(p.device, err))) goto fail;
     p.device = e->be->name; /* the caller's string is not kept */
     if (!(e->bfwd = e->be->fwd_create(m, &bp, err))) goto fail;
-    if (!(e->bkv = e->be->kv_create(m, (int32_t)n_blocks, err))) goto fail;
+    if (!(e->bkv = e->be->kv_create(m, (int32_t)n_blocks, 0, err))) goto fail;
     e->n_kv_blocks = (int32_t)n_blocks;
     if (!(e->kvc = ls_kvc_create((int32_t)n_blocks, !p.no_prefix_cache, err))) goto fail;
     const size_t R = (size_t)p.step_tokens;
@@ -941,6 +941,7 @@ ls_status ls_engine_step(ls_engine *e, int32_t *n_rows_out, ls_err *err) {
 }
 
 void *ls_engine_backend_fwd(ls_engine *e) { return e->bfwd; }
+const ls_backend *ls_engine_backend(const ls_engine *e) { return e->be; }
 void ls_engine_backend_info(const ls_engine *e, ls_backend_info *out) {
     memset(out, 0, sizeof *out);
     e->be->info(e->bfwd, out);

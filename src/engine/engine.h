@@ -35,6 +35,8 @@
 /* What the engine's forward runs on (backend.h): device, host ISA and threads, families,
  * a host pool drafters may share. */
 void ls_engine_backend_info(const ls_engine *e, ls_backend_info *out);
+/* The backend itself (drafters that run forwards of their own: mtp). */
+const ls_backend *ls_engine_backend(const ls_engine *e);
 /* Withdraws a non-canonical family from the rows that need parity (the probe); false:
  * nothing to withdraw.  ls_engine_withdrawn: whether that happened. */
 bool ls_engine_withdraw(ls_engine *e);

@@ -165,9 +165,9 @@ struct ls_drafter {
     int32_t idle, explore;   /* calls since the last draft; draft anyway after `explore` */
     double draft_ms;         /* time spent proposing */
     bool hopeless;           /* even at 90 % acceptance no draft length would pay: never draft */
-    /* mtp */
-    ls_fwd *mf;
-    ls_kv_store *mkv;
+    /* mtp: the module's forward and one-layer KV store, on the engine's backend */
+    const ls_backend *mbe;
+    void *mf, *mkv;
     int32_t *mtable;
     float *H;                /* (n_ctx, n_embd): the target's hidden state per observed position */
     float *hbuf, *hchain;    /* (LS_MTP_ROWS, n_embd) the module's outputs; one chained input */
@@ -194,8 +194,10 @@ void ls_drafter_free(ls_drafter *d) {
         free(d->idx[i].ends);
     }
     ls_ctx_free(d->ctx);
-    ls_fwd_free(d->mf);
-    ls_kv_store_free(d->mkv);
+    if (d->mbe) {
+        d->mbe->fwd_free(d->mf);
+        d->mbe->kv_free(d->mkv);
+    }
     free(d->mtable);
     free(d->H);
     free(d->hbuf);
@@ -212,8 +214,8 @@ ls_drafter *ls_drafter_create(ls_engine *e, const ls_spec_params *pp, const ls_s
     if (ls_params_take(&p, sizeof p, pp, "spec params", err)) return NULL;
     ls_backend_info bi; /* a host pool to share, or none: the drafter gets a CPU thread of its own */
     ls_engine_backend_info(e, &bi);
-    return ls_drafter_create_for(ls_engine_model(e), ls_engine_params_of(e)->n_ctx, bi.pool, (ls_isa)bi.isa, &p, sp,
-                                 err);
+    return ls_drafter_create_on(ls_engine_backend(e), ls_engine_model(e), ls_engine_params_of(e)->n_ctx, bi.pool,
+                                (ls_isa)bi.isa, &p, sp, err);
 }
 
 void ls_drafter_attach(ls_drafter *d, ls_request *r) {
@@ -224,6 +226,11 @@ void ls_drafter_attach(ls_drafter *d, ls_request *r) {
 
 ls_drafter *ls_drafter_create_for(const ls_model *target, int32_t n_ctx, ls_pool *pool, ls_isa isa,
                                   const ls_spec_params *p, const ls_sampler_params *sp, ls_err *err) {
+    return ls_drafter_create_on(NULL, target, n_ctx, pool, isa, p, sp, err);
+}
+
+ls_drafter *ls_drafter_create_on(const ls_backend *be, const ls_model *target, int32_t n_ctx, ls_pool *pool,
+                                 ls_isa isa, const ls_spec_params *p, const ls_sampler_params *sp, ls_err *err) {
     if (ls_spec_check_model(target, n_ctx, p, err)) return NULL;
     ls_drafter *d = ls_calloc(1, sizeof *d);
     if (!d) {
@@ -250,11 +257,14 @@ ls_drafter *ls_drafter_create_for(const ls_model *target, int32_t n_ctx, ls_pool
         d->n_ctx = n_ctx;
         d->n_embd = (int32_t)hp->n_embd;
         d->n_vocab = (int32_t)hp->n_vocab;
-        ls_fwd_params fp = {.n_rows = LS_MTP_ROWS, .n_ctx = n_ctx, .n_threads = 1, .isa = (int32_t)isa,
-                            .pool = pool, .mtp = true};
-        if (!(d->mf = ls_fwd_create(target, fp, err))) goto fail;
+        /* The module runs where the target does: its recipe is the backend's, so a draft is
+         * the same wherever it was computed (and verification decides anyway). */
+        if (!(d->mbe = be ? be : ls_backend_find(NULL, err))) goto fail;
+        ls_backend_params bp = {.n_rows = LS_MTP_ROWS, .n_ctx = n_ctx, .n_threads = 1, .isa = (int32_t)isa,
+                                .pool = pool, .mtp = true};
+        if (!(d->mf = d->mbe->fwd_create(target, &bp, err))) goto fail;
         int32_t nb = (n_ctx + LS_KV_BLOCK - 1) / LS_KV_BLOCK;
-        if (!(d->mkv = ls_kv_store_create(target, nb, err))) goto fail;
+        if (!(d->mkv = d->mbe->kv_create(target, nb, 1, err))) goto fail;
         d->mtable = ls_malloc((size_t)nb * sizeof *d->mtable);
         d->H = ls_malloc((size_t)n_ctx * hp->n_embd * sizeof(float));
         d->hbuf = ls_malloc((size_t)LS_MTP_ROWS * hp->n_embd * sizeof(float));
@@ -374,15 +384,19 @@ void ls_drafter_observe(void *ud, int32_t pos, const float *hidden) {
     d->n_obs = pos + 1;
 }
 
-/* One MTP forward over rows (token, position, input hidden); logits of the last. */
-static void mtp_run(ls_drafter *d, int32_t n, const float *hin, bool logits) {
+/* One MTP forward over rows (token, position, input hidden); logits of the last.  false:
+ * the backend failed (a device error): the drafter proposes nothing from then on. */
+static bool mtp_run(ls_drafter *d, int32_t n, const float *hin, bool logits) {
     const int32_t *tables[1] = {d->mtable};
     for (int32_t j = 0; j < n; j++) {
         d->mseq[j] = 0;
         d->mlrow[j] = logits && j == n - 1 ? 0 : -1;
     }
     ls_batch b = {n, d->mtok, d->mpos, d->mseq, tables, d->mlrow, NULL, hin, d->hbuf};
-    ls_fwd_run(d->mf, d->mkv, &b, logits ? d->logits : NULL);
+    ls_err err;
+    if (d->mbe->run(d->mf, d->mkv, &b, logits ? d->logits : NULL, &err) == LS_OK) return true;
+    d->hopeless = true; /* drafts are optional: plain decoding goes on */
+    return false;
 }
 
 static int32_t draft_mtp(ls_drafter *d, const int32_t *h, int32_t n, int32_t *out, int32_t max) {
@@ -400,7 +414,7 @@ static int32_t draft_mtp(ls_drafter *d, const int32_t *h, int32_t n, int32_t *ou
             d->mpos[j] = d->n_mtp + j;
         }
         bool last = d->n_mtp + c == d->n_obs;
-        mtp_run(d, c, d->H + (size_t)d->n_mtp * E, last);
+        if (!mtp_run(d, c, d->H + (size_t)d->n_mtp * E, last)) return 0;
         if (last) hid = d->hbuf + (size_t)(c - 1) * E;
         d->n_mtp += c;
     }
@@ -411,7 +425,7 @@ static int32_t draft_mtp(ls_drafter *d, const int32_t *h, int32_t n, int32_t *ou
         memcpy(d->hchain, hid, E * sizeof(float));
         d->mtok[0] = out[k - 1];
         d->mpos[0] = n - 2 + k; /* past the observed positions: overwritten when they are observed */
-        mtp_run(d, 1, d->hchain, true);
+        if (!mtp_run(d, 1, d->hchain, true)) return k;
         hid = d->hbuf;
     }
     return k;

@@ -35,6 +35,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "engine/backend.h"
 #include "model/model.h"
 #include "sample/sample.h"
 #include "util/err.h"
@@ -50,6 +51,9 @@ ls_status ls_spec_check_model(const ls_model *target, int32_t n_ctx, const ls_sp
  * (this header's layout).  ls_drafter_create goes through it with the engine's. */
 ls_drafter *ls_drafter_create_for(const ls_model *target, int32_t n_ctx, ls_pool *pool, ls_isa isa,
                                   const ls_spec_params *p, const ls_sampler_params *sp, ls_err *err);
+/* The same on a backend (NULL: the CPU): an mtp drafter runs its module there. */
+ls_drafter *ls_drafter_create_on(const ls_backend *be, const ls_model *target, int32_t n_ctx, ls_pool *pool,
+                                 ls_isa isa, const ls_spec_params *p, const ls_sampler_params *sp, ls_err *err);
 /* The engine's draft callback (ls_request.draft), with ud = the drafter. */
 int32_t ls_drafter_draft(void *ud, const int32_t *hist, int32_t n_hist, int32_t *out, int32_t max);
 /* The engine's draft_observe callback (needed by mtp; a no-op for the others). */

@@ -168,7 +168,9 @@ static gguf_writer *synth_writer(const synth_cfg *c0, uint64_t seed, const gguf_
     gguf_writer_add_str(w, "general.name", c->name);
     gguf_writer_add_u32(w, KEY("context_length"), (uint32_t)c->n_ctx_train);
     gguf_writer_add_u32(w, KEY("embedding_length"), (uint32_t)E);
-    gguf_writer_add_u32(w, KEY("block_count"), (uint32_t)c->n_layer);
+    const int32_t n_blk = c->n_layer + ((c->feats & SYNTH_MTP) ? 1 : 0);
+    gguf_writer_add_u32(w, KEY("block_count"), (uint32_t)n_blk);
+    if (c->feats & SYNTH_MTP) gguf_writer_add_u32(w, KEY("nextn_predict_layers"), 1);
     gguf_writer_add_u32(w, KEY("feed_forward_length"), (uint32_t)F);
     gguf_writer_add_u32(w, KEY("attention.head_count"), (uint32_t)c->n_head);
     gguf_writer_add_u32(w, KEY("attention.head_count_kv"), (uint32_t)c->n_head_kv);
@@ -224,7 +226,7 @@ static gguf_writer *synth_writer(const synth_cfg *c0, uint64_t seed, const gguf_
         free(v);
     }
     char name[96];
-    for (int32_t l = 0; l < c->n_layer && !st; l++) {
+    for (int32_t l = 0; l < n_blk && !st; l++) {
         const uint64_t ls = seed + 1000 * (uint64_t)(l + 1);
 #define M_(suf, t, n, k, sc, o)                                           \
     if (!st) {                                                            \
@@ -263,6 +265,18 @@ static gguf_writer *synth_writer(const synth_cfg *c0, uint64_t seed, const gguf_
         M_("ffn_gate", c->t_gate, F, E, ws, 7)
         M_("ffn_up", c->t_up, F, E, ws, 8)
         M_("ffn_down", c->t_down, E, F, wf, 9)
+        if (l == c->n_layer) { /* the MTP module's own tensors */
+            M_("nextn.eh_proj", c->t_o, E, 2 * E, ws, 30)
+            const char *nv[3] = {"enorm", "hnorm", "shared_head_norm"};
+            for (int i = 0; i < 3 && !st; i++) {
+                snprintf(name, sizeof name, "blk.%d.nextn.%s.weight", l, nv[i]);
+                st = add_norm(w, name, E, ls + 31 + (uint64_t)i);
+            }
+            if (c->t_out >= 0) { /* its own head and embedding (F16) */
+                M_("nextn.shared_head_head", 1, c->n_vocab, E, ws, 34)
+                M_("nextn.embed_tokens", 1, c->n_vocab, E, 1.0f, 35)
+            }
+        }
 #undef M_
     }
 #undef KEY

@@ -43,6 +43,8 @@ enum {
     SYNTH_QK_NORM = 1u << 1,    /* blk.N.attn_{q,k}_norm.weight (qwen3, gemma3) */
     SYNTH_POST = 1u << 2,       /* blk.N.post_attention_norm / post_ffw_norm (gemma3) */
     SYNTH_ROPE_FREQS = 1u << 3, /* rope_freqs.weight: factors 1..8 (llama 3.1+) */
+    SYNTH_MTP = 1u << 4,        /* an MTP module after the n_layer blocks (llama.cpp's nextn names; eh_proj
+                                 * of t_o, its own F16 head and embedding unless tied: t_out < 0) */
 };
 
 /* Synthetic files of every family of the architecture table (arch.c), one or more each:

@@ -21,7 +21,9 @@
  *     rope_freqs.weight, mistral, qwen2 with biases and with YaRN, qwen3 with q/k norms,
  *     gemma3 with GeGLU, post-norms, embedding scale and a window of 11 positions over
  *     sequences of up to 216): the GPU executes the model's plan, so every family must
- *     give the CPU's bytes.
+ *     give the CPU's bytes;
+ *  5. MTP modules (test_mtp): the trunk of a file with one as above, and the module's own
+ *     forward (norms, eh_proj, its block on a one-layer store, its head) == the CPU's.
  *
  * --quick: a subset (the mutant build of `make test-cuda` runs it and must fail). */
 #include <math.h>
@@ -273,7 +275,7 @@ static void test_model(const synth_cfg *c, uint64_t seed) {
     }
     const double t1 = now_s();
     ls_cuda_fwd *g = ls_cuda_fwd_create(fx.m, &(ls_backend_params){.n_rows = 160, .n_ctx = NCTX}, &err);
-    ls_cuda_kv *kv = g ? ls_cuda_kv_create(fx.m, NSEQ * (NCTX / LS_KV_BLOCK), &err) : NULL;
+    ls_cuda_kv *kv = g ? ls_cuda_kv_create(fx.m, NSEQ * (NCTX / LS_KV_BLOCK), 0, &err) : NULL;
     if (!g || !kv) {
         printf("FAIL cuda fwd %s: %s\n", c->name, err.msg);
         g_failed++;
@@ -365,6 +367,110 @@ static void test_model(const synth_cfg *c, uint64_t seed) {
     free(buf);
 }
 
+/* 5. An MTP module (SYNTH_MTP): the trunk of the file as test_model runs it, then the
+ * module itself.  Three sequences of random tokens with random hidden states as the
+ * module's inputs (what the target's forward would hand it), run to the end on the CPU
+ * (chunks of 64) and on the GPU (chunks of 1..33 rows, both exact kernels), each on its
+ * own blocks of a one-layer store: every row's logits and hidden output, memcmp. */
+static void test_mtp(const synth_cfg *c, uint64_t seed) {
+    test_model(c, seed);
+    void *buf = NULL;
+    ls_err err;
+    ls_model *m = synth_model(c, seed, &buf, &err);
+    if (!m || !ls_model_has_mtp(m)) {
+        printf("FAIL model %s: %s\n", c->name, m ? "no MTP module" : err.msg);
+        g_failed++;
+        ls_model_free(m);
+        free(buf);
+        return;
+    }
+    enum { NS = 3, BPS = NCTX / LS_KV_BLOCK };
+    const int E = c->n_embd, V = c->n_vocab, len = g_quick ? 60 : NCTX - 16;
+    ls_fwd *cf = ls_fwd_create(m, (ls_fwd_params){.n_rows = 64, .n_ctx = NCTX, .n_threads = 16, .isa = -1, .mtp = true},
+                               &err);
+    ls_kv_store *ckv = cf ? ls_kv_store_create_shape(1, c->n_head_kv, c->head_dim ? c->head_dim : E / c->n_head,
+                                                     NS * BPS, &err)
+                          : NULL;
+    ls_cuda_fwd *g = ckv ? ls_cuda_fwd_create(m, &(ls_backend_params){.n_rows = 64, .n_ctx = NCTX, .mtp = true}, &err)
+                         : NULL;
+    ls_cuda_kv *gkv = g ? ls_cuda_kv_create(m, NS * BPS, 1, &err) : NULL;
+    int32_t *tok = malloc((size_t)NS * len * sizeof *tok), *pos = malloc(64 * sizeof *pos), *seq = calloc(64, sizeof *seq),
+            *lrow = malloc(64 * sizeof *lrow);
+    float *hin = malloc((size_t)NS * len * E * sizeof *hin), *lc = malloc((size_t)NS * len * V * sizeof *lc),
+          *lg = malloc((size_t)NS * len * V * sizeof *lg), *hc = malloc((size_t)NS * len * E * sizeof *hc),
+          *hg = malloc((size_t)NS * len * E * sizeof *hg);
+    if (!gkv || !tok || !pos || !seq || !lrow || !hin || !lc || !lg || !hc || !hg) {
+        printf("FAIL mtp %s: %s\n", c->name, gkv ? "out of memory" : err.msg);
+        g_failed++;
+        goto done;
+    }
+    {
+        uint64_t s = seed * 7 + 5;
+        for (int i = 0; i < NS * len; i++) tok[i] = (int32_t)(synth_next(&s) % (uint64_t)V);
+        for (size_t i = 0; i < (size_t)NS * len * E; i++) hin[i] = 4.0f * synth_unif(&s) - 2.0f;
+        int32_t tables[NS][BPS];
+        for (int q = 0; q < NS; q++) /* each sequence on its own blocks, in reverse order */
+            for (int b = 0; b < BPS; b++) tables[q][b] = q * BPS + (BPS - 1 - b);
+        for (int side = 0; side < 2; side++) { /* 0: CPU, 1: GPU */
+            for (int pol = 0; pol < (side ? 2 : 1); pol++) {
+                if (side) {
+                    ls_cuda_opts o;
+                    ls_cuda_fwd_get_opts(g, &o);
+                    o.gemv_max_rows = pol ? 64 : 8; /* pol 1: the warp kernel for every run */
+                    ls_cuda_fwd_set_opts(g, &o);
+                }
+                for (int q = 0; q < NS; q++) {
+                    const int32_t *tb[1] = {tables[q]};
+                    for (int at = 0, k = 0; at < len; at += k) {
+                        k = side ? 1 + (int)(synth_next(&s) % 33) : 64;
+                        if (k > len - at) k = len - at;
+                        for (int j = 0; j < k; j++) {
+                            pos[j] = at + j;
+                            lrow[j] = j;
+                        }
+                        const size_t r0 = (size_t)q * len + at;
+                        float *lo = (side ? lg : lc) + r0 * V, *ho = (side ? hg : hc) + r0 * E;
+                        ls_batch b = {k, tok + r0, pos, seq, tb, lrow, NULL, hin + r0 * E, ho};
+                        if (!side) {
+                            ls_fwd_run(cf, ckv, &b, lo);
+                        } else if (ls_cuda_fwd_run(g, gkv, &b, lo, &err)) {
+                            printf("FAIL mtp %s: %s\n", c->name, err.msg);
+                            g_failed++;
+                            goto done;
+                        }
+                    }
+                }
+                if (side) {
+                    char what[200];
+                    snprintf(what, sizeof what, "%s: MTP module, %d rows in chunks of 1..33 (%s): logits", c->name,
+                             NS * len, pol ? "warp kernel for every run" : "default policy");
+                    report(what, parity_diff_bytes(lc, lg, (size_t)NS * len * V * sizeof *lc),
+                           (size_t)NS * len * V * sizeof *lc);
+                    snprintf(what, sizeof what, "%s: MTP module: hidden outputs", c->name);
+                    report(what, parity_diff_bytes(hc, hg, (size_t)NS * len * E * sizeof *hc),
+                           (size_t)NS * len * E * sizeof *hc);
+                }
+            }
+        }
+    }
+done:
+    free(tok);
+    free(pos);
+    free(seq);
+    free(lrow);
+    free(hin);
+    free(lc);
+    free(lg);
+    free(hc);
+    free(hg);
+    ls_cuda_kv_free(gkv);
+    ls_cuda_fwd_free(g);
+    ls_kv_store_free(ckv);
+    ls_fwd_free(cf);
+    ls_model_free(m);
+    free(buf);
+}
+
 static void cpu_info(void) {
     FILE *f = fopen("/proc/cpuinfo", "r");
     char line[4096], model[256] = "?";
@@ -417,6 +523,15 @@ int main(int argc, char **argv) {
         int nf;
         const synth_cfg *fam = synth_families(&nf);
         for (int i = 0; i < (g_quick ? 2 : nf); i++) test_model(&fam[i], 2000 + (uint64_t)i);
+    }
+    { /* MTP modules: a llama one sharing the tied head and embedding, a gemma3 one with its own */
+        static const synth_cfg mtp[] = {
+            {"llama + MTP (Q4_1 block, Q8_0 eh_proj, tied Q8_0 head)", 2048, 256, 2, 4, 2, 512, 4096, 3, 3, 3, 8, 3, 3, 3, 8,
+             -1, 10000.0f, "llama", 0, 0, SYNTH_MTP, 0, 0, 0},
+            {"gemma3 + MTP (window 11, Q4_0 eh_proj, its own F16 head and embedding)", 2048, 128, 6, 2, 1, 512, 4096, 8, 8,
+             6, 2, 8, 8, 2, 8, 1, 1000000.0f, "gemma3", 256, 11, SYNTH_QK_NORM | SYNTH_POST | SYNTH_MTP, 0, 0, 0},
+        };
+        for (int i = 0; i < (g_quick ? 1 : 2); i++) test_mtp(&mtp[i], 3000 + (uint64_t)i);
     }
     printf("test_cuda: %zu checks, %zu failed; %zu differing bytes of %zu compared (%.1f s) %s\n", g_checks, g_failed,
            g_bytes_diff, g_bytes_cmp, now_s() - t0, g_failed ? "FAIL" : "ok");

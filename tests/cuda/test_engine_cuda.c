@@ -51,7 +51,7 @@ typedef struct {
     int32_t prompt[80], n_prompt;
     ls_sampler_params sp;
     int32_t chunk;
-    bool ngram;
+    bool ngram, mtp; /* an ngram drafter; the file's MTP module (which runs on the engine's backend) */
     ls_result res;
 } req;
 
@@ -72,9 +72,9 @@ static void submit_all(ls_engine *e, req *r, int n, ls_drafter **dr) {
         q.want_logits = true;
         q.prefill_chunk = r[i].chunk;
         q.on_event = ignore;
-        if (r[i].ngram) {
+        if (r[i].ngram || r[i].mtp) {
             ls_spec_params sp = LS_SPEC_PARAMS_INIT;
-            sp.kind = LS_SPEC_NGRAM;
+            sp.kind = r[i].mtp ? LS_SPEC_MTP : LS_SPEC_NGRAM;
             sp.ngram_min = 1;
             sp.fixed_length = true;
             if (!(dr[i] = ls_drafter_create(e, &sp, &q.sampling, &err))) {
@@ -136,6 +136,7 @@ static void test_model(const synth_cfg *c, uint64_t seed) {
                       : (ls_sampler_params){.top_p = 1.0f};
         r->chunk = i == 2 ? 7 : 0;
         r->ngram = i == 4;
+        r->mtp = i == 5 && (c->feats & SYNTH_MTP); /* its module on the GPU in the GPU engine */
         rc[i] = *r;
     }
     ls_drafter *dg[NR] = {0}, *dc[NR] = {0};
@@ -157,6 +158,11 @@ static void test_model(const synth_cfg *c, uint64_t seed) {
         if (d || !same || a.res.n_logits != b.res.n_logits) {
             printf("  request %d: GPU alone vs CPU alone: %zu bytes differ, tokens %s\n", i, d, same ? "same" : "DIFFER");
             g_fail = 1;
+        }
+        if (rc[i].mtp) { /* the module really drafted on each side */
+            printf("%-40s MTP request: %d/%d drafts accepted on the CPU, %d/%d on the GPU\n", c->name, a.res.n_accepted,
+                   a.res.n_drafted, b.res.n_accepted, b.res.n_drafted);
+            if (a.res.n_drafted == 0 || b.res.n_drafted == 0) g_fail = 1;
         }
         ls_result_free(&a.res);
         ls_result_free(&b.res);
@@ -428,6 +434,8 @@ int main(int argc, char **argv) {
         {"smol-q4_1 (Q4_1, tied Q8_0 head)", 8192, 576, 3, 9, 3, 1536, 8192, 3, 3, 3, 3, 3, 3, 3, 8, -1, 100000.0f, NULL, 0, 0, 0, 0.0f, 0, 0.0f},
         {"q4_k_m (Q4_K, Q6_K v/down/head)", 8192, 1024, 2, 16, 4, 2816, 4096, 12, 12, 14, 12, 12, 12, 14, 12, 14, 10000.0f, NULL, 0, 0, 0, 0.0f, 0, 0.0f},
         {"q4_0 (Q6_K head, head dim 128)", 8192, 1024, 2, 8, 2, 2816, 4096, 2, 2, 2, 2, 2, 2, 2, 2, 14, 500000.0f, NULL, 0, 0, 0, 0.0f, 0, 0.0f},
+        {"gemma3 + MTP (its own F16 head)", 2048, 128, 6, 2, 1, 512, 4096, 8, 8, 6, 2, 8, 8, 2, 8, 1, 1000000.0f, "gemma3", 256,
+         11, SYNTH_QK_NORM | SYNTH_POST | SYNTH_MTP, 0, 0, 0},
     };
     for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) test_model(&cfgs[i], 11 + i);
     printf("test_engine_cuda: %zu logits rows compared, %zu bytes differ: %s\n", g_rows, g_bytes_diff,

@@ -17,11 +17,15 @@ static void *cpu_fwd_create(const ls_model *m, const ls_backend_params *p, ls_er
     ls_fwd_params fp = {.n_rows = p->n_rows, .n_ctx = p->n_ctx, .n_threads = p->n_threads, .isa = p->isa,
                         .layers = p->layers, .n_layers = p->n_layers,
                         .fam = t && t->fam ? t->fam : named, .fam_parity = t && t->fam_parity ? t->fam_parity : named,
-                        .faults = t ? t->faults : 0};
+                        .faults = t ? t->faults : 0, .pool = p->pool, .mtp = p->mtp};
     return ls_fwd_create(m, fp, err);
 }
 static void cpu_fwd_free(void *f) { ls_fwd_free(f); }
-static void *cpu_kv_create(const ls_model *m, int32_t n_blocks, ls_err *err) { return ls_kv_store_create(m, n_blocks, err); }
+static void *cpu_kv_create(const ls_model *m, int32_t n_blocks, int32_t n_layers, ls_err *err) {
+    const ls_hparams *hp = ls_model_hparams(m);
+    return ls_kv_store_create_shape(n_layers ? n_layers : (int32_t)hp->n_layer, (int32_t)hp->n_head_kv,
+                                    (int32_t)hp->head_dim, n_blocks, err);
+}
 static void cpu_kv_free(void *kv) { ls_kv_store_free(kv); }
 static ls_status cpu_kv_block_copy(void *kv, int32_t dst, int32_t src, int32_t n_pos, ls_err *err) {
     (void)err;

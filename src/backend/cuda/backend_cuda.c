@@ -10,7 +10,9 @@ static void *cu_fwd_create(const ls_model *m, const ls_backend_params *p, ls_err
     return ls_cuda_fwd_create(m, p, err);
 }
 static void cu_fwd_free(void *f) { ls_cuda_fwd_free(f); }
-static void *cu_kv_create(const ls_model *m, int32_t n_blocks, ls_err *err) { return ls_cuda_kv_create(m, n_blocks, err); }
+static void *cu_kv_create(const ls_model *m, int32_t n_blocks, int32_t n_layers, ls_err *err) {
+    return ls_cuda_kv_create(m, n_blocks, n_layers, err);
+}
 static void cu_kv_free(void *kv) { ls_cuda_kv_free(kv); }
 static ls_status cu_kv_block_copy(void *kv, int32_t dst, int32_t src, int32_t n_pos, ls_err *err) {
     return ls_cuda_kv_block_copy(kv, dst, src, n_pos, err);

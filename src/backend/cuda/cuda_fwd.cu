@@ -164,6 +164,9 @@ struct Weights {
     std::vector<WLayer> L;
     float *out_norm;
     DMat output;
+    /* the MTP module (src.has_mtp): its block is L[n_layer] */
+    float *mtp_enorm, *mtp_hnorm, *mtp_head_norm;
+    DMat mtp_eh, mtp_head; /* mtp_head empty when it shares output */
     uint64_t bytes;
     size_t max_nk; /* the largest N * K (fast family dequantization scratch) */
 };
@@ -187,6 +190,11 @@ static void weights_free(Weights *w) {
     }
     cudaFree(w->out_norm);
     dmat_free(&w->output);
+    cudaFree(w->mtp_enorm);
+    cudaFree(w->mtp_hnorm);
+    cudaFree(w->mtp_head_norm);
+    dmat_free(&w->mtp_eh);
+    dmat_free(&w->mtp_head);
     lsc_model_src_free(&w->src);
     delete w;
 }
@@ -200,7 +208,12 @@ static ls_status upload_vec(float **d, const float *h, size_t n, ls_err *err) {
 static ls_status weights_upload(Weights *w, ls_err *err) {
     const lsc_model_src *s = &w->src;
     uint64_t maxb = s->output.nbytes;
-    for (int l = 0; l < s->n_layer; l++) {
+    const int nl = s->n_layer + (s->has_mtp ? 1 : 0); /* the MTP block after the trunk */
+    if (s->has_mtp) {
+        maxb = s->mtp_eh_proj.nbytes > maxb ? s->mtp_eh_proj.nbytes : maxb;
+        maxb = s->mtp_head.nbytes > maxb ? s->mtp_head.nbytes : maxb;
+    }
+    for (int l = 0; l < nl; l++) {
         const lsc_layer_src *L = &s->layers[l];
         const lsc_mat_src *all[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
         for (int i = 0; i < 7; i++) maxb = all[i]->nbytes > maxb ? all[i]->nbytes : maxb;
@@ -208,14 +221,14 @@ static ls_status weights_upload(Weights *w, ls_err *err) {
     uint8_t *tmp = NULL;
     CK(cudaMalloc(&tmp, maxb));
     ls_status st = LS_OK;
-    w->L.resize(s->n_layer);
+    w->L.resize(nl);
     for (WLayer &l : w->L) memset(&l, 0, sizeof l);
     auto track = [&](const DMat &d) {
         w->bytes += d.bytes;
         const size_t nk = (size_t)d.m.N * d.m.K;
         if (nk > w->max_nk) w->max_nk = nk;
     };
-    for (int li = 0; li < s->n_layer && !st; li++) {
+    for (int li = 0; li < nl && !st; li++) {
         const lsc_layer_src *L = &s->layers[li];
         WLayer &D = w->L[li];
         if ((st = upload_vec(&D.attn_norm, L->attn_norm, s->n_embd, err)) ||
@@ -295,6 +308,19 @@ static ls_status weights_upload(Weights *w, ls_err *err) {
     if (!st && !(st = dmat_alloc(&w->output, (int)s->output.type, s->output.N, s->output.K, err)))
         st = dmat_fill(&w->output, &s->output, 0, 1 << 30, 0, tmp, err);
     if (!st) track(w->output);
+    if (!st && s->has_mtp) {
+        if (!(st = upload_vec(&w->mtp_enorm, s->mtp_enorm, s->n_embd, err)) &&
+            !(st = upload_vec(&w->mtp_hnorm, s->mtp_hnorm, s->n_embd, err)) &&
+            !(st = upload_vec(&w->mtp_head_norm, s->mtp_head_norm, s->n_embd, err)) &&
+            !(st = dmat_alloc(&w->mtp_eh, (int)s->mtp_eh_proj.type, s->mtp_eh_proj.N, s->mtp_eh_proj.K, err)) &&
+            !(st = dmat_fill(&w->mtp_eh, &s->mtp_eh_proj, 0, 1 << 30, 0, tmp, err))) {
+            track(w->mtp_eh);
+            if (s->mtp_own_head &&
+                !(st = dmat_alloc(&w->mtp_head, (int)s->mtp_head.type, s->mtp_head.N, s->mtp_head.K, err)) &&
+                !(st = dmat_fill(&w->mtp_head, &s->mtp_head, 0, 1 << 30, 0, tmp, err)))
+                track(w->mtp_head);
+        }
+    }
     cudaFree(tmp);
     return st;
 }
@@ -342,9 +368,10 @@ struct ls_cuda_kv {
     cudaStream_t st;
 };
 
-ls_cuda_kv *ls_cuda_kv_create(const ls_model *m, int32_t n_blocks, ls_err *err) {
-    if (n_blocks < 1) {
-        ls_err_set(err, LS_E_INVALID, "the KV cache needs at least one block (got %d)", n_blocks);
+ls_cuda_kv *ls_cuda_kv_create(const ls_model *m, int32_t n_blocks, int32_t n_layers, ls_err *err) {
+    if (n_blocks < 1 || n_layers < 0) {
+        ls_err_set(err, LS_E_INVALID, "the KV cache needs at least one block (got %d) and a layer count >= 0 (got %d)",
+                   n_blocks, n_layers);
         return NULL;
     }
     lsc_model_src s;
@@ -356,11 +383,11 @@ ls_cuda_kv *ls_cuda_kv_create(const ls_model *m, int32_t n_blocks, ls_err *err) 
         return NULL;
     }
     kv->n_blocks = n_blocks;
-    kv->n_layer = s.n_layer;
+    kv->n_layer = n_layers ? n_layers : s.n_layer;
     kv->n_kv = s.n_head_kv;
     kv->D = s.head_dim;
-    kv->block_floats = s.kv_block_floats;
     kv->layer_floats = (size_t)2 * LS_KV_BLOCK * s.n_head_kv * s.head_dim;
+    kv->block_floats = (size_t)kv->n_layer * kv->layer_floats; /* s.kv_block_floats for the model's count */
     lsc_model_src_free(&s);
     cudaError_t e = cudaMalloc((void **)&kv->d, (size_t)n_blocks * kv->block_floats * sizeof(float));
     if (e == cudaSuccess) e = cudaMemset(kv->d, 0, (size_t)n_blocks * kv->block_floats * sizeof(float));
@@ -450,6 +477,8 @@ struct ls_cuda_fwd {
     const ls_model *model;
     int32_t n_rows, n_ctx, maxblk;
     std::vector<int> layers;
+    bool mtp;   /* runs the MTP module: rows carry embd_in; K/V in layer 0 of a one-layer store */
+    float *cat; /* (n_rows, 2 n_embd) the module's input [enorm(embed); hnorm(hidden)] */
     cudaStream_t st;
     lsc_stream ls; /* st and the launch settings of this forward's kernels (set per run from opts) */
     cudaEvent_t ev0, ev1;
@@ -491,9 +520,10 @@ struct ls_cuda_fwd {
         }                                                                        \
     } while (0)
 
-/* staging layout for M rows (4-byte words): x_in (M E), pos (M), tbl_off (M), out_idx (M), tables (M maxblk) */
+/* staging layout for M rows (4-byte words): x_in (M E), pos (M), tbl_off (M), out_idx (M), tables (M maxblk),
+ * and for an MTP forward the rows' hidden states (M E) */
 struct Stage {
-    size_t x, pos, tbl_off, out_idx, tbl, words;
+    size_t x, pos, tbl_off, out_idx, tbl, ein, words;
 };
 static Stage stage_layout(const ls_cuda_fwd *f, int M) {
     Stage s;
@@ -502,7 +532,8 @@ static Stage stage_layout(const ls_cuda_fwd *f, int M) {
     s.tbl_off = s.pos + M;
     s.out_idx = s.tbl_off + M;
     s.tbl = s.out_idx + M;
-    s.words = s.tbl + (size_t)M * f->maxblk;
+    s.ein = (s.tbl + (size_t)M * f->maxblk + 15) & ~(size_t)15; /* float4 loads: 64-byte aligned */
+    s.words = s.ein + (f->mtp ? (size_t)M * f->E : 0);
     s.words = (s.words + 63) & ~(size_t)63;
     return s;
 }
@@ -521,7 +552,7 @@ void ls_cuda_fwd_free(ls_cuda_fwd *f) {
     for (cudaEvent_t e : f->pev)
         if (e) cudaEventDestroy(e);
     void *dev[] = {f->xn, f->qkv, f->att, f->h, f->tbuf, f->logits_d, f->cs[0], f->sn[0], f->cs[1], f->sn[1], f->xq,
-                   f->dxs, f->xq2, f->dxs2, f->stage_d, f->wh, f->xh, f->part};
+                   f->dxs, f->xq2, f->dxs2, f->stage_d, f->wh, f->xh, f->part, f->cat};
     for (void *p : dev) cudaFree(p);
     cudaFreeHost(f->stage_h);
     cudaFreeHost(f->logits_h);
@@ -587,8 +618,14 @@ ls_cuda_fwd *ls_cuda_fwd_create(const ls_model *m, const ls_backend_params *p, l
         f->QKVD = f->QD + 2 * f->KVD;
         f->F = s->n_ff;
         f->V = s->n_vocab;
-        const int nl = p->layers ? p->n_layers : s->n_layer;
-        if (nl < 1 || nl > s->n_layer) {
+        f->mtp = p->mtp;
+        if (p->mtp && !s->has_mtp) {
+            ls_err_set(err, LS_E_UNSUPPORTED, "this model has no MTP (nextn) module");
+            goto fail;
+        }
+        const int nl = p->mtp ? 0 : p->layers ? p->n_layers : s->n_layer;
+        if (p->mtp) f->layers.push_back(s->n_layer); /* the module's block, after the trunk */
+        if (!p->mtp && (nl < 1 || nl > s->n_layer)) {
             ls_err_set(err, LS_E_INVALID, "layer list of %d layers (the model has %d)", nl, s->n_layer);
             goto fail;
         }
@@ -628,7 +665,9 @@ ls_cuda_fwd *ls_cuda_fwd_create(const ls_model *m, const ls_backend_params *p, l
         const size_t R = (size_t)p->n_rows;
         int kmax = f->E > f->QD ? f->E : f->QD;
         kmax = f->F > kmax ? f->F : kmax;
+        if (f->mtp) kmax = 2 * f->E > kmax ? 2 * f->E : kmax; /* eh_proj's input */
         const int xs = (int)lsc_nbp(kmax / 32 + 1);
+        if (f->mtp && (st = dalloc((void **)&f->cat, R * 2 * f->E * 4, err))) goto fail;
         if ((st = dalloc((void **)&f->xn, R * f->E * 4, err)) || (st = dalloc((void **)&f->qkv, R * f->QKVD * 4, err)) ||
             (st = dalloc((void **)&f->att, R * f->QD * 4, err)) || (st = dalloc((void **)&f->h, R * f->F * 4, err)) ||
             (st = dalloc((void **)&f->tbuf, R * (2 * f->F > f->E ? 2 * f->F : f->E) * 4, err)) ||
@@ -672,7 +711,8 @@ ls_cuda_fwd *ls_cuda_fwd_create(const ls_model *m, const ls_backend_params *p, l
         }
         f->stats.cublas = f->blas != NULL;
         f->stats.weight_bytes = f->w->bytes;
-        uint64_t sb = f->w->output.bytes;
+        uint64_t sb = f->mtp ? f->w->mtp_eh.bytes + (s->mtp_own_head ? f->w->mtp_head.bytes : f->w->output.bytes)
+                             : f->w->output.bytes;
         for (int l : f->layers) {
             const WLayer &L = f->w->L[l];
             for (int i = 0; i < L.n_qkv; i++) sb += L.qkv[i].bytes;
@@ -776,6 +816,17 @@ static ls_status enqueue(ls_cuda_fwd *f, ls_cuda_kv *kv, const Plan &pl, ls_err 
                   *out_idx = (const int32_t *)f->stage_d + sl.out_idx, *tbl = (const int32_t *)f->stage_d + sl.tbl;
     const int xsE = (int)lsc_nbp(E / 32), xsQ = (int)lsc_nbp(f->QD / 32), xsF = (int)lsc_nbp(F / 32);
     ls_status rs;
+    if (f->mtp) { /* forward.c: x = eh_proj([enorm(embed(token)); hnorm(hidden)]) */
+        const float *ein = (const float *)f->stage_d + sl.ein;
+        const int xs2 = (int)lsc_nbp(2 * E / 32);
+        CK(lsc_rmsnorm_quant(x, E, NULL, f->w->mtp_enorm, s->norm_eps, M, E, f->cat, 2 * E, NULL, NULL, 0, st));
+        st.pdl = pdl;
+        CK(lsc_rmsnorm_quant(ein, E, NULL, f->w->mtp_hnorm, s->norm_eps, M, E, f->cat + E, 2 * E, NULL, NULL, 0, st));
+        if (!lsc_is_float(f->w->mtp_eh.m.type)) CK(lsc_quant(f->cat, 2 * E, M, 2 * E, f->xq, f->dxs, xs2, st));
+        const lsc_act a2 = {f->xq, f->dxs, xs2};
+        if ((rs = mm(f, f->w->mtp_eh, pl.rows, f->cat, 2 * E, a2, x, E, LSC_MODE_STORE, err))) return rs;
+        PROF(f, "mtp: norms+eh_proj");
+    }
     for (int l : f->layers) {
         const WLayer &L = f->w->L[l];
         CK(lsc_rmsnorm_quant(x, E, NULL, L.attn_norm, s->norm_eps, M, E, f->xn, E, f->xq, f->dxs, xsE, st));
@@ -789,7 +840,7 @@ static ls_status enqueue(ls_cuda_fwd *f, ls_cuda_kv *kv, const Plan &pl, ls_err 
         lsc_kvargs ka;
         ka.kv = kv->d;
         ka.block_floats = kv->block_floats;
-        ka.layer_off = (size_t)l * kv->layer_floats;
+        ka.layer_off = f->mtp ? 0 : (size_t)l * kv->layer_floats; /* the module's store has one layer */
         ka.tbl = tbl;
         ka.tbl_off = tbl_off;
         ka.pos = pos;
@@ -842,11 +893,13 @@ static ls_status enqueue(ls_cuda_fwd *f, ls_cuda_kv *kv, const Plan &pl, ls_err 
         }
     }
     if (pl.n_out > 0) { /* the head: the rows that need logits, gathered in row order */
-        CK(lsc_rmsnorm_quant(x, E, out_idx, f->w->out_norm, s->norm_eps, pl.n_out, E, f->xn, E, f->xq, f->dxs, xsE, st));
+        const float *hn = f->mtp ? f->w->mtp_head_norm : f->w->out_norm;
+        const DMat &head = f->mtp && s->mtp_own_head ? f->w->mtp_head : f->w->output;
+        CK(lsc_rmsnorm_quant(x, E, out_idx, hn, s->norm_eps, pl.n_out, E, f->xn, E, f->xq, f->dxs, xsE, st));
         st.pdl = pdl;
         PROF(f, "rmsnorm+quant");
         const lsc_act aE = {f->xq, f->dxs, xsE};
-        if ((rs = mm(f, f->w->output, pl.head, f->xn, E, aE, f->logits_d, f->V, LSC_MODE_STORE, err))) return rs;
+        if ((rs = mm(f, head, pl.head, f->xn, E, aE, f->logits_d, f->V, LSC_MODE_STORE, err))) return rs;
         PROF(f, "matmul head");
     }
     st.pdl = 0;
@@ -887,8 +940,10 @@ ls_status ls_cuda_fwd_run(ls_cuda_fwd *f, ls_cuda_kv *kv, const ls_batch *b, flo
     const lsc_model_src *s = f->s;
     if (!b || b->n < 1 || b->n > f->n_rows || !b->token || !b->pos || !b->seq || !b->tables || !b->logit_row)
         return ls_err_set(err, LS_E_INVALID, "bad batch (%d rows, at most %d)", b ? b->n : 0, f->n_rows);
-    if (b->embd_in) return ls_err_set(err, LS_E_UNSUPPORTED, "the CUDA backend does not run MTP (embd_in)");
-    if (kv->n_layer != s->n_layer || kv->D != s->head_dim || kv->n_kv != s->n_head_kv)
+    if (!b->embd_in != !f->mtp)
+        return ls_err_set(err, LS_E_INVALID, f->mtp ? "an MTP forward needs each row's hidden state (embd_in)"
+                                                    : "hidden-state inputs (embd_in) are for an MTP forward");
+    if ((f->mtp ? kv->n_layer < 1 : kv->n_layer != s->n_layer) || kv->D != s->head_dim || kv->n_kv != s->n_head_kv)
         return ls_err_set(err, LS_E_INVALID, "the KV store belongs to another model shape");
     Plan pl;
     pl.M = b->n;
@@ -950,7 +1005,12 @@ ls_status ls_cuda_fwd_run(ls_cuda_fwd *f, ls_cuda_kv *kv, const ls_batch *b, flo
     }
     for (const Run &r : pl.rows) pl.blas_used = pl.blas_used || (r.fast && f->blas && r.n >= f->opts.fast_min_rows);
     for (const Run &r : pl.head) pl.blas_used = pl.blas_used || (r.fast && f->blas && r.n >= f->opts.fast_min_rows);
-    lsc_embed_rows(f->model, b->token, b->n, (float *)f->stage_h + sl.x);
+    if (f->mtp) {
+        lsc_embed_rows_mtp(f->model, b->token, b->n, (float *)f->stage_h + sl.x);
+        memcpy((float *)f->stage_h + sl.ein, b->embd_in, (size_t)b->n * f->E * sizeof(float));
+    } else {
+        lsc_embed_rows(f->model, b->token, b->n, (float *)f->stage_h + sl.x);
+    }
 
     const bool use_graph = f->opts.graphs && !f->opts.profile && b->n <= LSC_GRAPH_ROWS && !pl.blas_used;
     f->pn = 0;

@@ -34,7 +34,8 @@ bool ls_cuda_available(char *name, size_t name_cap, ls_err *err);
  * [head_dim] floats, so the engine's block tables and block bookkeeping carry over
  * unchanged (block ids index this store instead of the host one). */
 typedef struct ls_cuda_kv ls_cuda_kv;
-ls_cuda_kv *ls_cuda_kv_create(const ls_model *m, int32_t n_blocks, ls_err *err);
+/* n_layers: the layers it holds (0: the model's n_layer; 1: an MTP module's store). */
+ls_cuda_kv *ls_cuda_kv_create(const ls_model *m, int32_t n_blocks, int32_t n_layers, ls_err *err);
 void ls_cuda_kv_free(ls_cuda_kv *kv);
 int32_t ls_cuda_kv_blocks(const ls_cuda_kv *kv);
 /* Copies block src's first n_pos positions (all layers) into block dst (device to device,
@@ -42,9 +43,10 @@ int32_t ls_cuda_kv_blocks(const ls_cuda_kv *kv);
 ls_status ls_cuda_kv_block_copy(ls_cuda_kv *kv, int32_t dst, int32_t src, int32_t n_pos, ls_err *err);
 
 /* ---- the forward ------------------------------------------------------------
- * Uses from the seam's ls_backend_params (engine/backend.h): n_rows, n_ctx, layers/n_layers;
- * n_threads, isa and kernels are host-kernel matters and ignored.  (MTP modules run on the
- * CPU's own ls_fwd; this forward runs the trunk.)
+ * Uses from the seam's ls_backend_params (engine/backend.h): n_rows, n_ctx, layers/n_layers,
+ * mtp; n_threads, isa, kernels and pool are host-kernel matters and ignored.  A forward
+ * created with mtp runs the model's MTP module (forward.c's path: the rows' embd_in, a
+ * one-layer KV store) and gives the CPU's bits as the trunk does.
  * The model's weights are uploaded at the first create for that model and shared by
  * every fwd of it (reference-counted; freed with the last fwd). */
 typedef struct ls_cuda_fwd ls_cuda_fwd;
@@ -54,8 +56,8 @@ void ls_cuda_fwd_free(ls_cuda_fwd *f);
 /* Same contract as ls_fwd_run: b->n rows of any sequences at any positions; each row's
  * K/V is written to its block (in kv) before any row reads it; logits (host memory)
  * receive n_vocab floats for each row with logit_row >= 0 (numbered 0, 1, ... in row
- * order); b->hidden_out, when set, every row's last hidden state; embd_in is refused
- * (MTP).  Returns when the results are in host memory. */
+ * order); b->hidden_out, when set, every row's last hidden state; embd_in is required by
+ * an MTP forward and refused by the others.  Returns when the results are in host memory. */
 ls_status ls_cuda_fwd_run(ls_cuda_fwd *f, ls_cuda_kv *kv, const ls_batch *b, float *logits, ls_err *err);
 
 /* ---- knobs (tests, benchmarks) ----------------------------------------------- */

@@ -27,8 +27,8 @@ ls_status lsc_model_describe(const ls_model *m, lsc_model_src *s, ls_err *err) {
     const ls_hparams *hp = &m->hp;
     const ls_plan *P = &m->plan;
     /* The GPU executes the plan (plan.h) of every family; what it has no kernels for is
-     * refused by name.  The MTP block (hp.n_nextn) is simply not run: ls_cuda_fwd_create
-     * refuses p->mtp, and the trunk runs without it. */
+     * refused by name.  The MTP block (hp.n_nextn) is described after the trunk's layers;
+     * only a forward created for the module (ls_backend_params.mtp) runs it. */
     if (P->n_rope < 1 || P->n_rope > 2)
         return ls_err_set(err, LS_E_UNSUPPORTED, "the CUDA backend takes one or two RoPE tables (the plan has %d)",
                           P->n_rope);
@@ -52,9 +52,22 @@ ls_status lsc_model_describe(const ls_model *m, lsc_model_src *s, ls_err *err) {
     s->kv_block_floats = ls_kv_block_bytes(m) / sizeof(float);
     ls_status st;
     if ((st = mat_src(P->output, &s->output, err))) return st;
-    s->layers = ls_calloc((size_t)hp->n_layer, sizeof *s->layers);
+    s->has_mtp = ls_model_has_mtp(m);
+    const uint32_t nl = hp->n_layer + (s->has_mtp ? 1u : 0u);
+    s->layers = ls_calloc(nl, sizeof *s->layers);
     if (!s->layers) return ls_err_set(err, LS_E_NOMEM, "out of memory");
-    for (uint32_t l = 0; l < hp->n_layer; l++) {
+    if (s->has_mtp) {
+        s->mtp_enorm = m->mtp_enorm;
+        s->mtp_hnorm = m->mtp_hnorm;
+        s->mtp_head_norm = m->mtp_head_norm;
+        s->mtp_own_head = m->mtp_head != NULL;
+        if ((st = mat_src(m->mtp_eh_proj, &s->mtp_eh_proj, err)) ||
+            (st = mat_src(m->mtp_head ? m->mtp_head : P->output, &s->mtp_head, err))) {
+            lsc_model_src_free(s);
+            return st;
+        }
+    }
+    for (uint32_t l = 0; l < nl; l++) {
         const ls_layer_plan *L = &P->layers[l];
         lsc_layer_src *d = &s->layers[l];
         d->attn_norm = L->attn_norm;
@@ -86,16 +99,28 @@ void lsc_model_src_free(lsc_model_src *s) {
     s->layers = NULL;
 }
 
-void lsc_embed_rows(const ls_model *m, const int32_t *tok, int32_t n, float *out) {
+static void embed_rows(const ls_model *m, const gguf_tensor *emb, size_t rb, const int32_t *tok, int32_t n,
+                       float *out) {
     const size_t E = m->hp.n_embd;
     const float sc = m->plan.embd_scale;
     for (int32_t r = 0; r < n; r++) {
-        const uint8_t *row = (const uint8_t *)m->tok_embd->data + (size_t)tok[r] * m->tok_embd_row_bytes;
+        const uint8_t *row = (const uint8_t *)emb->data + (size_t)tok[r] * rb;
         float *x = out + (size_t)r * E;
-        ls_dequant_row(m->tok_embd->type, row, x, (int64_t)E);
+        ls_dequant_row(emb->type, row, x, (int64_t)E);
         if (sc != 1.0f) /* forward.c's statement, compiled with the same flags */
             for (size_t i = 0; i < E; i++) x[i] *= sc;
     }
+}
+
+void lsc_embed_rows(const ls_model *m, const int32_t *tok, int32_t n, float *out) {
+    embed_rows(m, m->tok_embd, m->tok_embd_row_bytes, tok, n, out);
+}
+
+void lsc_embed_rows_mtp(const ls_model *m, const int32_t *tok, int32_t n, float *out) {
+    if (m->mtp_embd) /* forward.c's row size for the module's own table */
+        embed_rows(m, m->mtp_embd, m->mtp_embd->nbytes / m->hp.n_vocab, tok, n, out);
+    else
+        embed_rows(m, m->tok_embd, m->tok_embd_row_bytes, tok, n, out);
 }
 
 void lsc_rope_tables(const ls_model *m, int which, int32_t n_ctx, float *cs, float *sn) {

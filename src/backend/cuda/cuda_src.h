@@ -44,7 +44,13 @@ typedef struct {
     int32_t n_rope;         /* RoPE tables: 1, or 2 (the sliding-window layers') */
     const float *out_norm;  /* (n_embd), host */
     lsc_mat_src output;
-    lsc_layer_src *layers;  /* (n_layer), owned */
+    lsc_layer_src *layers;  /* (n_layer + has_mtp), owned: the MTP block last */
+    /* the MTP module (forward.c's f->mtp path), when has_mtp */
+    int32_t has_mtp;
+    const float *mtp_enorm, *mtp_hnorm, *mtp_head_norm; /* (n_embd), host */
+    lsc_mat_src mtp_eh_proj;  /* (n_embd, 2 n_embd) */
+    int32_t mtp_own_head;     /* 1: the module has its own head (mtp_head); 0: it shares output */
+    lsc_mat_src mtp_head;
     size_t kv_block_floats; /* floats of one KV block (all layers), ls_kv_block_bytes / 4 */
 } lsc_model_src;
 
@@ -54,6 +60,8 @@ void lsc_model_src_free(lsc_model_src *s);
 /* The embedding rows of tokens tok[0..n) dequantized and scaled as forward.c does (n_embd
  * floats each). */
 void lsc_embed_rows(const ls_model *m, const int32_t *tok, int32_t n, float *out);
+/* The same from the MTP module's embedding (nextn.embed_tokens, else token_embd). */
+void lsc_embed_rows_mtp(const ls_model *m, const int32_t *tok, int32_t n, float *out);
 /* RoPE table `which` (< n_rope) for positions [0, n_ctx): cs/sn (n_ctx x rope_dim/2), the
  * values ls_rope_create_factors computes (ops.c) for the plan's table: frequency factors
  * and YaRN included. */
