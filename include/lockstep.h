@@ -142,6 +142,9 @@ typedef struct {
     int32_t load;               /* LS_MODEL_LOAD_FULL (0), or LS_MODEL_LOAD_META: the metadata, the
                                  * tokenizer, the template and the checked tensor table, no weight
                                  * read or repacked (info, tokenize); no engine runs over it */
+    const char *cache_dir;      /* NULL: none; else a directory where the file's SHA-256 is kept, keyed by
+                                 * the file's identity (device, inode, size, modification and change
+                                 * times), so a later load of the unchanged file need not read it all */
 } ls_model_params;
 enum { LS_MODEL_LOAD_FULL = 0, LS_MODEL_LOAD_META = 1 };
 #define LS_MODEL_PARAMS_INIT {.size = sizeof(ls_model_params)}

@@ -150,6 +150,11 @@ MUTANTS = [
      "if (id >= 0) {",
      "a whole-word lookup (ignore_merges) turns plain text into a control token",
      ["build/tests/test_tokenizer"]),
+    ("hash-cache-no-times", "src/gguf/gguf.c",
+     "(unsigned long long)st.st_ino, (long long)st.st_size, (long long)st.st_mtim.tv_sec,\n                     st.st_mtim.tv_nsec, (long long)st.st_ctim.tv_sec, st.st_ctim.tv_nsec);",
+     "(unsigned long long)st.st_ino, (long long)st.st_size, 0LL, 0L, 0LL, 0L);",
+     "the file identity that keys the hash cache leaves out the times: a file changed in place keeps its old hash",
+     ["python3 -m pytest -q -x tests/python/test_cli.py -k hash_by_file"]),
     # issue 34: properties no test stated before (tests/python/test_sampler_ref.py, test_server_api.py)
     ("penalty-counts-prompt", "src/engine/engine.c",
      "s->toks, s->n_toks, s->n_prompt, mask,", "s->toks, s->n_toks, 0, mask,",

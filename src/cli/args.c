@@ -72,7 +72,7 @@ bool cli_parse_float(const char *cmd, const char *flag, const char *s, double lo
     return true;
 }
 
-const char *cli_probe_memo_dir(char *buf, size_t cap) {
+const char *cli_cache_dir(char *buf, size_t cap) {
     const char *d = getenv("LOCKSTEP_CACHE");
     const char *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
     int n;

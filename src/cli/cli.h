@@ -20,7 +20,7 @@ int cli_serve(int argc, char **argv);
 int cli_default_threads(void);
 /* Where the probe memoizes its verdicts: $LOCKSTEP_CACHE, else $XDG_CACHE_HOME/lockstep,
  * else $HOME/.cache/lockstep, written into buf (cap bytes); NULL when none can be named. */
-const char *cli_probe_memo_dir(char *buf, size_t cap);
+const char *cli_cache_dir(char *buf, size_t cap);
 /* The probe's verdict on stderr: "parity: verified (...)", "parity: FAILED (...)". */
 void cli_print_verdict(const ls_probe_result *r, const ls_engine_info *ei);
 

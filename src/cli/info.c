@@ -49,6 +49,8 @@ int cli_info(int argc, char **argv) {
     ls_model_params mp = LS_MODEL_PARAMS_INIT;
     mp.path = model_path;
     mp.load = LS_MODEL_LOAD_META; /* the metadata and the checked tensor table: no weight is read */
+    char cdir[4096];
+    mp.cache_dir = cli_cache_dir(cdir, sizeof cdir); /* the file's hash, kept by its identity */
     ls_model *m = ls_model_load(&mp, &err);
     if (!m) {
         fprintf(stderr, "lockstep info: cannot load '%s': %s\n", model_path, err.msg);

@@ -84,6 +84,8 @@ int cli_probe(int argc, char **argv) {
     if (threads == 0) threads = cli_default_threads();
     ls_model_params mp = LS_MODEL_PARAMS_INIT;
     mp.path = model_path;
+    char cdir[4096];
+    mp.cache_dir = cli_cache_dir(cdir, sizeof cdir);
     ls_model *m = ls_model_load(&mp, &err);
     if (!m) {
         fprintf(stderr, "lockstep probe: cannot load '%s': %s\n", model_path, err.msg);
@@ -111,7 +113,7 @@ int cli_probe(int argc, char **argv) {
     snprintf(cfg, sizeof cfg, "spec=%s", ls_spec_kind_name(kind));
     ls_probe_params pp = LS_PROBE_PARAMS_INIT;
     pp.draws = (int32_t)draws;
-    pp.memo_dir = cli_probe_memo_dir(dir, sizeof dir);
+    pp.memo_dir = cli_cache_dir(dir, sizeof dir);
     pp.refresh = !memo;
     pp.config = cfg;
     ls_probe_result r = LS_PROBE_RESULT_INIT;

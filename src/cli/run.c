@@ -176,6 +176,8 @@ int cli_run(int argc, char **argv) {
     mp.path = model_path;
     mp.chat_template = tmpl;
     mp.chat_template_file = tmpl_file;
+    char cdir[4096];
+    mp.cache_dir = cli_cache_dir(cdir, sizeof cdir);
     if (!(m = ls_model_load(&mp, &err))) {
         fprintf(stderr, "lockstep run: cannot load '%s': %s\n", model_path, err.msg);
         return LS_EXIT_USAGE;
@@ -239,7 +241,7 @@ int cli_run(int argc, char **argv) {
         char cfg[64], dir[4096];
         snprintf(cfg, sizeof cfg, "spec=%s", ls_spec_kind_name(spp.kind));
         ls_probe_params pp = LS_PROBE_PARAMS_INIT;
-        pp.memo_dir = cli_probe_memo_dir(dir, sizeof dir);
+        pp.memo_dir = cli_cache_dir(dir, sizeof dir);
         pp.config = cfg;
         double t0 = progress ? now_ms() : 0;
         if (progress) fputs("parity check running ...", stderr);

@@ -193,7 +193,7 @@ int cli_serve(int argc, char **argv) {
     p.spec.draft_min = (int32_t)dmin;
     p.spec.skip_first = (int32_t)dlayers;
     char memo_dir[4096];
-    p.probe_memo_dir = cli_probe_memo_dir(memo_dir, sizeof memo_dir);
+    p.probe_memo_dir = cli_cache_dir(memo_dir, sizeof memo_dir);
     int rc = ls_server_run(&p, &err);
     if (rc) {
         fprintf(stderr, "lockstep serve: %s\n", err.msg);

@@ -416,18 +416,6 @@ done:
 }
 
 /* ---- memoization ----------------------------------------------------------------- */
-static void mkdirs(const char *dir) {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s", dir);
-    for (char *p = tmp + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            mkdir(tmp, 0755);
-            *p = '/';
-        }
-    mkdir(tmp, 0755);
-}
-
 /* What defines the configuration the verdict is about. */
 static bool memo_desc(ls_engine *e, const ls_probe_params *pp, int draws, uint64_t seed, char *desc, size_t cap) {
     ls_model_info mi = LS_MODEL_INFO_INIT;
@@ -513,7 +501,7 @@ static void memo_write(const char *dir, const char *path, const char *desc, cons
     cJSON_AddStringToObject(j, "detail", r->detail);
     char *text = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
-    mkdirs(dir);
+    ls_mkdirs(dir);
     char tmp[4400];
     snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
     FILE *fh = text ? fopen(tmp, "wb") : NULL;

@@ -903,6 +903,17 @@ void gguf_release(const gguf_file *f, const void *p, uint64_t n) {
 #endif
 }
 
+bool gguf_shard_identity(const gguf_file *f, uint32_t i, char *buf, size_t cap) {
+    if (i >= f->n_shards) return false;
+    const gguf_file *s = i ? f->shards[i - 1] : f;
+    struct stat st;
+    if (s->fd < 0 || fstat(s->fd, &st) != 0) return false;
+    int n = snprintf(buf, cap, "%llu:%llu:%lld:%lld.%09ld:%lld.%09ld", (unsigned long long)st.st_dev,
+                     (unsigned long long)st.st_ino, (long long)st.st_size, (long long)st.st_mtim.tv_sec,
+                     st.st_mtim.tv_nsec, (long long)st.st_ctim.tv_sec, st.st_ctim.tv_nsec);
+    return n > 0 && (size_t)n < cap;
+}
+
 /* ---- accessors ---------------------------------------------------------------- */
 
 uint32_t gguf_version(const gguf_file *f) { return f->version; }

@@ -112,6 +112,10 @@ ls_status gguf_check_intact(const gguf_file *f, ls_err *err);
 uint32_t gguf_n_shards(const gguf_file *f);
 /* The whole bytes of shard i (0: the first) and their count; NULL past the last. */
 const void *gguf_shard_bytes(const gguf_file *f, uint32_t i, uint64_t *size);
+/* What identifies shard i's file on this machine as the bytes it was opened with: device,
+ * inode, size, modification and status-change times (nanoseconds), as text into buf.
+ * false: a buffer (gguf_open_mem) or fstat failed. */
+bool gguf_shard_identity(const gguf_file *f, uint32_t i, char *buf, size_t cap);
 uint64_t gguf_total_size(const gguf_file *f);
 /* Advice: the pages of [p, p + n) inside f's mappings are not needed for now (their
  * data was copied elsewhere); they stay readable (read again from the file).  Nothing

@@ -613,6 +613,10 @@ ls_model *ls_model_load_gguf(gguf_file *g, const ls_model_params *pp, ls_err *er
     }
     m->gguf = g;
     pthread_mutex_init(&m->prep_mu, NULL);
+    if (p.cache_dir && *p.cache_dir && !(m->cache_dir = ls_strdup(p.cache_dir))) {
+        ls_err_set(err, LS_E_NOMEM, "out of memory");
+        goto fail;
+    }
     if (p.path && !(m->path = ls_strdup(p.path))) {
         ls_err_set(err, LS_E_NOMEM, "out of memory");
         goto fail;
@@ -704,6 +708,7 @@ void ls_model_free(ls_model *m) {
     for (int i = 0; i < LS_ISA_COUNT; i++) free(m->prep_arena[i]); /* after every matrix that points into it */
     pthread_mutex_destroy(&m->prep_mu);
     free(m->path);
+    free(m->cache_dir);
     free(m->out_norm);
     free(m->rope_freqs);
     free(m->mtp_enorm);

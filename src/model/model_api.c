@@ -4,15 +4,71 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "model/model_impl.h"
 #include "quant/quant.h"
 #include "util/alloc.h"
 #include "util/util.h"
 
-/* The model's SHA-256 into m->sha256: the file's bytes, or for a split model every shard's
- * bytes in shard order (a change to any shard changes it).  false: it could not be read. */
+/* The cache of hashes (ls_model_params.cache_dir): <dir>/sha256-<key>.txt holds the 64 hex
+ * digits of the file whose identity (every shard's, gguf_shard_identity) hashes to key.  A
+ * file changed in any way has another identity, so a stale entry is never found; an entry
+ * that is not 64 hex digits is ignored and rewritten. */
+static bool hash_cache_path(const ls_model *m, char *path, size_t cap) {
+    char ids[4096], key[65];
+    size_t at = (size_t)snprintf(ids, sizeof ids, "lockstep-sha256-v1");
+    for (uint32_t i = 0; i < gguf_n_shards(m->gguf); i++) {
+        if (at + 2 >= sizeof ids) return false;
+        ids[at++] = '|';
+        if (!gguf_shard_identity(m->gguf, i, ids + at, sizeof ids - at)) return false;
+        at += strlen(ids + at);
+    }
+    ls_sha256_str(ids, key);
+    int n = snprintf(path, cap, "%s/sha256-%.32s.txt", m->cache_dir, key);
+    return n > 0 && (size_t)n < cap;
+}
+
+static bool hash_cache_read(const char *path, char hex[65]) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    char b[80];
+    size_t n = fread(b, 1, sizeof b, f);
+    fclose(f);
+    if (n < 64 || (n > 64 && b[64] != '\n')) return false;
+    for (int i = 0; i < 64; i++)
+        if (!((b[i] >= '0' && b[i] <= '9') || (b[i] >= 'a' && b[i] <= 'f'))) return false;
+    memcpy(hex, b, 64);
+    hex[64] = '\0';
+    return true;
+}
+
+static void hash_cache_write(const char *dir, const char *path, const char hex[65]) {
+    ls_mkdirs(dir);
+    char tmp[4300];
+    snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f) return; /* not written: the next load hashes the file again */
+    bool ok = fprintf(f, "%s\n", hex) == 65;
+    ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0) remove(tmp); /* write-then-rename: never half an entry */
+}
+
+static bool model_sha256_read(ls_model *m);
+
+/* The model's SHA-256 into m->sha256 (from the cache when the file is unchanged). */
 static bool model_sha256(ls_model *m) {
+    char path[4200];
+    const bool cached = m->cache_dir && hash_cache_path(m, path, sizeof path);
+    if (cached && hash_cache_read(path, m->sha256)) return true;
+    if (!model_sha256_read(m)) return false;
+    if (cached) hash_cache_write(m->cache_dir, path, m->sha256);
+    return true;
+}
+
+/* The file's bytes, or for a split model every shard's bytes in shard order (a change to
+ * any shard changes it).  false: it could not be read. */
+static bool model_sha256_read(ls_model *m) {
     uint32_t n = gguf_n_shards(m->gguf);
     if (n <= 1) return ls_sha256_file(m->path, m->sha256);
     const void **p = ls_calloc(n, sizeof *p);

@@ -29,6 +29,7 @@ typedef struct {
 struct ls_model {
     gguf_file *gguf;          /* owns the mmap every weight view points into */
     char *path;               /* the file's path as given (owned), or NULL */
+    char *cache_dir;          /* ls_model_params.cache_dir (owned), or NULL */
     char sha256[65];          /* of the file, hex; "" until first asked (guarded by prep_mu) */
     ls_hparams hp;
     ls_layer *layers;         /* (n_layer) */

@@ -165,6 +165,7 @@ int ls_server_run(const ls_server_params *p, ls_err *err) {
     ls_model_params mp = LS_MODEL_PARAMS_INIT;
     mp.path = p->model_path;
     mp.chat_template_file = p->chat_template_file; /* a bad template fails here too, naming the file */
+    mp.cache_dir = p->probe_memo_dir; /* lockstep's cache directory: the file's hash kept there too */
     if (!(s->m = ls_model_load(&mp, err))) goto out;
 
     /* --host: an IPv4 or IPv6 address or a name (the first address it resolves to). */

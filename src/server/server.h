@@ -28,7 +28,8 @@ typedef struct {
     const char *draft_model_path;
     bool allow_inexact;
     bool no_probe;
-    const char *probe_memo_dir; /* where the probe memoizes its verdicts; NULL: no memo */
+    const char *probe_memo_dir; /* lockstep's cache directory: the probe's verdicts and the model file's
+                                 * hash (ls_model_params.cache_dir) are kept there; NULL: none */
     const char *kernels;       /* "auto", "wide", "narrow" */
     const char *device;        /* "cpu" (NULL) or "cuda" */
     int max_connections;       /* open connections beyond this get 503 (default 8192) */

@@ -2,6 +2,7 @@
 #include "util/util.h"
 
 #include <openssl/evp.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,4 +80,16 @@ void ls_sha256_str(const char *s, char hex[65]) {
     unsigned int n = 0;
     EVP_Digest(s, strlen(s), md, &n, EVP_sha256(), NULL);
     ls_hex(md, hex);
+}
+
+void ls_mkdirs(const char *dir) {
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s", dir);
+    for (char *p = tmp + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            mkdir(tmp, 0755);
+            *p = '/';
+        }
+    mkdir(tmp, 0755);
 }

@@ -37,6 +37,8 @@ bool ls_sha256_file(const char *path, char hex[65]);
 bool ls_sha256_parts(const void *const *p, const uint64_t *n, size_t k, char hex[65]);
 /* SHA-256 of a string, hex. */
 void ls_sha256_str(const char *s, char hex[65]);
+/* mkdir -p (0755); failures are left to the caller's next open to report. */
+void ls_mkdirs(const char *dir);
 
 /* The context a sequence gets when none is asked for: the trained context, capped at 4096. */
 static inline int32_t ls_default_ctx(uint32_t n_ctx_train) {

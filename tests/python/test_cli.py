@@ -388,3 +388,42 @@ def test_serve_probe_progress_only_on_a_terminal(model):
     quiet = on_pty(["serve", "-m", model, "--port", port, "-t", "2", "-np", "2", "-c", "256", "--no-progress"],
                    until="lockstep serve: ready")
     assert "lockstep serve: ready" in quiet and "parity check" not in quiet, quiet
+
+
+def test_info_keeps_the_hash_by_file_identity(model, tmp_path):
+    """`info` keeps the file's SHA-256 in lockstep's cache directory, keyed by the file's
+    identity (device, inode, size, modification and change times): an unchanged file's hash
+    is read from there, a damaged entry is ignored and rewritten, and a file changed in place
+    (same size, same inode) is hashed again, never given the hash of its old bytes."""
+    import hashlib
+    import shutil
+    import time
+
+    m = tmp_path / "m.gguf"
+    shutil.copyfile(model, m)
+    cache = tmp_path / "cache"
+    env = {**os.environ, "LOCKSTEP_CACHE": str(cache)}
+
+    def sha():
+        r = subprocess.run([str(BIN), "info", "-m", str(m), "--json"], capture_output=True, text=True, env=env,
+                           cwd=ROOT, timeout=120)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)["sha256"]
+
+    want = hashlib.sha256(m.read_bytes()).hexdigest()
+    assert sha() == want
+    entries = list(cache.glob("sha256-*.txt"))
+    assert len(entries) == 1 and entries[0].read_text() == want + "\n"
+    entries[0].write_text("0" * 64 + "\n")  # a planted value is what info reports: the entry is read
+    assert sha() == "0" * 64
+    entries[0].write_text("not a hash\n")  # damaged: ignored, the file hashed, the entry rewritten
+    assert sha() == want and entries[0].read_text() == want + "\n"
+    entries[0].write_text("0" * 64 + "\n")
+    time.sleep(0.05)  # past the file system's timestamp granularity
+    with open(m, "r+b") as f:  # one byte of the last tensor's data, in place: same size, same inode
+        f.seek(-1, os.SEEK_END)
+        b = f.read(1)
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([b[0] ^ 0x01]))
+    changed = hashlib.sha256(m.read_bytes()).hexdigest()
+    assert changed != want and sha() == changed
