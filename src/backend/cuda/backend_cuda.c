@@ -35,4 +35,5 @@ static bool cu_withdraw(void *fwd) {
 }
 
 const ls_backend ls_backend_cuda = {"cuda", cu_fwd_create, cu_fwd_free, cu_kv_create, cu_kv_free,
-                                    cu_kv_block_copy, cu_run, cu_info, cu_withdraw};
+                                    cu_kv_block_copy, cu_run, cu_info, cu_withdraw,
+                                    NULL, NULL}; /* no block get/put yet: --cache-dir is refused */
