@@ -44,7 +44,7 @@ static const char *help =
     "      --cache-dir DIR   keep the prefix cache's full KV blocks in DIR across restarts; a file is\n"
     "                        used only if its model sha256, recipe version, KV layout and checksum match\n"
     "      --cache-dir-max SIZE  cap on DIR's block files, least recently used deleted first (default 1G)\n"
-    "      --no-progress     do not report the startup probe's progress on a terminal\n"
+    "      --no-progress     no progress lines (the startup probe, a long prefill) on a terminal\n"
     "\n"
     "Endpoints (docs/server.md):\n"
     "  GET /                       the chat page (streaming chat, replay, parity verdict)\n"
