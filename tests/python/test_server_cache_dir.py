@@ -192,3 +192,17 @@ def test_flags_are_checked(model_path, tmp_path):
     p = subprocess.run([str(EXE), "serve", "-m", str(model_path), "--cache-dir", str(tmp_path), "--cache-dir-max",
                         "lots"], capture_output=True, text=True, timeout=30)
     assert p.returncode == 2 and "--cache-dir-max" in p.stderr
+
+
+def test_run_cache_dir(model_path, tmp_path):
+    """`lockstep run --cache-dir`: the second run of a prompt loads its blocks, same tokens."""
+    import subprocess
+    out = []
+    for _ in range(2):
+        p = subprocess.run([str(EXE), "run", "-m", str(model_path), "-p", PROMPT, "-n", "8", "--temp", "0.7",
+                            "--seed", "3", "--no-probe", "-t", "1", "--json", "--cache-dir", str(tmp_path)],
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        out.append(json.loads(p.stdout))
+    assert out[0]["n_cached"] == 0 and out[1]["n_cached"] >= (out[1]["n_prompt"] // BS - 1) * BS
+    assert out[0]["tokens"] == out[1]["tokens"] and out[0]["text"] == out[1]["text"]
