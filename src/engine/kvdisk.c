@@ -169,9 +169,10 @@ static ls_status scan(ls_kvdisk *d, ls_err *err) {
             }
         } else if (len > NAME_HEX + sizeof EXT - 1 + 5 && is_hex_name(n, NAME_HEX) &&
                    !strncmp(n + NAME_HEX, EXT ".tmp.", sizeof EXT - 1 + 5)) {
-            /* NAME.lskv.tmp.PID: a write that never finished, unless its process still runs */
+            /* NAME.lskv.tmp.PID.N: a write that never finished, unless its process still runs
+             * (this one included: another engine of it may be writing into the same directory) */
             long pid = strtol(n + NAME_HEX + sizeof EXT - 1 + 5, NULL, 10);
-            if (pid > 0 && (pid == (long)getpid() || kill((pid_t)pid, 0) != 0)) {
+            if (pid > 0 && pid != (long)getpid() && kill((pid_t)pid, 0) != 0 && errno == ESRCH) {
                 snprintf(path, sizeof path, "%s/%s", d->dir, n);
                 unlink(path);
             }
@@ -407,8 +408,9 @@ bool ls_kvdisk_save(ls_kvdisk *d, const char *key, const int32_t *toks, int32_t 
     bool ok = ls_sha256_parts(parts, len, 2, sum);
     char path[4200], tmp[4300];
     file_path(d, key, path, sizeof path);
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    int fd = ok ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644) : -1;
+    static unsigned long seq; /* distinct temporary names for the engines of one process */
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%lu", path, (long)getpid(), __atomic_add_fetch(&seq, 1, __ATOMIC_RELAXED));
+    int fd = ok ? open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644) : -1;
     ok = fd >= 0;
     ok = ok && write_all(fd, h, len[0]) && write_all(fd, payload, len[1]) && write_all(fd, sum, SUM);
     int saved = errno;

@@ -30,7 +30,7 @@
  * A file is used only when every field matches this process's identity and layout, its
  * tokens are the prefix asked for, its size is exact and the checksum holds; otherwise it
  * is ignored with a warning that names the reason, and removed.  Files are written to a
- * temporary name and renamed, so a crash mid-write leaves no partial file under a block's
+ * temporary name (NAME.lskv.tmp.PID.N; left over by a dead process, deleted at open) and renamed, so a crash mid-write leaves no partial file under a block's
  * name.  The directory's block files are kept under a size cap, least recently used
  * (file mtime, touched on every hit) deleted first. */
 #ifndef LS_ENGINE_KVDISK_H
