@@ -213,9 +213,13 @@ fail:
 /* ---- the persistent prefix cache (engine/kvdisk.h) ----------------------------- */
 /* The prefix cache's fill hook (kvcache.h): a full block of the prefix toks[0..n) from
  * its file, checked, into block b (b < 0: only whether a file is indexed). */
+/* The directory is used unless the probe runs, or it failed: then this build's bits are
+ * not the recipe's, and must neither be kept for another process nor mixed with its. */
+static bool disk_usable(const ls_engine *e) { return e->disk && !e->disk_paused && e->verdict != LS_VERDICT_FAILED; }
+
 static bool disk_fill(void *ud, const int32_t *toks, int32_t n, int32_t b) {
     ls_engine *e = ud;
-    if (e->disk_paused) return false;
+    if (!disk_usable(e)) return false;
     char key[LS_KVDISK_KEY_HEX + 1];
     ls_kvdisk_key(e->disk, toks, n, key);
     if (b < 0) return ls_kvdisk_has(e->disk, key);
@@ -226,7 +230,7 @@ static bool disk_fill(void *ud, const int32_t *toks, int32_t n, int32_t b) {
 /* Writes the full blocks of a finishing sequence that the directory lacks.  Blocks
  * [0, n_past / BS) hold the K/V of toks' positions, whatever their cache state. */
 static void disk_save(ls_engine *e, const seq *s) {
-    if (!e->disk || e->disk_paused || s->no_parity) return; /* no_parity rows may run a non-canonical family */
+    if (!disk_usable(e) || s->no_parity) return; /* no_parity rows may run a non-canonical family */
     char key[LS_KVDISK_KEY_HEX + 1], prev[LS_KVDISK_KEY_HEX + 1];
     int32_t n_full = s->n_past / BS < s->n_blocks ? s->n_past / BS : s->n_blocks;
     for (int32_t i = 0; i < n_full; i++) {
@@ -1028,7 +1032,14 @@ bool ls_engine_withdrawn(const ls_engine *e) { return e->withdrawn; }
 const ls_engine_test *ls_engine_test_of(const ls_engine *e) { return &e->test; }
 const ls_model *ls_engine_model(const ls_engine *e) { return e->m; }
 const ls_engine_params *ls_engine_params_of(const ls_engine *e) { return &e->p; }
-void ls_engine_set_verdict(ls_engine *e, ls_verdict v) { e->verdict = v; }
+void ls_engine_set_verdict(ls_engine *e, ls_verdict v) {
+    if (e->disk && v == LS_VERDICT_FAILED && e->verdict != v) {
+        const char *msg = "cache dir: not used (neither read nor written): the parity probe failed";
+        if (e->p.on_log) e->p.on_log(e->p.log_ud, msg);
+        else fprintf(stderr, "lockstep: %s\n", msg);
+    }
+    e->verdict = v;
+}
 ls_verdict ls_engine_verdict(const ls_engine *e) { return e->verdict; }
 
 void ls_engine_reset_stats(ls_engine *e) {

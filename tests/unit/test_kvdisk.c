@@ -430,12 +430,45 @@ static void test_restored_prefix_is_cold_bits(void **state) {
     rm_rf(dir);
 }
 
+/* After a failed parity probe the directory is neither written nor read, and says so. */
+static void test_failed_probe_keeps_the_directory_out(void **state) {
+    (void)state;
+    FX_NEED(g_model);
+    int32_t p[200];
+    int32_t n;
+    tokens(p, &n, 150);
+    char dir[64];
+    mkdtemp_into(dir, sizeof dir);
+    ls_result r;
+    ls_engine *e = engine(dir);
+    gen(e, p, n, &r); /* written */
+    ls_result_free(&r);
+    ls_engine_free(e);
+    const int files = count_files(dir, ".lskv");
+    assert_true(files >= 3);
+    g_n_log = 0;
+    e = engine(dir);
+    ls_engine_set_verdict(e, LS_VERDICT_FAILED);
+    assert_true(logged("parity probe failed"));
+    p[n - 1] = p[n - 2]; /* a new last block: nothing of it is on disk */
+    gen(e, p, n, &r);
+    ls_engine_stats st = LS_ENGINE_STATS_INIT;
+    ls_engine_get_stats(e, &st);
+    assert_int_equal(r.n_cached, 0);
+    assert_int_equal(st.disk_loaded + st.disk_written, 0);
+    assert_int_equal(count_files(dir, ".lskv"), files);
+    ls_result_free(&r);
+    ls_engine_free(e);
+    rm_rf(dir);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) cmocka_set_test_filter(argv[1]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_files_round_trip_and_lru),
         cmocka_unit_test(test_files_damaged_or_foreign_are_ignored),
         cmocka_unit_test(test_restored_prefix_is_cold_bits),
+        cmocka_unit_test(test_failed_probe_keeps_the_directory_out),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
