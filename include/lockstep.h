@@ -248,7 +248,8 @@ typedef struct {
     /* The persistent prefix cache (docs/server.md, --cache-dir): full KV blocks are written
      * to files in this directory when the request that computed them ends, and loaded on a
      * prefix-cache miss, each checked against the model's sha256, the recipe version and
-     * the KV layout.  NULL: none.  The CPU backend only (another is refused). */
+     * the KV layout.  NULL: none.  CPU and CUDA backends (one without block read/write
+     * refuses it at creation). */
     const char *cache_dir;
     int64_t cache_dir_max;  /* bytes the directory's block files may take; 0 = 1 GiB (LRU deletion) */
     void (*on_log)(void *ud, const char *msg); /* warnings (a cache file ignored, and why); NULL: stderr */
