@@ -248,6 +248,15 @@ typedef struct {
     bool allow_inexact;   /* keep speculating when the probe declined (default: fail closed) */
     unsigned reserved0;   /* unused: keeps the offsets of the fields after it */
     const char *device;   /* where the forwards run: "cpu" (NULL) or "cuda" (a CUDA build, docs/cuda.md) */
+    /* The persistent prefix cache (docs/server.md, --cache-dir): full KV blocks are written
+     * to files in this directory when the request that computed them ends, and loaded on a
+     * prefix-cache miss, each checked against the model's sha256, the recipe version and
+     * the KV layout.  NULL: none.  CPU and CUDA backends (one without block read/write
+     * refuses it at creation). */
+    const char *cache_dir;
+    int64_t cache_dir_max;  /* bytes the directory's block files may take; 0 = 1 GiB (LRU deletion) */
+    void (*on_log)(void *ud, const char *msg); /* warnings (a cache file ignored, and why); NULL: stderr */
+    void *log_ud;
 } ls_engine_params;
 #define LS_ENGINE_PARAMS_INIT {.size = sizeof(ls_engine_params), .isa = LS_ISA_AUTO}
 
@@ -342,6 +351,7 @@ typedef struct {
     int32_t n_ctx, n_seq_max, step_tokens;
     uint64_t steps, rows, preemptions, prefix_hit_tokens, evictions;
     uint64_t drafted, accepted;
+    uint64_t disk_loaded, disk_written, disk_rejected; /* --cache-dir: blocks loaded, written, files ignored */
 } ls_engine_stats;
 #define LS_ENGINE_STATS_INIT {.size = sizeof(ls_engine_stats)}
 /* Fills the first s->size bytes of *s (set s->size with LS_ENGINE_STATS_INIT). */

@@ -38,6 +38,8 @@ static const char *run_help =
     "      --no-probe          skip the startup parity probe\n"
     "      --json              print one JSON object instead of streaming text\n"
     "      --no-progress       no progress lines (the probe, a long prefill) on a terminal\n"
+    "      --cache-dir DIR     load the prompt's full KV blocks from DIR and write them there (as serve's\n"
+    "                          --cache-dir; capped at 1 GiB): a repeated long prompt is not prefilled again\n"
     "  -h, --help              this help\n"
     "\n"
     "Streams the answer to stdout; a summary line and the probe verdict go to stderr.\n"
@@ -85,10 +87,11 @@ int cli_run(int argc, char **argv) {
     double temp = 0.8, top_p = 0.95;
     uint64_t seed = 0;
     bool json = false, probe = true, allow_inexact = false, progress = true;
-    const char *spec_name = "off", *draft_path = NULL, *device = "cpu";
+    const char *spec_name = "off", *draft_path = NULL, *device = "cpu", *cache_dir = NULL;
     long long draft_max = 8, draft_min = 1, draft_layers = 0, ngram_min = 2, ngram_max = 4;
     enum { O_CHAT = 256, O_SYSTEM, O_TEMP, O_TOPK, O_TOPP, O_SEED, O_JSON, O_TMPL, O_NOPROBE, O_SPEC, O_DMAX, O_DMIN,
-           O_DMODEL, O_DLAYERS, O_NGMIN, O_NGMAX, O_INEXACT, O_DEVICE, O_TMPLFILE, O_NOPROGRESS };
+           O_DMODEL, O_DLAYERS, O_NGMIN, O_NGMAX, O_INEXACT, O_DEVICE, O_TMPLFILE, O_NOPROGRESS,
+           O_CACHEDIR };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},   {"prompt", required_argument, 0, 'p'},
         {"chat", required_argument, 0, O_CHAT}, {"system", required_argument, 0, O_SYSTEM},
@@ -102,6 +105,7 @@ int cli_run(int argc, char **argv) {
         {"draft-layers", required_argument, 0, O_DLAYERS}, {"ngram-min", required_argument, 0, O_NGMIN},
         {"ngram-max", required_argument, 0, O_NGMAX}, {"allow-inexact", no_argument, 0, O_INEXACT},
         {"device", required_argument, 0, O_DEVICE}, {"no-progress", no_argument, 0, O_NOPROGRESS},
+        {"cache-dir", required_argument, 0, O_CACHEDIR},
         {"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
     };
     optind = 1;
@@ -125,6 +129,10 @@ int cli_run(int argc, char **argv) {
         case O_JSON: json = true; break;
         case O_NOPROBE: probe = false; break;
         case O_NOPROGRESS: progress = false; break;
+        case O_CACHEDIR:
+            if (!*optarg) return cli_usage_error(cmd, "--cache-dir is empty");
+            cache_dir = optarg;
+            break;
         case O_SPEC: spec_name = optarg; break;
         case O_INEXACT: allow_inexact = true; break;
         case O_DEVICE: device = optarg; break;
@@ -220,6 +228,7 @@ int cli_run(int argc, char **argv) {
     ep.allow_inexact = allow_inexact;
     ep.no_prefix_cache = false;
     ep.device = device;
+    ep.cache_dir = cache_dir;
     if (!(e = ls_engine_create(m, &ep, &err))) {
         fprintf(stderr, "lockstep run: %s\n", err.msg);
         goto out;
@@ -299,6 +308,7 @@ int cli_run(int argc, char **argv) {
         for (int32_t i = 0; i < res.n_tokens && n_predict != 0; i++) cJSON_AddItemToArray(ids, cJSON_CreateNumber(res.tokens[i]));
         cJSON_AddNumberToObject(o, "n_prompt", (double)n_tok);
         cJSON_AddNumberToObject(o, "n_gen", n_predict == 0 ? 0 : res.n_tokens);
+        if (cache_dir) cJSON_AddNumberToObject(o, "n_cached", res.n_cached); /* prompt positions from DIR */
         cJSON_AddNumberToObject(o, "prefill_ms", res.prompt_ms);
         cJSON_AddNumberToObject(o, "decode_ms", res.gen_ms);
         cJSON_AddNumberToObject(o, "decode_tok_s", tok_s);
@@ -328,6 +338,7 @@ int cli_run(int argc, char **argv) {
     } else {
         printf("\n");
         fflush(stdout);
+        if (cache_dir) fprintf(stderr, "\n[%d prompt tokens from --cache-dir]", res.n_cached);
         fprintf(stderr, "\n[%d prompt + %d generated tokens | prefill %.1f ms (%.1f tok/s) | decode %.1f tok/s | "
                         "%s, %lld threads%s%s | finish: %s]\n",
                 (int)n_tok, n_predict == 0 ? 0 : res.n_tokens, res.prompt_ms,

@@ -41,7 +41,10 @@ static const char *help =
     "                        none: it stays in the content (default deepseek)\n"
     "      --chat-template-file PATH  a Jinja chat template used in place of the model's\n"
     "      --no-probe        skip the startup parity probe\n"
-    "      --no-progress     do not report the startup probe's progress on a terminal\n"
+    "      --cache-dir DIR   keep the prefix cache's full KV blocks in DIR across restarts; a file is\n"
+    "                        used only if its model sha256, recipe version, KV layout and checksum match\n"
+    "      --cache-dir-max SIZE  cap on DIR's block files, least recently used deleted first (default 1G)\n"
+    "      --no-progress     no progress lines (the startup probe, a long prefill) on a terminal\n"
     "\n"
     "Endpoints (docs/server.md):\n"
     "  GET /                       the chat page (streaming chat, replay, parity verdict)\n"
@@ -91,7 +94,8 @@ int cli_serve(int argc, char **argv) {
     if (p.api_key && !*p.api_key) p.api_key = NULL;
     enum { O_HOST = 256, O_PORT, O_KVMEM, O_SPEC, O_DMAX, O_DMIN, O_DMODEL, O_DLAYERS, O_KEY, O_MAXQ, O_TIMEOUT,
            O_MAXBODY, O_MAXTOK, O_ALIAS, O_INEXACT, O_NOPROBE, O_KERNELS, O_PAR, O_DEVICE, O_MAXCONN,
-           O_HTIMEOUT, O_CORS, O_BTIMEOUT, O_REASON, O_TMPLFILE, O_NOPROGRESS };
+           O_HTIMEOUT, O_CORS, O_BTIMEOUT, O_REASON, O_TMPLFILE, O_NOPROGRESS,
+           O_CACHEDIR, O_CACHEMAX };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"host", required_argument, 0, O_HOST},
         {"port", required_argument, 0, O_PORT}, {"parallel", required_argument, 0, O_PAR},
@@ -108,6 +112,7 @@ int cli_serve(int argc, char **argv) {
         {"body-timeout", required_argument, 0, O_BTIMEOUT},
         {"cors-origin", required_argument, 0, O_CORS}, {"reasoning-format", required_argument, 0, O_REASON},
         {"chat-template-file", required_argument, 0, O_TMPLFILE}, {"no-progress", no_argument, 0, O_NOPROGRESS},
+        {"cache-dir", required_argument, 0, O_CACHEDIR}, {"cache-dir-max", required_argument, 0, O_CACHEMAX},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
@@ -154,12 +159,21 @@ int cli_serve(int argc, char **argv) {
             break;
         case O_TMPLFILE: p.chat_template_file = optarg; break;
         case O_NOPROGRESS: progress = false; break;
+        case O_CACHEDIR:
+            if (!*optarg) return cli_usage_error(cmd, "--cache-dir is empty");
+            p.cache_dir = optarg;
+            break;
+        case O_CACHEMAX:
+            if (!parse_size(optarg, &p.cache_dir_max))
+                return cli_usage_error(cmd, "invalid value '%s' for --cache-dir-max (a size like 512M or 2G)", optarg);
+            break;
         case 'h': fputs(help, stdout); return 0;
         case ':': return cli_usage_error(cmd, "flag %s needs a value", argv[optind - 1]);
         default: return cli_usage_error(cmd, "unknown flag '%s'", argv[optind - 1]);
         }
     }
     if (optind < argc) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+    if (p.cache_dir_max && !p.cache_dir) return cli_usage_error(cmd, "--cache-dir-max needs --cache-dir DIR");
     ls_err err;
     if (ls_spec_kind_from_name(spec, &p.spec.kind, &err)) return cli_usage_error(cmd, "%s", err.msg);
     if (p.draft_model_path && p.spec.kind != LS_SPEC_DRAFT) return cli_usage_error(cmd, "--draft-model needs --spec draft");

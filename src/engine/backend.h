@@ -65,6 +65,11 @@ typedef struct {
     /* Rows that need parity stop running a non-canonical family (the probe found it
      * failing); the other rows keep it.  false: there was nothing to withdraw. */
     bool (*withdraw)(void *fwd);
+    /* The persistent prefix cache (engine/kvdisk.h): block b's bytes out and in, in the
+     * layout [layer][K|V][n_head_kv][LS_KV_BLOCK][head_dim] f32 (ls_kv_block_bytes).  NULL
+     * when the backend cannot: --cache-dir is then refused. */
+    ls_status (*kv_block_get)(void *kv, int32_t b, void *out, ls_err *err);
+    ls_status (*kv_block_put)(void *kv, int32_t b, const void *in, ls_err *err);
 } ls_backend;
 
 /* The backends of this build, NULL-terminated (generated: $(BUILD)/gen/backends.c). */

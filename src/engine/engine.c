@@ -19,6 +19,7 @@
 #include "engine/backend.h"
 #include "engine/engine_test.h"
 #include "engine/kvcache.h"
+#include "engine/kvdisk.h"
 #include "sample/grammar.h"
 
 #define BS LS_KV_BLOCK
@@ -98,6 +99,11 @@ struct ls_engine {
     ls_grammar_vocab *gvocab;       /* built at the first grammar request (under mu) */
     ls_engine_stats st;
     uint64_t kvc_evictions0;        /* the cache's eviction count at the last reset */
+    ls_kvdisk *disk;                /* --cache-dir: the persistent prefix cache, or NULL */
+    void *disk_buf;                 /* one block's payload */
+    char *cache_dir;                /* p.cache_dir points here */
+    bool disk_paused;               /* the probe runs: its random prompts are neither loaded nor kept */
+    ls_kvdisk_stats disk0;          /* the directory's counts at the last reset */
 };
 
 /* ---- sequences -------------------------------------------------------------- */
@@ -204,6 +210,66 @@ fail:
     return NULL;
 }
 
+/* ---- the persistent prefix cache (engine/kvdisk.h) ----------------------------- */
+/* The prefix cache's fill hook (kvcache.h): a full block of the prefix toks[0..n) from
+ * its file, checked, into block b (b < 0: only whether a file is indexed). */
+/* The directory is used unless the probe runs, or it failed: then this build's bits are
+ * not the recipe's, and must neither be kept for another process nor mixed with its. */
+static bool disk_usable(const ls_engine *e) { return e->disk && !e->disk_paused && e->verdict != LS_VERDICT_FAILED; }
+
+static bool disk_fill(void *ud, const int32_t *toks, int32_t n, int32_t b) {
+    ls_engine *e = ud;
+    if (!disk_usable(e)) return false;
+    char key[LS_KVDISK_KEY_HEX + 1];
+    ls_kvdisk_key(e->disk, toks, n, key);
+    if (b < 0) return ls_kvdisk_has(e->disk, key);
+    return ls_kvdisk_load(e->disk, key, toks, n, e->disk_buf) &&
+           e->be->kv_block_put(e->bkv, b, e->disk_buf, NULL) == LS_OK;
+}
+
+/* Writes the full blocks of a finishing sequence that the directory lacks.  Blocks
+ * [0, n_past / BS) hold the K/V of toks' positions, whatever their cache state. */
+static void disk_save(ls_engine *e, const seq *s) {
+    if (!disk_usable(e) || s->no_parity) return; /* no_parity rows may run a non-canonical family */
+    char key[LS_KVDISK_KEY_HEX + 1], prev[LS_KVDISK_KEY_HEX + 1];
+    int32_t n_full = s->n_past / BS < s->n_blocks ? s->n_past / BS : s->n_blocks;
+    for (int32_t i = 0; i < n_full; i++) {
+        ls_kvdisk_key_next(e->disk, i ? prev : NULL, s->toks + (size_t)i * BS, key);
+        memcpy(prev, key, sizeof prev);
+        if (ls_kvdisk_has(e->disk, key)) continue;
+        if (e->be->kv_block_get(e->bkv, s->table[i], e->disk_buf, NULL) ||
+            !ls_kvdisk_save(e->disk, key, s->toks, (i + 1) * BS, e->disk_buf))
+            return; /* warned once by kvdisk; the request itself is unaffected */
+    }
+}
+
+static ls_status disk_open(ls_engine *e, ls_err *err) {
+    if (!e->be->kv_block_get || !e->be->kv_block_put)
+        return ls_err_set(err, LS_E_UNSUPPORTED, "--cache-dir: the %s backend cannot read or write KV blocks yet "
+                                                 "(the cpu backend can); run without --cache-dir", e->be->name);
+    if (e->p.no_prefix_cache) return ls_err_set(err, LS_E_INVALID, "--cache-dir needs the prefix cache, which is off");
+    ls_model_info mi = LS_MODEL_INFO_INIT;
+    ls_status st = ls_model_get_info(e->m, &mi, err);
+    if (st) return st;
+    const ls_hparams *hp = ls_model_hparams(e->m);
+    ls_kvdisk_params dp = {.dir = e->p.cache_dir, .max_bytes = e->p.cache_dir_max, .model_sha256 = mi.sha256,
+                           .backend = e->be->name, .recipe = LOCKSTEP_RECIPE_VERSION, .n_layer = (int32_t)hp->n_layer,
+                           .n_head_kv = (int32_t)hp->n_head_kv, .head_dim = (int32_t)hp->head_dim,
+                           .log = e->p.on_log, .log_ud = e->p.log_ud};
+    if (e->p.cache_dir_max < 0) return ls_err_set(err, LS_E_INVALID, "--cache-dir-max is negative");
+    if (!(e->cache_dir = ls_malloc(strlen(e->p.cache_dir) + 1))) return ls_err_set(err, LS_E_NOMEM, "out of memory");
+    strcpy(e->cache_dir, e->p.cache_dir);
+    e->p.cache_dir = e->cache_dir; /* the caller's string is not kept */
+    if (!(e->disk = ls_kvdisk_open(&dp, err))) return err ? err->code : LS_E_IO;
+    LS_ASSERT(ls_kvdisk_payload_bytes(e->disk) == ls_kv_block_bytes(e->m));
+    if (!(e->disk_buf = ls_malloc(ls_kvdisk_payload_bytes(e->disk))))
+        return ls_err_set(err, LS_E_NOMEM, "out of memory for a KV block's staging buffer");
+    ls_kvc_set_fill(e->kvc, disk_fill, e);
+    return LS_OK;
+}
+
+void ls_engine_disk_pause(ls_engine *e, bool paused) { e->disk_paused = paused; }
+
 /* ---- engine lifetime -------------------------------------------------------- */
 ls_engine *ls_engine_create(const ls_model *m, const ls_engine_params *pp, ls_err *err) {
     return ls_engine_create_test(m, pp, NULL, err);
@@ -302,6 +368,7 @@ ls_engine *ls_engine_create_test(const ls_model *m, const ls_engine_params *pp, 
     if (!(e->bkv = e->be->kv_create(m, (int32_t)n_blocks, 0, err))) goto fail;
     e->n_kv_blocks = (int32_t)n_blocks;
     if (!(e->kvc = ls_kvc_create((int32_t)n_blocks, !p.no_prefix_cache, err))) goto fail;
+    if (e->p.cache_dir && disk_open(e, err)) goto fail;
     const size_t R = (size_t)p.step_tokens;
     e->b_tok = ls_malloc(R * sizeof(int32_t));
     e->b_pos = ls_malloc(R * sizeof(int32_t));
@@ -353,6 +420,9 @@ void ls_engine_free(ls_engine *e) {
     free(e->hidden);
     free(e->hnorm);
     ls_kvc_free(e->kvc);
+    ls_kvdisk_close(e->disk);
+    free(e->disk_buf);
+    free(e->cache_dir);
     if (e->be) {
         if (e->bkv) e->be->kv_free(e->bkv);
         if (e->bfwd) e->be->fwd_free(e->bfwd);
@@ -635,6 +705,7 @@ static void remove_running(ls_engine *e, seq *s) {
 }
 
 static void retire(ls_engine *e, seq *s) {
+    disk_save(e, s);
     seq_release_blocks(e, s);
     remove_running(e, s);
     seq_free(s);
@@ -845,6 +916,13 @@ static void publish_stats(ls_engine *e) {
     e->st.n_ctx = e->p.n_ctx;
     e->st.n_seq_max = e->p.n_seq_max;
     e->st.step_tokens = e->p.step_tokens;
+    if (e->disk) {
+        ls_kvdisk_stats ds;
+        ls_kvdisk_get_stats(e->disk, &ds);
+        e->st.disk_loaded = ds.loaded - e->disk0.loaded;
+        e->st.disk_written = ds.written - e->disk0.written;
+        e->st.disk_rejected = ds.rejected - e->disk0.rejected;
+    }
     pthread_mutex_lock(&e->mu);
     e->st.n_waiting += e->n_pending;
     e->snap = e->st;
@@ -955,7 +1033,14 @@ bool ls_engine_withdrawn(const ls_engine *e) { return e->withdrawn; }
 const ls_engine_test *ls_engine_test_of(const ls_engine *e) { return &e->test; }
 const ls_model *ls_engine_model(const ls_engine *e) { return e->m; }
 const ls_engine_params *ls_engine_params_of(const ls_engine *e) { return &e->p; }
-void ls_engine_set_verdict(ls_engine *e, ls_verdict v) { e->verdict = v; }
+void ls_engine_set_verdict(ls_engine *e, ls_verdict v) {
+    if (e->disk && v == LS_VERDICT_FAILED && e->verdict != v) {
+        const char *msg = "cache dir: not used (neither read nor written): the parity probe failed";
+        if (e->p.on_log) e->p.on_log(e->p.log_ud, msg);
+        else fprintf(stderr, "lockstep: %s\n", msg);
+    }
+    e->verdict = v;
+}
 ls_verdict ls_engine_verdict(const ls_engine *e) { return e->verdict; }
 
 void ls_engine_reset_stats(ls_engine *e) {
@@ -964,6 +1049,7 @@ void ls_engine_reset_stats(ls_engine *e) {
     ls_kvc_get_stats(e->kvc, &ks);
     memset(&e->st, 0, sizeof e->st);
     e->kvc_evictions0 = ks.evictions;
+    if (e->disk) ls_kvdisk_get_stats(e->disk, &e->disk0);
     publish_stats(e);
 }
 

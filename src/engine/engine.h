@@ -51,6 +51,10 @@ void ls_engine_set_verdict(ls_engine *e, ls_verdict v);
  * prefix cache's idle blocks. */
 void ls_engine_reset_stats(ls_engine *e);
 
+/* While paused (the probe's random prompts), the persistent prefix cache (--cache-dir)
+ * neither loads nor writes blocks. */
+void ls_engine_disk_pause(ls_engine *e, bool paused);
+
 /* LS_OK when a prompt of n_prompt tokens leaves room for one new token in n_ctx
  * positions; else the error every entry point reports (empty, or too long). */
 ls_status ls_check_prompt_room(int32_t n_prompt, int32_t n_ctx, ls_err *err);

@@ -29,7 +29,14 @@ struct ls_kvcache {
     int32_t lru_head, lru_tail;  /* head = least recently used */
     int32_t n_cached, n_idle;
     uint64_t evictions;
+    ls_kvc_fill_fn fill;         /* NULL: no persistent cache behind this one */
+    void *fill_ud;
 };
+
+void ls_kvc_set_fill(ls_kvcache *c, ls_kvc_fill_fn fill, void *ud) {
+    c->fill = fill;
+    c->fill_ud = ud;
+}
 
 ls_kvcache *ls_kvc_create(int32_t n_blocks, bool prefix_cache, ls_err *err) {
     ls_kvcache *c = ls_calloc(1, sizeof *c);
@@ -143,6 +150,19 @@ void ls_kvc_release(ls_kvcache *c, int32_t i) {
 
 bool ls_kvc_shared(const ls_kvcache *c, int32_t i) { return c->b[i].ref > 1 || c->b[i].cached; }
 
+/* Makes referenced block me a cached child of parent holding toks[0..n_tok). */
+static void link_cached(ls_kvcache *c, int32_t me, int32_t parent, const int32_t *toks, int32_t n_tok) {
+    blk *x = &c->b[me];
+    x->cached = true;
+    x->parent = parent;
+    x->n_tok = n_tok;
+    memcpy(x->tokens, toks, (size_t)n_tok * sizeof *toks);
+    int32_t *h = child_head(c, parent);
+    x->next_sib = *h;
+    *h = me;
+    c->n_cached++;
+}
+
 static int32_t lcp(const int32_t *a, const int32_t *b, int32_t n) {
     int32_t i = 0;
     while (i < n && a[i] == b[i]) i++;
@@ -161,8 +181,18 @@ int32_t ls_kvc_match(ls_kvcache *c, const int32_t *toks, int32_t limit, int32_t 
     int32_t parent = ROOT, matched = 0;
     while (matched + BS <= limit) {
         int32_t j = find_full(c, parent, toks + matched);
-        if (j < 0) break;
-        take_ref(c, j);
+        if (j < 0) {
+            /* not in memory: the persistent cache may have it (asked first, so that a miss
+             * evicts nothing) */
+            if (!c->fill || !c->fill(c->fill_ud, toks, matched + BS, -1) || (j = ls_kvc_alloc(c)) < 0) break;
+            if (!c->fill(c->fill_ud, toks, matched + BS, j)) {
+                ls_kvc_release(c, j);
+                break;
+            }
+            link_cached(c, j, parent, toks + matched, BS);
+        } else {
+            take_ref(c, j);
+        }
         table[(*n_blocks)++] = j;
         parent = j;
         matched += BS;
@@ -211,15 +241,7 @@ void ls_kvc_commit(ls_kvcache *c, int32_t *table, int32_t i, const int32_t *toks
         for (int32_t j = *child_head(c, parent); j >= 0; j = c->b[j].next_sib)
             if (c->b[j].n_tok >= n_tok && lcp(c->b[j].tokens, toks, n_tok) == n_tok) return; /* covered */
     }
-    blk *x = &c->b[me];
-    x->cached = true;
-    x->parent = parent;
-    x->n_tok = n_tok;
-    memcpy(x->tokens, toks, (size_t)n_tok * sizeof *toks);
-    int32_t *h = child_head(c, parent);
-    x->next_sib = *h;
-    *h = me;
-    c->n_cached++;
+    link_cached(c, me, parent, toks, n_tok);
 }
 
 void ls_kvc_get_stats(const ls_kvcache *c, ls_kvc_stats *s) {

@@ -46,6 +46,14 @@ int32_t ls_kvc_match(ls_kvcache *c, const int32_t *toks, int32_t limit, int32_t 
  * (table[i] changes; same bits by the parity contract).  Needs table[i-1] cached. */
 void ls_kvc_commit(ls_kvcache *c, int32_t *table, int32_t i, const int32_t *toks, int32_t n_tok);
 
+/* Extends ls_kvc_match past the cached full blocks (the persistent prefix cache,
+ * engine/kvdisk.h): toks[0..n) is a prefix whose last LS_KV_BLOCK tokens have no cached
+ * block.  Called with b < 0 it only answers whether it could fill one; called with a
+ * fresh block b (one reference, the caller's) it writes the prefix's K/V for those
+ * positions into b and returns true, which caches b like a committed block. */
+typedef bool (*ls_kvc_fill_fn)(void *ud, const int32_t *toks, int32_t n, int32_t b);
+void ls_kvc_set_fill(ls_kvcache *c, ls_kvc_fill_fn fill, void *ud);
+
 typedef struct {
     int32_t total;       /* blocks */
     int32_t free;        /* on the free list */

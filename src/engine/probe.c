@@ -534,7 +534,9 @@ static ls_status probe_full(ls_engine *e, const ls_probe_params *ppa, ls_probe_r
             return LS_OK;
         }
     }
+    ls_engine_disk_pause(e, true); /* the probe's random prompts stay out of --cache-dir */
     st = probe_run(e, draws, seed, out, err);
+    ls_engine_disk_pause(e, false);
     ls_engine_reset_stats(e); /* the probe's requests leave no trace in the statistics */
     out->ms = ls_now_ms() - t0;
     if (st) return st;

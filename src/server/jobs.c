@@ -447,6 +447,25 @@ static job *job_new(server *s, struct MHD_Connection *c, conn *cn, bool chat, co
     return j;
 }
 
+/* A long prefill's progress on a terminal (progress: stderr is one, no --no-progress):
+ * whole lines, since other threads' access-log lines interleave; the first once the
+ * prompt has been prefilling for 2 s, then every 5 s, and one when it is in.  Called on
+ * the engine thread, which holds a reference to j. */
+static void on_prefill(void *ud, int32_t done, int32_t total) {
+    job *j = ud;
+    const double now = now_ms();
+    if (done < total) {
+        if (now - (j->pf_last ? j->pf_last : j->t_submit - 3000) < 5000) return;
+        fprintf(stderr, "lockstep serve: %s: prefill %d/%d tokens (%.0f s)\n", j->id, done, total,
+                (now - j->t_submit) / 1e3);
+        j->pf_last = now;
+    } else if (j->pf_last) {
+        fprintf(stderr, "lockstep serve: %s: prefill of %d tokens done in %.1f s\n", j->id, total,
+                (now - j->t_submit) / 1e3);
+        j->pf_last = 0;
+    }
+}
+
 /* Hands a parsed job to the engine (the engine then holds a reference): 0, or the HTTP
  * status of the failure (err set; the caller still holds its one reference). */
 static unsigned submit_job(server *s, job *j, ls_err *err) {
@@ -470,6 +489,10 @@ static unsigned submit_job(server *s, job *j, ls_err *err) {
     q.want_prompt_logits = j->req.echo && j->req.logprobs;
     q.on_event = on_event;
     q.ud = j;
+    if (s->p->progress) {
+        q.on_prefill = on_prefill;
+        q.prefill_ud = j;
+    }
     if (s->spec.kind != LS_SPEC_OFF) {
         if (!(j->drafter = ls_drafter_create(s->e, &s->spec, &q.sampling, err))) return 500;
         ls_drafter_attach(j->drafter, &q);

@@ -148,6 +148,13 @@ enum MHD_Result ls_srv_metrics(server *s, struct MHD_Connection *c) {
                   (unsigned long long)k->drafted, (unsigned long long)k->accepted, es.kv_blocks, es.kv_used,
                   es.kv_cached_idle, es.kv_blocks ? (double)es.kv_used / es.kv_blocks : 0.0,
                   (unsigned long long)es.prefix_hit_tokens, (unsigned long long)es.preemptions);
+    if (s->p->cache_dir)
+        n += snprintf(t + n, cap - n,
+                      "# TYPE lockstep_cache_dir_loaded_blocks_total counter\nlockstep_cache_dir_loaded_blocks_total %llu\n"
+                      "# TYPE lockstep_cache_dir_written_blocks_total counter\nlockstep_cache_dir_written_blocks_total %llu\n"
+                      "# TYPE lockstep_cache_dir_rejected_files_total counter\nlockstep_cache_dir_rejected_files_total %llu\n",
+                      (unsigned long long)es.disk_loaded, (unsigned long long)es.disk_written,
+                      (unsigned long long)es.disk_rejected);
     n += hist_print(t + n, cap - n, "lockstep_queue_seconds",
                     "Request head arrived to submitted to the engine (body, parsing, tokenizing).", &k->queue);
     n += hist_print(t + n, cap - n, "lockstep_time_to_first_token_seconds",

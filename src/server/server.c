@@ -67,6 +67,8 @@ static ls_status start_engine(server *s, ls_err *err) {
     ep.draft_max = K;
     ep.allow_inexact = p->allow_inexact;
     ep.device = p->device;
+    ep.cache_dir = p->cache_dir;
+    ep.cache_dir_max = p->cache_dir_max;
     if (!(s->e = ls_engine_create(s->m, &ep, err))) return err->code;
     ls_engine_info ei = LS_ENGINE_INFO_INIT;
     ls_engine_get_info(s->e, &ei);

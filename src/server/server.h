@@ -39,6 +39,8 @@ typedef struct {
     int reasoning_format;      /* LS_SRV_REASONING_*: 1 (deepseek) splits think blocks out of chat replies */
     const char *chat_template_file; /* NULL: the model file's template; else a Jinja template file */
     bool progress;             /* say on stderr that the startup probe runs, and how long it took */
+    const char *cache_dir;     /* the persistent prefix cache's directory (--cache-dir); NULL: none */
+    int64_t cache_dir_max;     /* bytes its block files may take (--cache-dir-max); 0 = 1 GiB */
 } ls_server_params;
 
 /* Loads the model file (a bad one fails here, before anything listens), binds,

@@ -130,6 +130,7 @@ struct job {
     bool stop_eos;      /* finished on an end-of-generation / stop token (not a stop string) */
     int32_t choice;     /* the choice's index (n > 1 or a list of prompts) */
     int slot;           /* its place in server.slots (GET /slots), or -1 */
+    double pf_last;     /* ms, monotonic: the last prefill progress line (serve's progress on a terminal) */
     /* a think block split out while streaming (chat): bytes of each span sent so far */
     size_t sent_r, sent_c;
     /* the Responses / Messages APIs */

@@ -213,6 +213,75 @@ static void test_model(const synth_cfg *c, uint64_t seed) {
     free(buf);
 }
 
+/* 4. --cache-dir (engine/kvdisk.h) on the GPU: a prefix written by one CUDA engine and
+ * loaded from the directory by a new one gives the CPU's cold bits (the synthetic model is
+ * written to a file: the block files name the model's sha256). */
+static void test_cache_dir(const synth_cfg *c, uint64_t seed) {
+    ls_err err;
+    char dir[64] = "/tmp/lockstep-cuda-kvdisk-XXXXXX", path[128], cdir[128];
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        exit(1);
+    }
+    snprintf(path, sizeof path, "%s/model.gguf", dir);
+    snprintf(cdir, sizeof cdir, "%s/kv", dir);
+    ls_model_params mp = LS_MODEL_PARAMS_INIT;
+    mp.path = path;
+    ls_model *m = NULL;
+    if (synth_write_file(c, seed, NULL, path, &err) || !(m = ls_model_load(&mp, &err))) {
+        fprintf(stderr, "%s: %s\n", c->name, err.msg);
+        exit(1);
+    }
+    const size_t V = (size_t)c->n_vocab;
+    int32_t toks[100];
+    uint64_t rs = seed * 13 + 5;
+    for (int t = 0; t < 100; t++) toks[t] = (int32_t)(synth_next(&rs) % (uint64_t)c->n_vocab);
+    ls_result r[3];
+    for (int k = 0; k < 3; k++) { /* k 0: GPU, writes; 1: a new GPU engine, loads; 2: CPU, cold */
+        ls_engine_params p = LS_ENGINE_PARAMS_INIT;
+        p.n_ctx = 256;
+        p.n_threads = 8;
+        p.device = k < 2 ? "cuda" : "cpu";
+        p.cache_dir = k < 2 ? cdir : NULL;
+        ls_engine *e = ls_engine_create(m, &p, &err);
+        if (!e) {
+            fprintf(stderr, "cache dir engine %d: %s\n", k, err.msg);
+            exit(1);
+        }
+        ls_request q = LS_REQUEST_INIT;
+        q.prompt = toks;
+        q.n_prompt = k ? 100 : 80;
+        q.max_tokens = 8;
+        q.ignore_eos = true;
+        q.want_logits = true;
+        q.sampling = (ls_sampler_params){.temperature = 0.9f, .top_k = 40, .top_p = 0.95f, .seed = 99};
+        r[k] = (ls_result)LS_RESULT_INIT;
+        if (ls_engine_generate(e, &q, &r[k], &err)) {
+            fprintf(stderr, "cache dir generate %d: %s\n", k, err.msg);
+            exit(1);
+        }
+        ls_engine_stats st = LS_ENGINE_STATS_INIT;
+        ls_engine_get_stats(e, &st);
+        if (k == 0 && st.disk_written < 5) g_fail = 1, printf("  cache dir: only %llu blocks written\n", (unsigned long long)st.disk_written);
+        if (k == 1 && (st.disk_loaded < 5 || r[1].n_cached != 16 * (int32_t)st.disk_loaded || st.disk_rejected))
+            g_fail = 1, printf("  cache dir: %llu blocks loaded, %d positions cached, %llu rejected\n",
+                               (unsigned long long)st.disk_loaded, r[1].n_cached, (unsigned long long)st.disk_rejected);
+        ls_engine_free(e);
+    }
+    size_t d = r[1].n_logits == r[2].n_logits ? diff_bytes(r[1].logits, r[2].logits, (size_t)r[1].n_logits * V) : 1;
+    bool same = r[1].n_tokens == r[2].n_tokens && !memcmp(r[1].tokens, r[2].tokens, sizeof(int32_t) * (size_t)r[1].n_tokens);
+    g_rows += (size_t)r[1].n_logits;
+    g_bytes_diff += d;
+    printf("%-40s --cache-dir on cuda: %d of 100 prompt positions loaded; vs the CPU cold: %zu bytes differ, tokens %s\n",
+           c->name, r[1].n_cached, d, same ? "same" : "DIFFER");
+    if (d || !same) g_fail = 1;
+    for (int k = 0; k < 3; k++) ls_result_free(&r[k]);
+    ls_model_free(m);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+}
+
 /* ---- a real file ---------------------------------------------------------------- */
 enum { F_NR = 16, F_GEN = 32 };
 
@@ -438,6 +507,7 @@ int main(int argc, char **argv) {
          11, SYNTH_QK_NORM | SYNTH_POST | SYNTH_MTP, 0, 0, 0},
     };
     for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) test_model(&cfgs[i], 11 + i);
+    test_cache_dir(&cfgs[0], 31);
     printf("test_engine_cuda: %zu logits rows compared, %zu bytes differ: %s\n", g_rows, g_bytes_diff,
            g_fail ? "FAILED" : "ok");
     return g_fail;

@@ -32,6 +32,16 @@ static ls_status cpu_kv_block_copy(void *kv, int32_t dst, int32_t src, int32_t n
     ls_kv_block_copy(kv, dst, src, n_pos);
     return LS_OK;
 }
+static ls_status cpu_kv_block_get(void *kv, int32_t b, void *out, ls_err *err) {
+    (void)err;
+    ls_kv_block_get(kv, b, out);
+    return LS_OK;
+}
+static ls_status cpu_kv_block_put(void *kv, int32_t b, const void *in, ls_err *err) {
+    (void)err;
+    ls_kv_block_put(kv, b, in);
+    return LS_OK;
+}
 static ls_status cpu_run(void *f, void *kv, const ls_batch *b, float *logits, ls_err *err) {
     (void)err;
     ls_fwd_run(f, kv, b, logits);
@@ -56,4 +66,5 @@ static bool cpu_withdraw(void *fwd) {
 }
 
 const ls_backend ls_backend_cpu = {"cpu", cpu_fwd_create, cpu_fwd_free, cpu_kv_create, cpu_kv_free,
-                                   cpu_kv_block_copy, cpu_run, cpu_info, cpu_withdraw};
+                                   cpu_kv_block_copy, cpu_run, cpu_info, cpu_withdraw, cpu_kv_block_get,
+                                   cpu_kv_block_put};

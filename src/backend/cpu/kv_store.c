@@ -81,6 +81,16 @@ void ls_kv_block_copy(ls_kv_store *s, int32_t dst, int32_t src, int32_t n_pos) {
     for (size_t r = 0; r < s->block_floats / seg; r++) memcpy(d + r * seg, a + r * seg, n * sizeof(float));
 }
 
+void ls_kv_block_get(const ls_kv_store *s, int32_t b, void *out) {
+    LS_ASSERT(b >= 0 && b < s->n_blocks);
+    memcpy(out, s->data + (size_t)b * s->block_floats, s->block_floats * sizeof(float));
+}
+
+void ls_kv_block_put(ls_kv_store *s, int32_t b, const void *in) {
+    LS_ASSERT(b >= 0 && b < s->n_blocks);
+    memcpy(s->data + (size_t)b * s->block_floats, in, s->block_floats * sizeof(float));
+}
+
 void ls_kv_store_write(ls_kv_store *s, int32_t layer, int32_t block, int32_t slot, const float *k, const float *v) {
     LS_ASSERT(layer >= 0 && layer < s->n_layer && block >= 0 && block < s->n_blocks && slot >= 0 && slot < LS_KV_BLOCK);
     const size_t D = s->head_dim, seg = LS_KV_BLOCK * D;

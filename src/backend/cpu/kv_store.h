@@ -35,6 +35,10 @@ size_t ls_kv_store_row_floats(const ls_kv_store *s); /* n_head_kv * head_dim: on
 size_t ls_kv_block_bytes(const ls_model *m);
 /* Copies block src's first n_pos positions (all layers) into block dst. */
 void ls_kv_block_copy(ls_kv_store *s, int32_t dst, int32_t src, int32_t n_pos);
+/* A whole block's bytes (ls_kv_block_bytes of them, the layout above) out of and into
+ * block b: the persistent prefix cache's payload (engine/kvdisk.h). */
+void ls_kv_block_get(const ls_kv_store *s, int32_t b, void *out);
+void ls_kv_block_put(ls_kv_store *s, int32_t b, const void *in);
 /* Writes one position's K and V rows (n_head_kv * head_dim floats each, head after
  * head) of layer `layer` into slot `slot` (< LS_KV_BLOCK) of block `block`. */
 void ls_kv_store_write(ls_kv_store *s, int32_t layer, int32_t block, int32_t slot, const float *k, const float *v);

@@ -17,6 +17,12 @@ static void cu_kv_free(void *kv) { ls_cuda_kv_free(kv); }
 static ls_status cu_kv_block_copy(void *kv, int32_t dst, int32_t src, int32_t n_pos, ls_err *err) {
     return ls_cuda_kv_block_copy(kv, dst, src, n_pos, err);
 }
+static ls_status cu_kv_block_get(void *kv, int32_t b, void *out, ls_err *err) {
+    return ls_cuda_kv_block_get(kv, b, out, err);
+}
+static ls_status cu_kv_block_put(void *kv, int32_t b, const void *in, ls_err *err) {
+    return ls_cuda_kv_block_put(kv, b, in, err);
+}
 static ls_status cu_run(void *f, void *kv, const ls_batch *b, float *logits, ls_err *err) {
     return ls_cuda_fwd_run(f, kv, b, logits, err);
 }
@@ -37,4 +43,5 @@ static bool cu_withdraw(void *fwd) {
 }
 
 const ls_backend ls_backend_cuda = {"cuda", cu_fwd_create, cu_fwd_free, cu_kv_create, cu_kv_free,
-                                    cu_kv_block_copy, cu_run, cu_info, cu_withdraw};
+                                    cu_kv_block_copy, cu_run, cu_info, cu_withdraw,
+                                    cu_kv_block_get, cu_kv_block_put};

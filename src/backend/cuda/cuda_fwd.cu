@@ -423,6 +423,24 @@ ls_status ls_cuda_kv_block_copy(ls_cuda_kv *kv, int32_t dst, int32_t src, int32_
     return LS_OK;
 }
 
+ls_status ls_cuda_kv_block_get(ls_cuda_kv *kv, int32_t b, void *out, ls_err *err) {
+    if (b < 0 || b >= kv->n_blocks) return ls_err_set(err, LS_E_INVALID, "KV block %d out of range", b);
+    CK(cudaDeviceSynchronize()); /* every forward that wrote the block is done */
+    CK(cudaMemcpyAsync(out, kv->d + (size_t)b * kv->block_floats, kv->block_floats * sizeof(float),
+                       cudaMemcpyDeviceToHost, kv->st));
+    CK(cudaStreamSynchronize(kv->st));
+    return LS_OK;
+}
+
+ls_status ls_cuda_kv_block_put(ls_cuda_kv *kv, int32_t b, const void *in, ls_err *err) {
+    if (b < 0 || b >= kv->n_blocks) return ls_err_set(err, LS_E_INVALID, "KV block %d out of range", b);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpyAsync(kv->d + (size_t)b * kv->block_floats, in, kv->block_floats * sizeof(float),
+                       cudaMemcpyHostToDevice, kv->st));
+    CK(cudaStreamSynchronize(kv->st)); /* before any later forward reads it, and before `in` is reused */
+    return LS_OK;
+}
+
 /* ---- cuBLAS, loaded at run time (the fast family) ------------------------------------ */
 struct Blas {
     void *lib;

@@ -41,6 +41,10 @@ int32_t ls_cuda_kv_blocks(const ls_cuda_kv *kv);
 /* Copies block src's first n_pos positions (all layers) into block dst (device to device,
  * ordered after every ls_cuda_fwd_run issued before on any fwd: it synchronizes the device). */
 ls_status ls_cuda_kv_block_copy(ls_cuda_kv *kv, int32_t dst, int32_t src, int32_t n_pos, ls_err *err);
+/* Block b's bytes to host memory and back (the persistent prefix cache, engine/kvdisk.h):
+ * block_floats floats in the layout above; both synchronize the device first. */
+ls_status ls_cuda_kv_block_get(ls_cuda_kv *kv, int32_t b, void *out, ls_err *err);
+ls_status ls_cuda_kv_block_put(ls_cuda_kv *kv, int32_t b, const void *in, ls_err *err);
 
 /* ---- the forward ------------------------------------------------------------
  * Uses from the seam's ls_backend_params (engine/backend.h): n_rows, n_ctx, layers/n_layers,
