@@ -401,8 +401,9 @@ static enum MHD_Result tokenize_ep(server *s, struct MHD_Connection *c, conn *cn
     char msg[sizeof(((ls_err *)0)->msg)];
     const cJSON *key;
     cJSON_ArrayForEach(key, j) {
-        if (cJSON_IsNull(key) || (detok ? !strcmp(key->string, "tokens")
-                                        : !strcmp(key->string, "content") || !strcmp(key->string, "add_special")))
+        if (cJSON_IsNull(key) || !strcmp(key->string, "model") || /* the model (router mode) */
+            (detok ? !strcmp(key->string, "tokens")
+                   : !strcmp(key->string, "content") || !strcmp(key->string, "add_special")))
             continue;
         snprintf(msg, sizeof msg, "unsupported parameter '%.60s' (/%s takes %s)", key->string,
                  detok ? "detokenize" : "tokenize", detok ? "tokens" : "content and add_special");

@@ -215,6 +215,7 @@ int ls_server_run(const ls_server_params *p, ls_err *err) {
      * Router mode: each model's file is checked for reading; each loads on first use. */
     if (p->n_models > 0 || p->models_dir) {
         if (!(s->router = ls_srv_router_create(p, err))) goto out;
+        __atomic_store_n(&s->ready, 2, __ATOMIC_RELEASE); /* serving from the first request on */
     } else {
         ls_model_params mp = LS_MODEL_PARAMS_INIT;
         mp.path = p->model_path;
@@ -283,7 +284,6 @@ int ls_server_run(const ls_server_params *p, ls_err *err) {
     if (s->router) {
         fprintf(stderr, "lockstep serve: listening on http://%s%s%s:%d (router mode: models load on first use)\n",
                 v6 ? "[" : "", shown, v6 ? "]" : "", p->port);
-        __atomic_store_n(&s->ready, 2, __ATOMIC_RELEASE);
         fprintf(stderr, "lockstep serve: ready (%d parallel per model)\n", p->n_parallel);
     } else {
         fprintf(stderr, "lockstep serve: listening on http://%s%s%s:%d (loading %s)\n", v6 ? "[" : "", shown,
