@@ -39,6 +39,8 @@ struct ls_srv_router {
     ls_srv_rmodel *m;          /* n */
     int n;
     uint64_t tick;
+    ls_srv_counters gone;      /* the counters of models since unloaded (/metrics) */
+    uint64_t gone_prefix_hits, gone_preemptions;
     bool stopping;             /* the server is shutting down: nothing more loads */
 };
 
@@ -114,10 +116,13 @@ static ls_srv_rmodel *find(ls_srv_router *r, const char *name) {
 static ls_status add_model(ls_srv_router *r, const char *path, const char *alias, int cap, ls_err *err) {
     char *name = alias ? strdup(alias) : stem(path);
     if (!name) return ls_srv_error(err, LS_E_NOMEM, "out of memory");
-    if (!*name || strlen(name) > 200) {
+    bool odd = false; /* a name goes into JSON, logs and Prometheus labels as it is */
+    for (const char *c = name; *c; c++) odd |= (unsigned char)*c < 0x21 || *c == '"' || *c == '\\' || *c == 0x7f;
+    if (!*name || strlen(name) > 200 || odd) {
+        ls_srv_error(err, LS_E_INVALID, "model name '%.200s' for '%s' must be 1 to 200 characters, without spaces, "
+                     "quotes or backslashes", name, path);
         free(name);
-        return ls_srv_error(err, LS_E_INVALID, "model name '%.200s' for '%s' must be 1 to 200 characters",
-                            alias ? alias : "", path);
+        return err->code;
     }
     ls_srv_rmodel *dup = find(r, name);
     if (dup) {
@@ -275,6 +280,12 @@ static void unload(ls_srv_router *r, ls_srv_rmodel *m, const char *why) {
     m->state = RM_UNLOADING;
     server *s = m->srv;
     m->srv = NULL;
+    pthread_mutex_lock(&s->mu); /* /metrics' counters outlive it */
+    ls_srv_counters_add(&r->gone, &s->ct);
+    pthread_mutex_unlock(&s->mu);
+    ls_engine_stats es = LS_ENGINE_STATS_INIT;
+    ls_engine_get_stats(s->e, &es);
+    r->gone_prefix_hits += es.prefix_hit_tokens, r->gone_preemptions += es.preemptions;
     pthread_mutex_unlock(&r->mu);
     ls_srv_model_close(s);
     fprintf(stderr, "lockstep serve: model '%s' unloaded (%s)\n", m->name, why);
@@ -461,6 +472,51 @@ int ls_srv_router_live(ls_srv_router *r, bool cut) {
     }
     pthread_mutex_unlock(&r->mu);
     return live;
+}
+
+int ls_srv_router_sum(ls_srv_router *r, ls_srv_counters *ct, ls_engine_stats *es, int *live) {
+    pthread_mutex_lock(&r->mu);
+    ls_srv_counters_add(ct, &r->gone);
+    es->prefix_hit_tokens += r->gone_prefix_hits, es->preemptions += r->gone_preemptions;
+    for (int i = 0; i < r->n; i++) {
+        server *s = r->m[i].state == RM_LOADED ? r->m[i].srv : NULL;
+        if (!s) continue;
+        pthread_mutex_lock(&s->mu);
+        ls_srv_counters_add(ct, &s->ct);
+        *live += s->live;
+        pthread_mutex_unlock(&s->mu);
+        ls_engine_stats e = LS_ENGINE_STATS_INIT;
+        ls_engine_get_stats(s->e, &e);
+        es->n_waiting += e.n_waiting, es->n_running += e.n_running;
+        es->kv_blocks += e.kv_blocks, es->kv_used += e.kv_used, es->kv_cached_idle += e.kv_cached_idle;
+        es->prefix_hit_tokens += e.prefix_hit_tokens, es->preemptions += e.preemptions;
+    }
+    int n = r->n;
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
+int ls_srv_router_metrics(ls_srv_router *r, char *t, size_t cap) {
+    size_t n = 0;
+#define PUT(...)                                                         \
+    do {                                                                 \
+        int w_ = snprintf(t + n, n < cap ? cap - n : 0, __VA_ARGS__);    \
+        if (w_ > 0) n = n + (size_t)w_ < cap ? n + (size_t)w_ : cap - 1; \
+    } while (0)
+    PUT("# HELP lockstep_model_loaded 1 when the model is loaded (router mode).\n"
+        "# TYPE lockstep_model_loaded gauge\n");
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->n; i++) PUT("lockstep_model_loaded{model=\"%s\"} %d\n", r->m[i].name, r->m[i].state == RM_LOADED);
+    PUT("# HELP lockstep_parity_verified 1 when the model's probe verified (or scoped) byte parity.\n"
+        "# TYPE lockstep_parity_verified gauge\n");
+    for (int i = 0; i < r->n; i++) {
+        const ls_srv_rmodel *m = &r->m[i];
+        PUT("lockstep_parity_verified{model=\"%s\",verdict=\"%s\",spec=\"%s\"} %d\n", m->name, m->parity,
+            m->spec_state, m->probe.verdict == LS_VERDICT_VERIFIED || m->probe.verdict == LS_VERDICT_SCOPED);
+    }
+    pthread_mutex_unlock(&r->mu);
+#undef PUT
+    return (int)n;
 }
 
 /* ---- the endpoints ------------------------------------------------------------------- */

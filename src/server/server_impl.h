@@ -305,6 +305,14 @@ void ls_srv_count_latency(server *s, double queue_ms, double ttft_ms, double tpo
 /* n tokens generated now (tokens per second over the last 10 s). */
 void ls_srv_count_tokens(server *s, int32_t n);
 enum MHD_Result ls_srv_metrics(server *s, struct MHD_Connection *c);
+/* d += a (the tokens-per-second ring by second). */
+void ls_srv_counters_add(ls_srv_counters *d, const ls_srv_counters *a);
+/* router.c, for /metrics in router mode: adds every model's counters (those of unloaded
+ * models included) to *ct, the loaded ones' engine stats to *es and their requests in
+ * flight to *live, and returns the number of models; ls_srv_router_metrics writes each
+ * model's lines (loaded, parity verdict) into t (at most cap bytes), returns their length. */
+int ls_srv_router_sum(ls_srv_router *r, ls_srv_counters *ct, ls_engine_stats *es, int *live);
+int ls_srv_router_metrics(ls_srv_router *r, char *t, size_t cap);
 
 /* ---- what the request adapters share (api_common.c) ---- */
 bool ls_srv_in_list(const char *k, const char *const *list); /* list: NULL-terminated */

@@ -13,6 +13,7 @@ unloading, GET /models, POST /models/load and /models/unload, per-model probe ve
   a 503 naming why, the others are served; one model there: requests need no "model".
 - Each model's own parity probe: its verdict in /health and /v1/models; a model whose
   probe fails (a planted fault) is not served.
+- /metrics sums every model's counters (an unloaded one's too) and names each model's state.
 """
 import concurrent.futures as cf
 import http.client
@@ -206,6 +207,22 @@ def test_unknown_or_missing_model_is_refused_by_name(router1):
     assert st == 200 and out["model"] == "smol2"
     st, out = router1.post("/tokenize", {"model": "smol", "content": "hello"})
     assert st == 200 and out["tokens"]
+
+
+def test_metrics_count_every_model(router1):
+    """/metrics sums the models' counters (an unloaded model's included) and shows each
+    model's state and verdict."""
+    _, out, _ = router1.request("GET", "/metrics")
+    m = {}
+    for line in out.decode().splitlines():
+        if line and not line.startswith("#"):
+            k, v = line.rsplit(" ", 1)
+            m[k] = float(v)
+    loaded = [m[f'lockstep_model_loaded{{model="{x}"}}'] for x in ("smol", "smol2", "gemma")]
+    assert sum(loaded) <= 1 and set(loaded) <= {0.0, 1.0}
+    assert m['lockstep_requests_total{status="2xx"}'] >= 7  # the replies of the tests above, on three models
+    assert m["lockstep_generated_tokens_total"] >= 16 * 4 + 12 * 2
+    assert m['lockstep_parity_verified{model="gemma",verdict="skipped",spec="off"}'] == 0
 
 
 @pytest.fixture(scope="module")
