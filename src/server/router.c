@@ -137,11 +137,10 @@ static ls_status add_model(ls_srv_router *r, const char *path, const char *alias
         free(name);
         return ls_srv_error(err, LS_E_INVALID, "too many models (at most %d)", cap);
     }
-    ls_srv_rmodel *m = &r->m[r->n];
+    ls_srv_rmodel *m = &r->m[r->n++]; /* owned by r from here (freed with it) */
     memset(m, 0, sizeof *m);
     m->name = name;
     if (!(m->path = strdup(path))) return ls_srv_error(err, LS_E_NOMEM, "out of memory");
-    r->n++; /* owned by r from here (freed with it) */
     if (file_bytes(path, &m->bytes, err)) return err->code;
     const ls_server_params *p = r->p;
     if (p->models_memory > 0 && m->bytes > (uint64_t)p->models_memory)
@@ -387,17 +386,19 @@ static unsigned acquire(ls_srv_router *r, ls_srv_rmodel *m, char *msg, size_t ca
     }
 }
 
-/* The model a request names (its body's "model", or ?model= on a GET): 0 with *out (NULL:
- * none named), or a 400 (msg set). */
-static unsigned named(struct MHD_Connection *c, const char *body, size_t len, char *out, size_t cap, char *msg,
-                      size_t mcap) {
+/* The model a request names (its body's "model", or ?model= on a GET): 0 with out ("":
+ * none named; *not_json: the body does not parse), or a 400 (msg set). */
+static unsigned named(struct MHD_Connection *c, const char *body, size_t len, char *out, size_t cap, bool *not_json,
+                      char *msg, size_t mcap) {
     out[0] = 0;
+    *not_json = false;
     if (!body) {
         const char *q = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "model");
         if (q) snprintf(out, cap, "%s", q);
         return 0;
     }
     cJSON *j = cJSON_ParseWithLength(body, len);
+    *not_json = !cJSON_IsObject(j);
     const cJSON *v = cJSON_IsObject(j) ? cJSON_GetObjectItemCaseSensitive(j, "model") : NULL;
     unsigned st = 0;
     if (v && !cJSON_IsNull(v)) {
@@ -434,8 +435,13 @@ static ls_srv_rmodel *lookup(ls_srv_router *r, const char *name, unsigned *st, c
 unsigned ls_srv_router_pick(ls_srv_router *r, struct MHD_Connection *c, const char *body, size_t len,
                             server **out, ls_srv_rmodel **held, char *msg, size_t cap) {
     char name[256];
-    unsigned st = named(c, body, len, name, sizeof name, msg, cap);
+    bool not_json;
+    unsigned st = named(c, body, len, name, sizeof name, &not_json, msg, cap);
     if (st) return st;
+    if (not_json && r->n > 1) { /* with one model, its endpoint names what is wrong */
+        snprintf(msg, cap, "the request body is not a JSON object, so it names no model ('model')");
+        return 400;
+    }
     pthread_mutex_lock(&r->mu);
     ls_srv_rmodel *m = lookup(r, name, &st, msg, cap);
     if (m && !(st = acquire(r, m, msg, cap))) {
@@ -457,7 +463,7 @@ void ls_srv_router_release(ls_srv_router *r, ls_srv_rmodel *m) {
 int ls_srv_router_live(ls_srv_router *r, bool cut) {
     int live = 0;
     pthread_mutex_lock(&r->mu);
-    r->stopping = true;
+    if (cut) r->stopping = true;
     for (int i = 0; i < r->n; i++) {
         server *s = r->m[i].state == RM_LOADED ? r->m[i].srv : NULL;
         if (!s) continue;

@@ -208,6 +208,8 @@ def test_unknown_or_missing_model_is_refused_by_name(router1):
     assert st == 400 and "'model' is required" in out["error"]["message"] and "smol, smol2, gemma" in out["error"]["message"]
     st, out = router1.post("/v1/completions", {**COMPL, "model": 3})
     assert st == 400 and "'model'" in out["error"]["message"]
+    st, out = router1.post("/v1/chat/completions", b"{not json")
+    assert st == 400 and "not a JSON object" in out["error"]["message"]
     st, out = router1.get("/props?model=nope")
     assert st == 404 and "'nope'" in out["error"]["message"]
     st, out = router1.get("/slots")
