@@ -15,7 +15,14 @@ static const char *help =
     "                      [--timeout S] [flags]\n"
     "\n"
     "  -m, --model PATH      GGUF model (default " LS_DEFAULT_MODEL ")\n"
-    "      --alias NAME      the model name in responses (default: the file name)\n"
+    "      --alias NAME      the model name in responses (default: the file name); with several\n"
+    "                        models, the name of the -m before it\n"
+    "Several models (router mode; docs/server.md): -m repeated and/or --models-dir; each loads\n"
+    "on first use, the request's \"model\" picks one (default name: the file name without .gguf)\n"
+    "      --models-dir DIR  serve every *.gguf in DIR (a split model by its first shard)\n"
+    "      --models-max N    at most N models loaded at once; the least recently used idle one\n"
+    "                        is unloaded to make room (default 4; 0: no limit)\n"
+    "      --models-memory SIZE  loaded models' files together at most SIZE, e.g. 8G (default: no limit)\n"
     "      --host ADDR       address or name to bind, IPv4 or IPv6 (default 127.0.0.1, loopback only)\n"
     "      --port N          (default 8080)\n"
     "  -np, --parallel N     sequences decoded together (default 8)\n"
@@ -55,6 +62,7 @@ static const char *help =
     "  POST /v1/embeddings, POST /embeddings   embeddings\n"
     "  POST /completion, GET /slots           llama-server's native endpoints\n"
     "  GET /v1/models, GET /health, GET /metrics, GET /props\n"
+    "  GET /models, POST /models/load, POST /models/unload   the models and their status (router mode)\n"
     "  POST /tokenize, POST /detokenize, POST /apply-template\n"
     "SIGINT/SIGTERM drain and exit 0.\n";
 
@@ -95,7 +103,7 @@ int cli_serve(int argc, char **argv) {
     enum { O_HOST = 256, O_PORT, O_KVMEM, O_SPEC, O_DMAX, O_DMIN, O_DMODEL, O_DLAYERS, O_KEY, O_MAXQ, O_TIMEOUT,
            O_MAXBODY, O_MAXTOK, O_ALIAS, O_INEXACT, O_NOPROBE, O_KERNELS, O_PAR, O_DEVICE, O_MAXCONN,
            O_HTIMEOUT, O_CORS, O_BTIMEOUT, O_REASON, O_TMPLFILE, O_NOPROGRESS,
-           O_CACHEDIR, O_CACHEMAX };
+           O_CACHEDIR, O_CACHEMAX, O_MDIR, O_MMAX, O_MMEM };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"host", required_argument, 0, O_HOST},
         {"port", required_argument, 0, O_PORT}, {"parallel", required_argument, 0, O_PAR},
@@ -113,13 +121,23 @@ int cli_serve(int argc, char **argv) {
         {"cors-origin", required_argument, 0, O_CORS}, {"reasoning-format", required_argument, 0, O_REASON},
         {"chat-template-file", required_argument, 0, O_TMPLFILE}, {"no-progress", no_argument, 0, O_NOPROGRESS},
         {"cache-dir", required_argument, 0, O_CACHEDIR}, {"cache-dir-max", required_argument, 0, O_CACHEMAX},
+        {"models-dir", required_argument, 0, O_MDIR}, {"models-max", required_argument, 0, O_MMAX},
+        {"models-memory", required_argument, 0, O_MMEM},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    /* -m repeated: the models, each named by the --alias after it (one before any -m names the first) */
+    ls_server_model mods[256];
+    int n_m = 0;
+    const char *first_alias = NULL;
+    long long mmax = 4;
     optind = 1;
     opterr = 0;
     int o;
     while ((o = getopt_long(argc, argv, ":m:c:t:h", opts, NULL)) != -1) {
         switch (o) {
-        case 'm': p.model_path = optarg; break;
+        case 'm':
+            if (n_m == (int)(sizeof mods / sizeof *mods)) return cli_usage_error(cmd, "too many -m (at most 256)");
+            mods[n_m++] = (ls_server_model){.path = optarg};
+            break;
         case O_HOST: p.host = optarg; break;
         case O_PORT: if (!cli_parse_int(cmd, "--port", optarg, 1, 65535, &port)) return LS_EXIT_USAGE; break;
         case O_PAR: if (!cli_parse_int(cmd, "--parallel", optarg, 1, 1024, &par)) return LS_EXIT_USAGE; break;
@@ -139,7 +157,20 @@ int cli_serve(int argc, char **argv) {
         case O_TIMEOUT: if (!cli_parse_int(cmd, "--timeout", optarg, 1, 86400, &timeout)) return LS_EXIT_USAGE; break;
         case O_MAXBODY: if (!cli_parse_int(cmd, "--max-body", optarg, 256, 1LL << 30, &maxbody)) return LS_EXIT_USAGE; break;
         case O_MAXTOK: if (!cli_parse_int(cmd, "--max-tokens", optarg, 1, 1 << 24, &maxtok)) return LS_EXIT_USAGE; break;
-        case O_ALIAS: p.model_alias = optarg; break;
+        case O_ALIAS:
+            p.model_alias = optarg; /* one model: the last --alias */
+            if (n_m == 0 && first_alias) return cli_usage_error(cmd, "two --alias before the first -m");
+            if (n_m > 0 && mods[n_m - 1].alias)
+                return cli_usage_error(cmd, "two --alias for -m '%s'", mods[n_m - 1].path);
+            if (n_m == 0) first_alias = optarg;
+            else mods[n_m - 1].alias = optarg;
+            break;
+        case O_MDIR: p.models_dir = optarg; break;
+        case O_MMAX: if (!cli_parse_int(cmd, "--models-max", optarg, 0, 1024, &mmax)) return LS_EXIT_USAGE; break;
+        case O_MMEM:
+            if (!parse_size(optarg, &p.models_memory))
+                return cli_usage_error(cmd, "invalid value '%s' for --models-memory (a size like 512M or 8G)", optarg);
+            break;
         case O_INEXACT: p.allow_inexact = true; break;
         case O_NOPROBE: p.no_probe = true; break;
         case O_KERNELS: kernels = optarg; break;
@@ -174,6 +205,20 @@ int cli_serve(int argc, char **argv) {
     }
     if (optind < argc) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
     if (p.cache_dir_max && !p.cache_dir) return cli_usage_error(cmd, "--cache-dir-max needs --cache-dir DIR");
+    if (n_m > 0) p.model_path = mods[0].path;
+    const bool router = n_m > 1 || p.models_dir;
+    if (router) { /* several models: each named, each loaded on first use */
+        if (first_alias && n_m > 0 && mods[0].alias) return cli_usage_error(cmd, "two --alias for -m '%s'", mods[0].path);
+        if (first_alias && n_m == 0) return cli_usage_error(cmd, "--alias names a -m model, and there is none");
+        if (first_alias) mods[0].alias = first_alias;
+        if (p.chat_template_file)
+            return cli_usage_error(cmd, "--chat-template-file applies to one model: not with several models");
+        for (int i = 0; i < n_m; i++)
+            if (access(mods[i].path, R_OK) != 0) return cli_usage_error(cmd, "cannot read model file '%s'", mods[i].path);
+        p.models = mods;
+        p.n_models = n_m;
+        p.models_max = (int)mmax;
+    }
     ls_err err;
     if (ls_spec_kind_from_name(spec, &p.spec.kind, &err)) return cli_usage_error(cmd, "%s", err.msg);
     if (p.draft_model_path && p.spec.kind != LS_SPEC_DRAFT) return cli_usage_error(cmd, "--draft-model needs --spec draft");
@@ -188,7 +233,7 @@ int cli_serve(int argc, char **argv) {
     if (p.chat_template_file && access(p.chat_template_file, R_OK) != 0)
         return cli_usage_error(cmd, "cannot read chat template file '%s'", p.chat_template_file);
     p.progress = progress && isatty(STDERR_FILENO); /* never into a log file */
-    if (access(p.model_path, R_OK) != 0)
+    if (!router && access(p.model_path, R_OK) != 0)
         return cli_usage_error(cmd, "cannot read model file '%s'%s", p.model_path,
                                strcmp(p.model_path, LS_DEFAULT_MODEL) ? "" : " (run `make model` to fetch it)");
     if (threads == 0) threads = cli_default_threads();

@@ -352,6 +352,7 @@ static bool key_ok(const char *want, const char *auth, const char *xkey) {
 
 /* GET /health: 503 while loading or probing; then the probe's verdict. */
 static enum MHD_Result health(server *s, struct MHD_Connection *c) {
+    if (s->router) return ls_srv_router_health(s, c); /* each model's verdict */
     cJSON *o = cJSON_CreateObject();
     int ready = __atomic_load_n(&s->ready, __ATOMIC_ACQUIRE);
     if (ready < 2) {
@@ -378,6 +379,7 @@ static enum MHD_Result health(server *s, struct MHD_Connection *c) {
 }
 
 static enum MHD_Result models(server *s, struct MHD_Connection *c) {
+    if (s->router) return ls_srv_router_models(s, c); /* every model, with its status */
     cJSON *o = cJSON_CreateObject(), *d = cJSON_AddArrayToObject(o, "data"), *m = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "object", "list");
     cJSON_AddStringToObject(m, "id", s->model_name);
@@ -399,8 +401,9 @@ static enum MHD_Result tokenize_ep(server *s, struct MHD_Connection *c, conn *cn
     char msg[sizeof(((ls_err *)0)->msg)];
     const cJSON *key;
     cJSON_ArrayForEach(key, j) {
-        if (cJSON_IsNull(key) || (detok ? !strcmp(key->string, "tokens")
-                                        : !strcmp(key->string, "content") || !strcmp(key->string, "add_special")))
+        if (cJSON_IsNull(key) || !strcmp(key->string, "model") || /* the model (router mode) */
+            (detok ? !strcmp(key->string, "tokens")
+                   : !strcmp(key->string, "content") || !strcmp(key->string, "add_special")))
             continue;
         snprintf(msg, sizeof msg, "unsupported parameter '%.60s' (/%s takes %s)", key->string,
                  detok ? "detokenize" : "tokenize", detok ? "tokens" : "content and add_special");
@@ -575,7 +578,8 @@ static void set_phase(server *s, sock *k, int phase) {
 /* ---- routing ----------------------------------------------------------------------
  * Each endpoint: its path, its one method (another is a 405 with Allow), its handler,
  * whether it reads a body (a body over --max-body is a 413 there, ignored elsewhere), its
- * API (the error shape), and whether it is open (no key; answered while loading). */
+ * API (the error shape), whether it is open (no key; answered while loading), and whether
+ * it is a model's (router mode: the request's "model" picks the server that answers it). */
 typedef enum MHD_Result (*route_fn)(server *s, struct MHD_Connection *c, conn *cn, const char *url);
 typedef struct {
     const char *path, *method;
@@ -583,6 +587,7 @@ typedef struct {
     bool body;
     int api;
     bool open;
+    bool model;
 } route;
 
 static enum MHD_Result r_health(server *s, struct MHD_Connection *c, conn *cn, const char *url) {
@@ -626,31 +631,38 @@ static enum MHD_Result r_apply_template(server *s, struct MHD_Connection *c, con
     return ls_srv_apply_template(s, c, cn->body, cn->len);
 }
 
+static enum MHD_Result r_models_load(server *s, struct MHD_Connection *c, conn *cn, const char *url) {
+    return ls_srv_router_load(s, c, cn->body, cn->len, !strcmp(url, "/models/load"));
+}
+
 static enum MHD_Result r_page(server *s, struct MHD_Connection *c, conn *cn, const char *url) {
     return ls_srv_page(s, c, url);
 }
 
 static const route ROUTES[] = {
-    {"/health", "GET", r_health, false, LS_API_OPENAI, true},
+    {"/health", "GET", r_health, false, LS_API_OPENAI, true, false},
     /* the chat page (page.c): open, as it holds no data; its requests carry the key */
-    {"/", "GET", r_page, false, LS_API_OPENAI, true},
-    {"/page.js", "GET", r_page, false, LS_API_OPENAI, true},
-    {"/page.css", "GET", r_page, false, LS_API_OPENAI, true},
-    {"/page.svg", "GET", r_page, false, LS_API_OPENAI, true},
-    {"/v1/chat/completions", "POST", r_chat, true, LS_API_OPENAI, false},
-    {"/v1/completions", "POST", r_completions, true, LS_API_OPENAI, false},
-    {"/v1/responses", "POST", r_responses, true, LS_API_RESPONSES, false},
-    {"/v1/messages", "POST", r_messages, true, LS_API_MESSAGES, false},
-    {"/completion", "POST", r_native, true, LS_API_OPENAI, false},   /* llama-server's (native.c) */
-    {"/slots", "GET", r_slots, false, LS_API_OPENAI, false},
-    {"/v1/embeddings", "POST", r_embeddings, true, LS_API_OPENAI, false},
-    {"/embeddings", "POST", r_embeddings, true, LS_API_OPENAI, false},
-    {"/v1/models", "GET", r_models, false, LS_API_OPENAI, false},
-    {"/metrics", "GET", r_metrics, false, LS_API_OPENAI, false},
-    {"/tokenize", "POST", r_tokenize, true, LS_API_OPENAI, false},
-    {"/detokenize", "POST", r_tokenize, true, LS_API_OPENAI, false},
-    {"/props", "GET", r_props, false, LS_API_OPENAI, false},
-    {"/apply-template", "POST", r_apply_template, true, LS_API_OPENAI, false},
+    {"/", "GET", r_page, false, LS_API_OPENAI, true, false},
+    {"/page.js", "GET", r_page, false, LS_API_OPENAI, true, false},
+    {"/page.css", "GET", r_page, false, LS_API_OPENAI, true, false},
+    {"/page.svg", "GET", r_page, false, LS_API_OPENAI, true, false},
+    {"/v1/chat/completions", "POST", r_chat, true, LS_API_OPENAI, false, true},
+    {"/v1/completions", "POST", r_completions, true, LS_API_OPENAI, false, true},
+    {"/v1/responses", "POST", r_responses, true, LS_API_RESPONSES, false, true},
+    {"/v1/messages", "POST", r_messages, true, LS_API_MESSAGES, false, true},
+    {"/completion", "POST", r_native, true, LS_API_OPENAI, false, true},   /* llama-server's (native.c) */
+    {"/slots", "GET", r_slots, false, LS_API_OPENAI, false, true},
+    {"/v1/embeddings", "POST", r_embeddings, true, LS_API_OPENAI, false, true},
+    {"/embeddings", "POST", r_embeddings, true, LS_API_OPENAI, false, true},
+    {"/v1/models", "GET", r_models, false, LS_API_OPENAI, false, false},
+    {"/models", "GET", r_models, false, LS_API_OPENAI, false, false},         /* llama-server's router */
+    {"/models/load", "POST", r_models_load, true, LS_API_OPENAI, false, false},
+    {"/models/unload", "POST", r_models_load, true, LS_API_OPENAI, false, false},
+    {"/metrics", "GET", r_metrics, false, LS_API_OPENAI, false, false},
+    {"/tokenize", "POST", r_tokenize, true, LS_API_OPENAI, false, true},
+    {"/detokenize", "POST", r_tokenize, true, LS_API_OPENAI, false, true},
+    {"/props", "GET", r_props, false, LS_API_OPENAI, false, true},
+    {"/apply-template", "POST", r_apply_template, true, LS_API_OPENAI, false, true},
 };
 
 static const route *find_route(const char *url) {
@@ -732,6 +744,16 @@ enum MHD_Result ls_srv_handler(void *cls, struct MHD_Connection *c, const char *
         return ls_srv_send_error(s, c, 404, "invalid_request_error", msg, NULL);
     }
     if (strcmp(method, rt->method)) return ls_srv_send_405(s, c, rt->method);
+    if (s->router && rt->model) { /* the model's own server answers (loaded first if need be) */
+        server *ms = NULL;
+        char msg[768];
+        unsigned st = ls_srv_router_pick(s->router, c, rt->body ? (cn->body ? cn->body : "") : NULL, cn->len, &ms,
+                                         &cn->rmodel, msg, sizeof msg);
+        if (st)
+            return ls_srv_send_error(s, c, st, st == 503 ? "server_busy" : "invalid_request_error", msg,
+                                     st == 503 ? "1" : NULL);
+        return rt->fn(ms, c, cn, url);
+    }
     return rt->fn(s, c, cn, url);
 }
 
@@ -773,6 +795,7 @@ void ls_srv_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
         pthread_mutex_lock(&s->mu);
         s->busy--;
         pthread_mutex_unlock(&s->mu);
+        if (cn->rmodel) ls_srv_router_release(s->router, cn->rmodel);
         free(cn->body);
         cJSON_Delete(cn->api_echo);
         free(cn);

@@ -19,6 +19,7 @@ static void job_unref(job *j) {
     int r = --j->refs;
     pthread_mutex_unlock(&j->mu);
     if (r) return;
+    server *s = j->srv;
     ls_drafter_free(j->drafter);
     ls_srv_req_free(&j->req);
     free(j->prompt);
@@ -31,6 +32,7 @@ static void job_unref(job *j) {
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);
+    if (s) __atomic_sub_fetch(&s->n_jobs, 1, __ATOMIC_ACQ_REL); /* the last touch of s (router.h) */
 }
 
 /* Wakes the engine thread (it sleeps while the engine is idle). */
@@ -380,6 +382,7 @@ static job *job_new(server *s, struct MHD_Connection *c, conn *cn, bool chat, co
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
     j->srv = s;
+    __atomic_add_fetch(&s->n_jobs, 1, __ATOMIC_ACQ_REL);
     j->refs = 1;
     j->path = path;
     j->t0 = cn->t0 ? cn->t0 : now_ms();

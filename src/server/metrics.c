@@ -104,14 +104,48 @@ void ls_srv_count_step(server *s, int32_t rows) {
     pthread_mutex_unlock(&s->mu);
 }
 
+static void hist_add_all(ls_srv_hist *d, const ls_srv_hist *a) {
+    for (int i = 0; i <= LS_SRV_LAT_BUCKETS; i++) d->n[i] += a->n[i];
+    d->count += a->count;
+    d->sum += a->sum;
+}
+
+void ls_srv_counters_add(ls_srv_counters *d, const ls_srv_counters *a) {
+    for (int i = 0; i < 13; i++) d->req_by_status[i] += a->req_by_status[i];
+    d->other_status += a->other_status;
+    d->prompt_tokens += a->prompt_tokens, d->gen_tokens += a->gen_tokens;
+    d->drafted += a->drafted, d->accepted += a->accepted, d->steps += a->steps;
+    for (int i = 0; i < 9; i++) d->batch_hist[i] += a->batch_hist[i];
+    d->batch_rows_sum += a->batch_rows_sum;
+    hist_add_all(&d->queue, &a->queue), hist_add_all(&d->ttft, &a->ttft);
+    hist_add_all(&d->tpot, &a->tpot), hist_add_all(&d->e2e, &a->e2e);
+    d->cancelled_shutdown += a->cancelled_shutdown, d->cancelled_client += a->cancelled_client;
+    d->cancelled_timeout += a->cancelled_timeout, d->head_timeouts += a->head_timeouts;
+    d->body_timeouts += a->body_timeouts, d->conn_refused += a->conn_refused;
+    for (int i = 0; i < 16; i++) { /* slot i holds one second's count: the same second adds, a later one wins */
+        if (a->tps_t[i] == d->tps_t[i]) d->tps_n[i] += a->tps_n[i];
+        else if (a->tps_t[i] > d->tps_t[i]) d->tps_t[i] = a->tps_t[i], d->tps_n[i] = a->tps_n[i];
+    }
+}
+
 enum MHD_Result ls_srv_metrics(server *s, struct MHD_Connection *c) {
     ls_engine_stats es = LS_ENGINE_STATS_INIT;
-    ls_engine_get_stats(s->e, &es);
-    const size_t cap = 16384;
+    ls_srv_counters all; /* router mode: the front's, every model's, and those of models unloaded */
+    int live = 0, n_models = 0;
+    if (s->router) {
+        pthread_mutex_lock(&s->mu);
+        all = s->ct;
+        pthread_mutex_unlock(&s->mu);
+        n_models = ls_srv_router_sum(s->router, &all, &es, &live);
+    } else {
+        ls_engine_get_stats(s->e, &es);
+    }
+    const size_t cap = 16384 + (size_t)n_models * 512;
     char *t = malloc(cap);
     if (!t) return MHD_NO;
     pthread_mutex_lock(&s->mu);
-    const ls_srv_counters *k = &s->ct;
+    const ls_srv_counters *k = s->router ? &all : &s->ct;
+    if (!s->router) live = s->live;
     int n = 0;
     n += snprintf(t + n, cap - n, "# HELP lockstep_requests_total HTTP requests by status.\n"
                                   "# TYPE lockstep_requests_total counter\n");
@@ -126,7 +160,7 @@ enum MHD_Result ls_srv_metrics(server *s, struct MHD_Connection *c) {
                   "# TYPE lockstep_running_sequences gauge\nlockstep_running_sequences %d\n"
                   "# TYPE lockstep_requests_in_flight gauge\nlockstep_requests_in_flight %d\n",
                   (unsigned long long)k->prompt_tokens, (unsigned long long)k->gen_tokens, es.n_waiting, es.n_running,
-                  s->live);
+                  live);
     n += snprintf(t + n, cap - n, "# HELP lockstep_batch_rows Rows per engine step.\n# TYPE lockstep_batch_rows histogram\n");
     uint64_t cum = 0;
     const char *le[9] = {"1", "2", "4", "8", "16", "32", "64", "128", "+Inf"};
@@ -187,6 +221,11 @@ enum MHD_Result ls_srv_metrics(server *s, struct MHD_Connection *c) {
     int open_conns = s->n_socks;
     pthread_mutex_unlock(&s->cmu);
     n += snprintf(t + n, cap - n, "# TYPE lockstep_open_connections gauge\nlockstep_open_connections %d\n", open_conns);
+    if (s->router) { /* each model's state and verdict */
+        pthread_mutex_unlock(&s->mu);
+        n += ls_srv_router_metrics(s->router, t + n, cap - (size_t)n);
+        return ls_srv_send_text(s, c, 200, "text/plain; version=0.0.4", t, NULL);
+    }
     n += snprintf(t + n, cap - n,
                   "# HELP lockstep_parity_verified 1 when the startup probe verified (or scoped) byte parity.\n"
                   "# TYPE lockstep_parity_verified gauge\nlockstep_parity_verified{verdict=\"%s\",spec=\"%s\"} %d\n"

@@ -132,15 +132,14 @@ static bool is_loopback(const struct sockaddr *sa) {
     return false;
 }
 
-int ls_server_run(const ls_server_params *p, ls_err *err) {
+/* A server's state before its model (ready 0, parity pending): NULL when out of memory. */
+static server *srv_new(const ls_server_params *p) {
     server *s = calloc(1, sizeof *s);
-    if (!s) return ls_srv_error(err, LS_E_NOMEM, "out of memory");
+    if (!s) return NULL;
     s->p = p;
     if (!(s->slots = calloc(p->n_parallel > 0 ? (size_t)p->n_parallel : 1, sizeof *s->slots))) {
-        free(s->slots);
-    free(s->default_system);
-    free(s);
-        return ls_srv_error(err, LS_E_NOMEM, "out of memory");
+        free(s);
+        return NULL;
     }
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->cmu, NULL);
@@ -150,6 +149,58 @@ int ls_server_run(const ls_server_params *p, ls_err *err) {
     snprintf(s->spec_state, sizeof s->spec_state, "off");
     const char *slash = strrchr(p->model_path, '/');
     s->model_name = p->model_alias ? p->model_alias : slash ? slash + 1 : p->model_path;
+    return s;
+}
+
+/* Stops s's engine thread (when started) and frees s with all it holds. */
+static void srv_free(server *s, bool engine_started) {
+    if (!s) return;
+    if (engine_started) {
+        pthread_mutex_lock(&s->mu);
+        s->stop_engine = true;
+        pthread_cond_signal(&s->work);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->engine_thread, NULL);
+    }
+    ls_engine_free(s->e);
+    ls_model_free(s->m);
+    ls_model_free(s->draft_model);
+    pthread_mutex_destroy(&s->mu);
+    pthread_mutex_destroy(&s->cmu);
+    pthread_cond_destroy(&s->work);
+    free(s->slots);
+    free(s->default_system);
+    free(s);
+}
+
+server *ls_srv_model_open(const ls_server_params *p, ls_err *err) {
+    server *s = srv_new(p);
+    if (!s) {
+        ls_srv_error(err, LS_E_NOMEM, "out of memory");
+        return NULL;
+    }
+    ls_model_params mp = LS_MODEL_PARAMS_INIT;
+    mp.path = p->model_path;
+    mp.chat_template_file = p->chat_template_file;
+    mp.cache_dir = p->probe_memo_dir; /* the file's hash kept in lockstep's cache directory */
+    if (!(s->m = ls_model_load(&mp, err)) || start_engine(s, err)) {
+        srv_free(s, false);
+        return NULL;
+    }
+    if (pthread_create(&s->engine_thread, NULL, ls_srv_engine_main, s) != 0) {
+        ls_srv_error(err, LS_E_NOMEM, "cannot start the engine thread");
+        srv_free(s, false);
+        return NULL;
+    }
+    __atomic_store_n(&s->ready, 2, __ATOMIC_RELEASE);
+    return s;
+}
+
+void ls_srv_model_close(server *s) { srv_free(s, true); }
+
+int ls_server_run(const ls_server_params *p, ls_err *err) {
+    server *s = srv_new(p);
+    if (!s) return ls_srv_error(err, LS_E_NOMEM, "out of memory");
     int rc = 1;
     bool engine_started = false, reaper_started = false;
     struct addrinfo *ai = NULL;
@@ -163,12 +214,18 @@ int ls_server_run(const ls_server_params *p, ls_err *err) {
     signal(SIGPIPE, SIG_IGN);
     g_stop = 0;
 
-    /* The model file first: a file that is not a model fails before anything listens. */
-    ls_model_params mp = LS_MODEL_PARAMS_INIT;
-    mp.path = p->model_path;
-    mp.chat_template_file = p->chat_template_file; /* a bad template fails here too, naming the file */
-    mp.cache_dir = p->probe_memo_dir; /* lockstep's cache directory: the file's hash kept there too */
-    if (!(s->m = ls_model_load(&mp, err))) goto out;
+    /* The model file first: a file that is not a model fails before anything listens.
+     * Router mode: each model's file is checked for reading; each loads on first use. */
+    if (p->n_models > 0 || p->models_dir) {
+        if (!(s->router = ls_srv_router_create(p, err))) goto out;
+        __atomic_store_n(&s->ready, 2, __ATOMIC_RELEASE); /* serving from the first request on */
+    } else {
+        ls_model_params mp = LS_MODEL_PARAMS_INIT;
+        mp.path = p->model_path;
+        mp.chat_template_file = p->chat_template_file; /* a bad template fails here too, naming the file */
+        mp.cache_dir = p->probe_memo_dir; /* lockstep's cache directory: the file's hash kept there too */
+        if (!(s->m = ls_model_load(&mp, err))) goto out;
+    }
 
     /* --host: an IPv4 or IPv6 address or a name (the first address it resolves to). */
     char port_s[16];
@@ -228,17 +285,23 @@ int ls_server_run(const ls_server_params *p, ls_err *err) {
         goto out;
     }
     reaper_started = true;
-    fprintf(stderr, "lockstep serve: listening on http://%s%s%s:%d (loading %s)\n", v6 ? "[" : "", shown, v6 ? "]" : "",
-            p->port, p->model_path);
-    if (start_engine(s, err)) goto out;
-    if (pthread_create(&s->engine_thread, NULL, ls_srv_engine_main, s) != 0) {
-        ls_srv_error(err, LS_E_NOMEM, "cannot start the engine thread");
-        goto out;
+    if (s->router) {
+        fprintf(stderr, "lockstep serve: listening on http://%s%s%s:%d (router mode: models load on first use)\n",
+                v6 ? "[" : "", shown, v6 ? "]" : "", p->port);
+        fprintf(stderr, "lockstep serve: ready (%d parallel per model)\n", p->n_parallel);
+    } else {
+        fprintf(stderr, "lockstep serve: listening on http://%s%s%s:%d (loading %s)\n", v6 ? "[" : "", shown,
+                v6 ? "]" : "", p->port, p->model_path);
+        if (start_engine(s, err)) goto out;
+        if (pthread_create(&s->engine_thread, NULL, ls_srv_engine_main, s) != 0) {
+            ls_srv_error(err, LS_E_NOMEM, "cannot start the engine thread");
+            goto out;
+        }
+        engine_started = true;
+        __atomic_store_n(&s->ready, 2, __ATOMIC_RELEASE);
+        fprintf(stderr, "lockstep serve: ready (parity: %s; spec: %s; %d parallel, context %d)\n", s->parity,
+                s->spec_state, p->n_parallel, s->n_ctx);
     }
-    engine_started = true;
-    __atomic_store_n(&s->ready, 2, __ATOMIC_RELEASE);
-    fprintf(stderr, "lockstep serve: ready (parity: %s; spec: %s; %d parallel, context %d)\n", s->parity, s->spec_state,
-            p->n_parallel, s->n_ctx);
     while (!g_stop) usleep(100 * 1000);
 
     /* Shutdown: stop accepting (the listening socket is shut down, so a new connection is
@@ -260,8 +323,9 @@ int ls_server_run(const ls_server_params *p, ls_err *err) {
             cut = true;
         }
         pthread_mutex_unlock(&s->mu);
+        if (s->router) live += ls_srv_router_live(s->router, cut);
         if (live == 0 && (busy == 0 || cut)) break;
-        if (cut) {
+        if (cut && s->e) {
             ls_engine_cancel_all(s->e);
             pthread_mutex_lock(&s->mu);
             pthread_cond_signal(&s->work);
@@ -272,6 +336,7 @@ int ls_server_run(const ls_server_params *p, ls_err *err) {
     pthread_mutex_lock(&s->mu); /* a handler still parsing its request submits nothing now */
     __atomic_store_n(&s->shutting_down, true, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&s->mu);
+    if (s->router) ls_srv_router_live(s->router, true);
     MHD_stop_daemon(d);
     d = NULL;
     if (lfd != MHD_INVALID_SOCKET) close(lfd); /* quiesced: MHD leaves it to us */
@@ -287,21 +352,7 @@ out:
         pthread_join(s->reaper, NULL);
     }
     if (ai) freeaddrinfo(ai);
-    if (engine_started) {
-        pthread_mutex_lock(&s->mu);
-        s->stop_engine = true;
-        pthread_cond_signal(&s->work);
-        pthread_mutex_unlock(&s->mu);
-        pthread_join(s->engine_thread, NULL);
-    }
-    ls_engine_free(s->e);
-    ls_model_free(s->m);
-    ls_model_free(s->draft_model);
-    pthread_mutex_destroy(&s->mu);
-    pthread_mutex_destroy(&s->cmu);
-    pthread_cond_destroy(&s->work);
-    free(s->slots);
-    free(s->default_system);
-    free(s);
+    ls_srv_router_free(s->router); /* MHD has stopped: no request holds a model */
+    srv_free(s, engine_started);
     return rc;
 }

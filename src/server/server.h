@@ -9,6 +9,12 @@
 
 #include "lockstep.h"
 
+/* One model of a server that serves several (router mode). */
+typedef struct {
+    const char *path;          /* its GGUF file (a split model's first shard) */
+    const char *alias;         /* the name requests use in "model" */
+} ls_server_model;
+
 typedef struct {
     const char *model_path;
     const char *model_alias;   /* the "model" name in responses (default: the file name) */
@@ -41,6 +47,14 @@ typedef struct {
     bool progress;             /* say on stderr that the startup probe runs, and how long it took */
     const char *cache_dir;     /* the persistent prefix cache's directory (--cache-dir); NULL: none */
     int64_t cache_dir_max;     /* bytes its block files may take (--cache-dir-max); 0 = 1 GiB */
+    /* Router mode (n_models > 0 or models_dir; model_path and model_alias are then unused):
+     * the models the server may serve, each loaded on first use (router.h).  A model's alias
+     * NULL: its file name without .gguf (and without a split model's -00001-of-0000N). */
+    const ls_server_model *models;
+    int n_models;
+    int models_max;            /* at most this many loaded at once (0: no limit) */
+    int64_t models_memory;     /* bytes: loaded models' files together at most this (0: no limit) */
+    const char *models_dir;    /* router mode also: every *.gguf here (a split model by its first shard) */
 } ls_server_params;
 
 /* Loads the model file (a bad one fails here, before anything listens), binds,

@@ -26,6 +26,7 @@
 
 #include "lockstep.h"
 #include "server/request.h"
+#include "server/router.h"
 #include "server/server.h"
 #include "server/tools.h"
 
@@ -160,6 +161,7 @@ typedef struct {
     int32_t n_probs;    /* /completion's n_probs (top log-probabilities per token) */
     const ls_srv_api *api; /* the body was translated from a Responses / Messages request */
     cJSON *api_echo;    /* ... and what its reply repeats (moves to the job) */
+    ls_srv_rmodel *rmodel; /* router mode: the model it holds until it is over (router.h) */
 } conn;
 
 /* Latency histograms (seconds; Prometheus buckets, cumulative when printed). */
@@ -216,7 +218,16 @@ struct server {
     srv_slot *slots;           /* n_parallel (guarded by mu) */
     int tool_format;           /* ls_srv_tool_format of the model's template */
     char *default_system;      /* the template's own system prompt, or NULL */
+    ls_srv_router *router;     /* router mode (several models): NULL in a model's own server */
+    int n_jobs;                /* jobs alive (atomic): a model is unloaded only at 0 */
 };
+
+/* server.c: one model's server (router mode): its model, engine, probe (the verdict in
+ * probe and parity) and engine thread, serving; NULL with err set when it cannot load.
+ * p outlives it. */
+server *ls_srv_model_open(const ls_server_params *p, ls_err *err);
+/* Stops its engine thread and frees it (nothing of it may be in flight). */
+void ls_srv_model_close(server *s);
 
 /* http.c */
 enum MHD_Result ls_srv_handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -295,6 +306,14 @@ void ls_srv_count_latency(server *s, double queue_ms, double ttft_ms, double tpo
 /* n tokens generated now (tokens per second over the last 10 s). */
 void ls_srv_count_tokens(server *s, int32_t n);
 enum MHD_Result ls_srv_metrics(server *s, struct MHD_Connection *c);
+/* d += a (the tokens-per-second ring by second). */
+void ls_srv_counters_add(ls_srv_counters *d, const ls_srv_counters *a);
+/* router.c, for /metrics in router mode: adds every model's counters (those of unloaded
+ * models included) to *ct, the loaded ones' engine stats to *es and their requests in
+ * flight to *live, and returns the number of models; ls_srv_router_metrics writes each
+ * model's lines (loaded, parity verdict) into t (at most cap bytes), returns their length. */
+int ls_srv_router_sum(ls_srv_router *r, ls_srv_counters *ct, ls_engine_stats *es, int *live);
+int ls_srv_router_metrics(ls_srv_router *r, char *t, size_t cap);
 
 /* ---- what the request adapters share (api_common.c) ---- */
 bool ls_srv_in_list(const char *k, const char *const *list); /* list: NULL-terminated */
