@@ -1,6 +1,6 @@
 /* vnni_ports.c - how many 512-bit vector operations per nanosecond this CPU issues: vpdpbusd
  * alone, vfmadd alone, and the two interleaved.  The multi-row matmul's cost per unit and
- * row is 8 vpdpbusd plus the recipe's float steps (docs/benchmarks.md, "what bounds B = 8");
+ * row is 8 vpdpbusd plus the recipe's float steps (bench/results/HISTORY.md, "what bounds B = 8");
  * when the interleaved rate equals either alone, the two kinds share the same ports and a
  * float step costs as much as a vpdpbusd.
  *

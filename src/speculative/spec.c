@@ -184,7 +184,7 @@ struct ls_drafter {
  * with the host's memory load).  0.15 is kept below that on purpose: a replay of the
  * grounded prompts' tokens at real costs of 0.3-0.45 gives within 0.08x of using the
  * true cost in the rule, and at a real 0.15 the higher constants lose 0.16-0.22x
- * (docs/benchmarks.md, "what a verify row costs"). */
+ * (bench/results/HISTORY.md, "what a verify row costs"). */
 #define LS_SPEC_ROW_COST 0.15
 
 void ls_drafter_free(ls_drafter *d) {
