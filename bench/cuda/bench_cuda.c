@@ -5,11 +5,15 @@
  *     weights): device time per step, weight bytes read per step / that time, as a share
  *     of the copy bandwidth;
  *   - batched decode at B = 1..32, exact family vs fast family;
+ *   - one sequence, n rows in one forward: verify blocks (n = 2..9, the cost of a
+ *     speculative step against a decode step) and prompt-cache suffixes (16..64 rows),
+ *     exact vs fast family;
  *   - prefill pp512 / pp2048, exact int8 tensor-core GEMM vs fast family (cuBLAS fp16);
  *   - CPU == GPU differing logits bytes on a 1B-shaped Q4_K_M-style and the 8B-shaped
  *     model over random prompts in random batch mixes.
  * Prints a table; with --out DIR also writes DIR/bench_cuda.json (one object per line).
- * --no-8b / --no-1b skip those models; --quick shortens everything. */
+ * --no-8b / --no-1b skip those models; --quick shortens everything; --decode-only runs the
+ * decode benchmarks alone (no prefill, no parity pass). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -266,6 +270,43 @@ static void bench_decode(ls_model *m, const char *name) {
              "\"exact_tok_s\":%.1f,\"fast_tok_s\":%.1f,\"fast_graph\":%d}",
              name, B, res[0], res[1], res[2], B * 1e3 / best, B * 1e3 / res[2], graph[2]);
     }
+    { /* one sequence, n rows in one forward after its prompt: a verify block (n - 1 drafts and
+       * the token before them, every row's logits) up to n = 9, then a prompt-cache suffix
+       * (16..64 rows, the last row's logits); exact vs rows without a parity need (the fast
+       * family, which takes cuBLAS only for runs of fast_min_rows = 64 or more rows) */
+        static const int Ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 32, 64};
+        printf("\n== one sequence, n rows in one forward, %s: device ms (vs the n = 1 step), exact vs fast family\n", name);
+        printf("   %4s  %16s  %16s  %10s\n", "n", "exact", "fast", "fast/exact");
+        const int NV = g_quick ? 8 : 24;
+        double base = 0.0;
+        for (size_t ni = 0; ni < sizeof Ns / sizeof Ns[0]; ni++) {
+            const int n = Ns[ni];
+            double res[2];
+            int graph[2];
+            for (int fam = 0; fam < 2; fam++) {
+                double *v = malloc(sizeof(double) * NV);
+                for (int i = 0; i < NV + 4; i++) {
+                    for (int r = 0; r < n; r++) {
+                        tok[r] = (int32_t)(synth_next(&rs) % (uint64_t)V);
+                        pos[r] = P + r; /* after sequence 1's prompt */
+                        sq[r] = 1;
+                    }
+                    if (run_rows(g, kv, (const int32_t *const *)tabs, BMAX, sq, tok, pos, n, fam == 0, n > 9, logits, &st))
+                        return;
+                    if (i >= 4) v[i - 4] = st.gpu_ms;
+                }
+                res[fam] = median(v, NV);
+                graph[fam] = st.graph;
+                free(v);
+            }
+            if (n == 1) base = res[0];
+            printf("   %4d  %7.3f (%5.2fx)  %7.3f (%5.2fx)  %9.2fx%s\n", n, res[0], res[0] / base, res[1], res[1] / base,
+                   res[1] / res[0], graph[1] ? "" : " (fast: cuBLAS, no graph)");
+            JSON("{\"bench\":\"rows_one_seq\",\"model\":\"%s\",\"n\":%d,\"exact_ms\":%.4f,\"fast_ms\":%.4f,"
+                 "\"exact_vs_step\":%.3f,\"fast_graph\":%d}",
+                 name, n, res[0], res[1], res[0] / base, graph[1]);
+        }
+    }
     free(gms);
     free(wms);
     free(logits);
@@ -415,7 +456,7 @@ static int probe(void) {
 
 int main(int argc, char **argv) {
     const char *out = NULL;
-    int no8 = 0, no1 = 0;
+    int no8 = 0, no1 = 0, decode_only = 0;
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--probe")) return probe();
     for (int i = 1; i < argc; i++) {
@@ -423,6 +464,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--quick")) g_quick = 1;
         else if (!strcmp(argv[i], "--no-8b")) no8 = 1;
         else if (!strcmp(argv[i], "--no-1b")) no1 = 1;
+        else if (!strcmp(argv[i], "--decode-only")) decode_only = 1;
     }
     if (out) {
         char path[1024];
@@ -462,8 +504,8 @@ int main(int argc, char **argv) {
         printf("\nmodel %s: %.2f GiB of weights (ggml), built and loaded in %.1f s\n", c->name,
                (double)ls_model_weight_bytes(m) / 1073741824.0, now_s() - t0);
         if (k == 1 || !g_quick) bench_decode(m, c->name);
-        if (k == 1 && !g_quick) bench_prefill(m, c->name);
-        bench_parity(m, c->name, k == 0 ? 16 : 6, k == 0 ? 16 : 12, k == 0 ? 64 : 40, 99 + (uint64_t)k);
+        if (k == 1 && !g_quick && !decode_only) bench_prefill(m, c->name);
+        if (!decode_only) bench_parity(m, c->name, k == 0 ? 16 : 6, k == 0 ? 16 : 12, k == 0 ? 64 : 40, 99 + (uint64_t)k);
         ls_model_free(m);
         free(buf);
     }
