@@ -211,12 +211,12 @@ fail:
 }
 
 /* ---- the persistent prefix cache (engine/kvdisk.h) ----------------------------- */
-/* The prefix cache's fill hook (kvcache.h): a full block of the prefix toks[0..n) from
- * its file, checked, into block b (b < 0: only whether a file is indexed). */
 /* The directory is used unless the probe runs, or it failed: then this build's bits are
  * not the recipe's, and must neither be kept for another process nor mixed with its. */
 static bool disk_usable(const ls_engine *e) { return e->disk && !e->disk_paused && e->verdict != LS_VERDICT_FAILED; }
 
+/* The prefix cache's fill hook (kvcache.h): a full block of the prefix toks[0..n) from
+ * its file, checked, into block b (b < 0: only whether a file is indexed). */
 static bool disk_fill(void *ud, const int32_t *toks, int32_t n, int32_t b) {
     ls_engine *e = ud;
     if (!disk_usable(e)) return false;
@@ -245,8 +245,8 @@ static void disk_save(ls_engine *e, const seq *s) {
 
 static ls_status disk_open(ls_engine *e, ls_err *err) {
     if (!e->be->kv_block_get || !e->be->kv_block_put)
-        return ls_err_set(err, LS_E_UNSUPPORTED, "--cache-dir: the %s backend cannot read or write KV blocks yet "
-                                                 "(the cpu backend can); run without --cache-dir", e->be->name);
+        return ls_err_set(err, LS_E_UNSUPPORTED, "--cache-dir: the %s backend cannot read or write KV blocks "
+                                                 "(cpu and cuda can); run without --cache-dir", e->be->name);
     if (e->p.no_prefix_cache) return ls_err_set(err, LS_E_INVALID, "--cache-dir needs the prefix cache, which is off");
     ls_model_info mi = LS_MODEL_INFO_INIT;
     ls_status st = ls_model_get_info(e->m, &mi, err);

@@ -65,7 +65,8 @@ def serve_once(model_path, *args, tty: bool):
     finally:
         p.send_signal(signal.SIGTERM)
         out = p.communicate(timeout=60)[0] if not tty else None
-        p.wait(timeout=60)
+        rc = p.wait(timeout=60)
+    assert rc == 0, f"serve exited {rc}"
     if tty:
         t.join(timeout=10)
         os.close(master)

@@ -8,7 +8,9 @@
  * On the model: a prefix written by one engine and loaded by a new one gives the bits
  * of a cold prefill (logits and tokens memcmp-equal to an engine without the cache, the
  * hit visible in n_cached and the stats), and a damaged block file in the directory is
- * ignored with a warning while the answer stays the same. */
+ * ignored with a warning while the answer stays the same; loads amid a batch of requests
+ * sharing prefixes under a KV cache small enough to evict and preempt give each request
+ * its cold solo bits; after a failed probe the directory is left alone. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -430,6 +432,119 @@ static void test_restored_prefix_is_cold_bits(void **state) {
     rm_rf(dir);
 }
 
+/* Loads amid a batch: 5 requests sharing prefixes of one prompt, submitted together to an
+ * engine with a small KV cache (evictions, preemption, recomputation) over a directory
+ * holding part of the prefix; each request's logits and tokens equal its cold solo run. */
+typedef struct {
+    int32_t tok[16], n;
+    float *lg; /* one row per sampled token */
+    size_t V;
+    int32_t n_cached;
+    bool done;
+} coll;
+
+static void collect(void *ud, const ls_event *ev) {
+    coll *c = ud;
+    if (ev->logits && !ev->prompt && c->n < 16) {
+        memcpy(c->lg + (size_t)c->n * c->V, ev->logits, c->V * sizeof(float));
+        c->tok[c->n++] = ev->token;
+    }
+    if (ev->done) {
+        c->done = true;
+        c->n_cached = ev->n_cached;
+    }
+}
+
+static void test_loads_amid_a_batch(void **state) {
+    (void)state;
+    FX_NEED(g_model);
+    int32_t p[200], n;
+    tokens(p, &n, 150);
+    char dir[64];
+    mkdtemp_into(dir, sizeof dir);
+    g_n_log = 0;
+    ls_result r;
+    ls_engine *e = engine(dir);
+    gen(e, p, 2 * BS + 3, &r); /* the first two blocks on disk */
+    ls_result_free(&r);
+    ls_engine_free(e);
+    enum { NR = 5 };
+    int32_t lens[NR] = {n, n - 3, 3 * BS + 1, n, BS + 2};
+    int32_t prompts[NR][200];
+    const size_t V = ls_model_hparams(g_model)->n_vocab;
+    coll got[NR], want[NR];
+    for (int i = 0; i < NR; i++) {
+        memcpy(prompts[i], p, sizeof p);
+        if (i == 3) prompts[i][n - 1] = 7; /* the same prefix, another last token */
+        got[i] = (coll){.V = V, .lg = calloc(16 * V, sizeof(float))};
+        want[i] = (coll){.V = V, .lg = calloc(16 * V, sizeof(float))};
+    }
+    ls_err err;
+    ls_engine_params bp = LS_ENGINE_PARAMS_INIT;
+    bp.n_ctx = 256;
+    bp.n_seq_max = 3;
+    bp.step_tokens = 24;
+    bp.n_threads = 2;
+    bp.kv_mem = (int64_t)ls_kv_block_bytes(g_model) * 6; /* less than two running sequences need */
+    bp.cache_dir = dir;
+    bp.on_log = on_log;
+    ls_engine *b = ls_engine_create(g_model, &bp, &err);
+    assert_non_null(b);
+    ls_engine_params cp = LS_ENGINE_PARAMS_INIT;
+    cp.n_ctx = 256;
+    cp.n_threads = 1;
+    cp.no_prefix_cache = true;
+    ls_engine *c = ls_engine_create(g_model, &cp, &err);
+    assert_non_null(c);
+    for (int pass = 0; pass < 2; pass++) { /* 0: the batch over the directory; 1: each alone, cold */
+        for (int i = 0; i < NR; i++) {
+            ls_request q = LS_REQUEST_INIT;
+            q.prompt = prompts[i];
+            q.n_prompt = lens[i];
+            q.max_tokens = 5;
+            q.ignore_eos = true;
+            q.want_logits = true;
+            q.sampling.temperature = 0.9f;
+            q.sampling.seed = 100 + (uint64_t)i;
+            q.on_event = collect;
+            q.ud = pass ? &want[i] : &got[i];
+            assert_int_equal(ls_engine_submit(pass ? c : b, &q, NULL, &err), LS_OK);
+            for (int guard = 0; pass && !ls_engine_idle(c); guard++) {
+                assert_true(guard < 10000);
+                assert_int_equal(ls_engine_step(c, NULL, &err), LS_OK);
+            }
+        }
+        for (int guard = 0; !pass && !ls_engine_idle(b); guard++) {
+            assert_true(guard < 10000);
+            assert_int_equal(ls_engine_step(b, NULL, &err), LS_OK);
+            if (!ls_engine_check(b, &err)) fail_msg("engine invariant: %s", err.msg);
+        }
+    }
+    ls_engine_stats st = LS_ENGINE_STATS_INIT;
+    ls_engine_get_stats(b, &st);
+    int32_t cached = 0;
+    for (int i = 0; i < NR; i++) {
+        assert_true(got[i].done && want[i].done);
+        assert_int_equal(got[i].n, want[i].n);
+        assert_memory_equal(got[i].tok, want[i].tok, (size_t)got[i].n * sizeof(int32_t));
+        assert_memory_equal(got[i].lg, want[i].lg, (size_t)got[i].n * V * sizeof(float));
+        cached += got[i].n_cached;
+        free(got[i].lg);
+        free(want[i].lg);
+    }
+    print_message("a batch of %d over the directory: %llu blocks loaded, %llu written, %llu evictions, %llu "
+                  "preemptions, %d prompt positions cached; every logit equal to the cold solo runs\n", NR,
+                  (unsigned long long)st.disk_loaded, (unsigned long long)st.disk_written,
+                  (unsigned long long)st.evictions, (unsigned long long)st.preemptions, cached);
+    assert_true(st.disk_loaded >= 2);
+    assert_true(st.evictions > 0 && st.preemptions > 0); /* the test exercises what it claims */
+    assert_int_equal(st.disk_rejected, 0);
+    assert_int_equal(g_n_log, 0);
+    ls_engine_free(b);
+    ls_engine_free(c);
+    rm_rf(dir);
+}
+
 /* After a failed parity probe the directory is neither written nor read, and says so. */
 static void test_failed_probe_keeps_the_directory_out(void **state) {
     (void)state;
@@ -469,6 +584,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_files_damaged_or_foreign_are_ignored),
         cmocka_unit_test(test_restored_prefix_is_cold_bits),
         cmocka_unit_test(test_failed_probe_keeps_the_directory_out),
+        cmocka_unit_test(test_loads_amid_a_batch),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
