@@ -159,6 +159,11 @@ MUTANTS = [
      "(unsigned long long)st.st_ino, (long long)st.st_size, 0LL, 0L, 0LL, 0L);",
      "the file identity that keys the hash cache leaves out the times: a file changed in place keeps its old hash",
      ["python3 -m pytest -q -x tests/python/test_cli.py -k hash_by_file"]),
+    ("free-rows-cached", "src/engine/engine.c",
+     "    if (s->no_parity) return;\n    for (; (s->registered + 1) * BS <= s->n_past; s->registered++)",
+     "    for (; (s->registered + 1) * BS <= s->n_past; s->registered++)",
+     "a no-parity sequence's blocks (free-family bits) enter the prefix cache, where parity requests reuse them",
+     [PROBE]),
     # issue 34: properties no test stated before (tests/python/test_sampler_ref.py, test_server_api.py)
     ("penalty-counts-prompt", "src/engine/engine.c",
      "s->toks, s->n_toks, s->n_prompt, mask,", "s->toks, s->n_toks, 0, mask,",

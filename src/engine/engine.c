@@ -529,7 +529,7 @@ void ls_engine_get_stats(ls_engine *e, ls_engine_stats *s) {
 /* Releases every block, offering the partial last block to the prefix cache first;
  * last block first, so the LRU list evicts leaves before their parents. */
 static void seq_release_blocks(ls_engine *e, seq *s) {
-    if (s->n_blocks > 0 && s->n_past % BS && s->registered == s->n_blocks - 1)
+    if (!s->no_parity && s->n_blocks > 0 && s->n_past % BS && s->registered == s->n_blocks - 1)
         ls_kvc_commit(e->kvc, s->table, s->n_blocks - 1, s->toks + (size_t)(s->n_blocks - 1) * BS, s->n_past % BS);
     for (int32_t i = s->n_blocks - 1; i >= 0; i--) ls_kvc_release(e->kvc, s->table[i]);
     s->n_blocks = s->registered = 0;
@@ -568,8 +568,11 @@ static void seq_trim(ls_engine *e, seq *s) {
     while (s->n_blocks > keep) ls_kvc_release(e->kvc, s->table[--s->n_blocks]);
 }
 
-/* Offers newly full blocks to the prefix cache. */
+/* Offers newly full blocks to the prefix cache.  Not a no_parity sequence's: its rows may
+ * run a family whose bits are not the recipe's, and a cached block is reused by any
+ * request with the same prefix, parity or not. */
 static void seq_commit_full(ls_engine *e, seq *s) {
+    if (s->no_parity) return;
     for (; (s->registered + 1) * BS <= s->n_past; s->registered++)
         ls_kvc_commit(e->kvc, s->table, s->registered, s->toks + (size_t)s->registered * BS, BS);
 }

@@ -231,6 +231,43 @@ static void test_batch_variant_family_is_scoped(void **state) {
     ls_engine_free(e);
 }
 
+/* Rows without a parity need may run a non-canonical family; the K/V they write must not
+ * reach a request that needs parity through the prefix cache.  A no-parity request runs a
+ * 40-token prompt on the test family; then a parity request with the same prompt must get
+ * a clean engine's logits (with the bug it reuses the first two blocks' K/V). */
+static void test_free_rows_stay_out_of_the_prefix_cache(void **state) {
+    (void)state;
+    FX_NEED(g_model);
+    SKIP_AT_SMOKE();
+    ls_engine *e = engine(0, &fam_test, 2, false);
+    assert_true(ls_engine_withdraw(e)); /* parity rows on the canonical family, free rows keep the test one */
+    ls_err err;
+    int32_t a[40];
+    for (int i = 0; i < 40; i++) a[i] = 500 + 37 * i;
+    ls_request q = LS_REQUEST_INIT;
+    q.prompt = a;
+    q.n_prompt = 40;
+    q.max_tokens = 4;
+    q.ignore_eos = true;
+    q.no_parity = true;
+    ls_result r0 = LS_RESULT_INIT, r1 = LS_RESULT_INIT, r2 = LS_RESULT_INIT;
+    assert_int_equal(ls_engine_generate(e, &q, &r0, &err), LS_OK);
+    q.no_parity = false;
+    q.want_logits = true;
+    assert_int_equal(ls_engine_generate(e, &q, &r1, &err), LS_OK);
+    ls_engine *clean = engine(0, NULL, 1, false);
+    assert_int_equal(ls_engine_generate(clean, &q, &r2, &err), LS_OK);
+    const size_t V = ls_model_hparams(g_model)->n_vocab;
+    assert_int_equal(r1.n_logits, r2.n_logits);
+    assert_int_equal(r1.n_tokens, r2.n_tokens);
+    assert_memory_equal(r1.logits, r2.logits, sizeof(float) * V * (size_t)r1.n_logits);
+    ls_result_free(&r0);
+    ls_result_free(&r1);
+    ls_result_free(&r2);
+    ls_engine_free(clean);
+    ls_engine_free(e);
+}
+
 static void test_lying_canonical_family_fails(void **state) {
     (void)state;
     FX_NEED(g_model);
@@ -327,6 +364,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_each_fault_fails_its_axis),
         cmocka_unit_test(test_failed_verdict_declines_drafts),
         cmocka_unit_test(test_batch_variant_family_is_scoped),
+        cmocka_unit_test(test_free_rows_stay_out_of_the_prefix_cache),
         cmocka_unit_test(test_lying_canonical_family_fails),
         cmocka_unit_test(test_memo_per_configuration),
     };
