@@ -284,9 +284,11 @@ def test_models_dir(tmp_path, model_path, singles):
     (d / "SmolLM2.gguf").symlink_to(model_path)
     (d / "broken.gguf").write_bytes(b"GGUF" + b"\0" * 60)
     (d / "notes.txt").write_text("not a model")
+    (d / "stray.gguf").write_text("not a model either")  # skipped with a warning
     s = Server("--models-dir", str(d), "--no-probe")
     try:
         assert s.status() == {"SmolLM2": "unloaded", "broken": "unloaded"}
+        assert "skipping" in s.logtext() and "stray.gguf" in s.logtext()
         st, out = s.post("/v1/chat/completions", {**CHAT, "model": "SmolLM2"})
         assert st == 200 and answer(out) == singles["smol"] and out["model"] == "SmolLM2"
         st, out = s.post("/v1/chat/completions", {**CHAT, "model": "broken"})
@@ -297,6 +299,7 @@ def test_models_dir(tmp_path, model_path, singles):
     finally:
         assert s.stop() == 0, s.logtext()
     (d / "broken.gguf").unlink()
+    (d / "stray.gguf").unlink()
     s = Server("--models-dir", str(d), "--no-probe")
     try:  # one model: a request need not name it
         st, out = s.post("/v1/chat/completions", CHAT)
@@ -346,6 +349,7 @@ def test_flags(model_path, tmp_path):
     bad = [
         (["-m", str(model_path), "--alias", "a", "--alias", "b", "-m", str(model_path)], "two --alias"),
         (["--models-dir", str(tmp_path / "none")], "cannot read --models-dir"),
+        (["-m", str(model_path), "-m", "/etc/hostname"], "is not a GGUF file"),
         (["-m", str(model_path), "-m", str(same)], "two models are named"),
         (["-m", str(model_path), "--alias", "a", "-m", str(model_path), "--alias", "b", "--models-memory", "1M"],
          "exceeds --models-memory"),
