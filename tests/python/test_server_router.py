@@ -285,9 +285,12 @@ def test_models_dir(tmp_path, model_path, singles):
     (d / "broken.gguf").write_bytes(b"GGUF" + b"\0" * 60)
     (d / "notes.txt").write_text("not a model")
     (d / "stray.gguf").write_text("not a model either")  # skipped with a warning
+    for i in (1, 2):  # a split model's shards: one model, named without the shard tail
+        (d / f"split-0000{i}-of-00002.gguf").symlink_to(model_path)
     s = Server("--models-dir", str(d), "--no-probe")
     try:
-        assert s.status() == {"SmolLM2": "unloaded", "broken": "unloaded"}
+        assert s.status() == {"SmolLM2": "unloaded", "broken": "unloaded", "split": "unloaded"}
+        assert s.logtext().count("model 'split': ") == 1 and "split-00001-of-00002.gguf (187.6 MiB)" in s.logtext()
         assert "skipping" in s.logtext() and "stray.gguf" in s.logtext()
         st, out = s.post("/v1/chat/completions", {**CHAT, "model": "SmolLM2"})
         assert st == 200 and answer(out) == singles["smol"] and out["model"] == "SmolLM2"
@@ -298,8 +301,8 @@ def test_models_dir(tmp_path, model_path, singles):
         assert s.post("/v1/chat/completions", {**CHAT, "model": "SmolLM2"})[0] == 200
     finally:
         assert s.stop() == 0, s.logtext()
-    (d / "broken.gguf").unlink()
-    (d / "stray.gguf").unlink()
+    for f in ("broken.gguf", "stray.gguf", "split-00001-of-00002.gguf", "split-00002-of-00002.gguf"):
+        (d / f).unlink()
     s = Server("--models-dir", str(d), "--no-probe")
     try:  # one model: a request need not name it
         st, out = s.post("/v1/chat/completions", CHAT)
