@@ -6,7 +6,8 @@ unloading, GET /models, POST /models/load and /models/unload, per-model probe ve
   a single-model server of that model: SmolLM2 under two names, and Gemma 3 270M.
 - --models-max 1: A, then B unloads A, then A reloads and answers identically.
 - --models-max 2: the least recently used idle model is the one unloaded, and a model
-  with a request in flight is never unloaded (a request for a third waits for it).
+  with a request in flight is never unloaded; with every model busy, a request for
+  another waits --timeout, then gets 503 (the stream it waited on runs to its end).
 - Concurrent first requests for one model load it once, and all get the same bytes.
 - Unknown model: 404 naming it and listing the models; no model with several: 400.
 - --models-dir: the *.gguf files by stem; a file that is not a model fails to load with
@@ -361,3 +362,32 @@ def test_flags(model_path, tmp_path):
         r = subprocess.run([str(EXE), "serve", "--port", str(free_port()), *args], capture_output=True, text=True,
                            timeout=30)
         assert r.returncode == 2 and want in r.stderr, (args, r.stderr)
+
+
+def test_no_room_while_every_model_is_busy(model_path):
+    """--models-max 1 and the one model busy streaming: a request for another waits up to
+    --timeout for it, then gets 503 with Retry-After naming the budget; the stream is untouched."""
+    s = Server("-m", str(model_path), "--alias", "a", "-m", str(model_path), "--alias", "b", "--models-max", "1",
+               "--timeout", "2", "--no-probe")
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=120)
+        body = json.dumps({**COMPL, "model": "a", "max_tokens": 480, "ignore_eos": True, "stream": True}).encode()
+        c.request("POST", "/v1/completions", body=body, headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        assert r.readline().startswith(b"data: ")
+        with cf.ThreadPoolExecutor(1) as ex:  # read the stream meanwhile (one nobody reads is cut at --timeout)
+            reading = ex.submit(r.read)
+            t0 = time.time()
+            st, out, h = s.request("POST", "/v1/completions", json.dumps({**COMPL, "model": "b"}).encode())
+            waited = time.time() - t0
+            rest = reading.result()
+        c.close()
+        if st == 200:  # the stream ended within the 2 s (a fast host): nothing to refuse
+            pytest.skip(f"the 480-token stream finished within --timeout ({waited:.1f} s)")
+        msg = json.loads(out)["error"]["message"]
+        assert st == 503 and h.get("Retry-After") == "1" and "no room to load model 'b'" in msg, (st, out)
+        assert 1.8 <= waited < 10, waited
+        assert rest.decode().rstrip().endswith("data: [DONE]") and '"finish_reason":"length"' in rest.decode()
+        assert s.status() == {"a": "loaded", "b": "unloaded"}
+    finally:
+        assert s.stop() == 0, s.logtext()
