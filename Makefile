@@ -194,14 +194,16 @@ test-asan: test-deps model build-asan-all
 
 # ThreadSanitizer over the multi-threaded parts: the thread pool's two kinds of job,
 # the engine (pools, parity mixes), the drafters, and the server end to end (its HTTP
-# threads and the engine thread).
+# threads and the engine thread; in router mode, loads, unloads and waits for a model).
 test-tsan: test-deps model build-tsan-all
 	@set -e; export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"; \
 	    build-tsan/tests/test_kernels "test_pool*"; \
 	    LOCKSTEP_ENGINE_CASES=$${LOCKSTEP_ENGINE_CASES:-8} MODEL=$(MODEL) build-tsan/tests/test_engine; \
 	    LOCKSTEP_TEST_QUICK=$${LOCKSTEP_TEST_QUICK:-1} MODEL=$(MODEL) build-tsan/tests/test_spec; \
 	    LOCKSTEP_BUILD=build-tsan LOCKSTEP_LOAD_REQUESTS=3 MODEL=$(MODEL) $(TEST_PYTHON) -m pytest -q \
-	        tests/python/test_server.py -k "chat or logprobs or errors or disconnect or abandoned or load or tokenize"
+	        tests/python/test_server.py -k "chat or logprobs or errors or disconnect or abandoned or load or tokenize"; \
+	    LOCKSTEP_BUILD=build-tsan MODEL=$(MODEL) $(TEST_PYTHON) -m pytest -q \
+	        tests/python/test_server_router.py -k "concurrent or least_recently or in_flight"
 
 # Deliberate bugs, one at a time in a scratch copy, each of which the tests must catch
 # (scripts/mutants.py; the list and what kills each: docs/reliability.md).  By hand:

@@ -127,7 +127,7 @@ int cli_serve(int argc, char **argv) {
     /* -m repeated: the models, each named by the --alias after it (one before any -m names the first) */
     ls_server_model mods[256];
     int n_m = 0;
-    const char *first_alias = NULL;
+    const char *first_alias = NULL, *two_aliases = NULL; /* the -m given two (several models: an error) */
     long long mmax = 4;
     optind = 1;
     opterr = 0;
@@ -159,9 +159,8 @@ int cli_serve(int argc, char **argv) {
         case O_MAXTOK: if (!cli_parse_int(cmd, "--max-tokens", optarg, 1, 1 << 24, &maxtok)) return LS_EXIT_USAGE; break;
         case O_ALIAS:
             p.model_alias = optarg; /* one model: the last --alias */
-            if (n_m == 0 && first_alias) return cli_usage_error(cmd, "two --alias before the first -m");
-            if (n_m > 0 && mods[n_m - 1].alias)
-                return cli_usage_error(cmd, "two --alias for -m '%s'", mods[n_m - 1].path);
+            if (n_m == 0 && first_alias) two_aliases = "(the first)";
+            if (n_m > 0 && mods[n_m - 1].alias) two_aliases = mods[n_m - 1].path;
             if (n_m == 0) first_alias = optarg;
             else mods[n_m - 1].alias = optarg;
             break;
@@ -208,7 +207,8 @@ int cli_serve(int argc, char **argv) {
     if (n_m > 0) p.model_path = mods[0].path;
     const bool router = n_m > 1 || p.models_dir;
     if (router) { /* several models: each named, each loaded on first use */
-        if (first_alias && n_m > 0 && mods[0].alias) return cli_usage_error(cmd, "two --alias for -m '%s'", mods[0].path);
+        if (first_alias && n_m > 0 && mods[0].alias) two_aliases = mods[0].path;
+        if (two_aliases) return cli_usage_error(cmd, "two --alias for -m '%s'", two_aliases);
         if (first_alias && n_m == 0) return cli_usage_error(cmd, "--alias names a -m model, and there is none");
         if (first_alias) mods[0].alias = first_alias;
         if (p.chat_template_file)

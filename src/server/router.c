@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "server/server_impl.h"
 
@@ -90,6 +91,15 @@ static ls_status file_bytes(const char *path, uint64_t *out, ls_err *err) {
     return LS_OK;
 }
 
+/* Whether path begins with GGUF's magic (the rest is checked when it loads). */
+static bool gguf_magic(const char *path) {
+    FILE *f = fopen(path, "rb");
+    char b[4] = {0};
+    bool ok = f && fread(b, 1, 4, f) == 4 && !memcmp(b, "GGUF", 4);
+    if (f) fclose(f);
+    return ok;
+}
+
 /* A model's default name: its file name without .gguf and a split model's shard tail
  * (malloc'd; NULL when out of memory). */
 static char *stem(const char *path) {
@@ -112,8 +122,15 @@ static ls_srv_rmodel *find(ls_srv_router *r, const char *name) {
 }
 
 /* Adds the model at path named alias (NULL: its stem); the same file under the same name
- * twice is kept once. */
-static ls_status add_model(ls_srv_router *r, const char *path, const char *alias, int cap, ls_err *err) {
+ * twice is kept once.  A file that is not GGUF is an error (from_dir: skipped, with a
+ * warning, so that one stray file does not stop the others). */
+static ls_status add_model(ls_srv_router *r, const char *path, const char *alias, int cap, bool from_dir,
+                           ls_err *err) {
+    if (access(path, R_OK) == 0 && !gguf_magic(path)) {
+        if (!from_dir) return ls_srv_error(err, LS_E_FORMAT, "'%s' is not a GGUF file (no GGUF magic)", path);
+        fprintf(stderr, "lockstep serve: WARNING: skipping '%s' in --models-dir: not a GGUF file\n", path);
+        return LS_OK;
+    }
     char *name = alias ? strdup(alias) : stem(path);
     if (!name) return ls_srv_error(err, LS_E_NOMEM, "out of memory");
     bool odd = false; /* a name goes into JSON, logs and Prometheus labels as it is */
@@ -188,7 +205,7 @@ static ls_status scan_dir(ls_srv_router *r, const char *dir, int cap, ls_err *er
     closedir(d);
     if (names) qsort(names, n, sizeof *names, cmp_str);
     for (size_t i = 0; i < n; i++) {
-        if (!st) st = add_model(r, names[i], NULL, cap, err);
+        if (!st) st = add_model(r, names[i], NULL, cap, true, err);
         free(names[i]);
     }
     free(names);
@@ -207,7 +224,7 @@ ls_srv_router *ls_srv_router_create(const ls_server_params *p, ls_err *err) {
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     ls_status st = LS_OK;
-    for (int i = 0; i < p->n_models && !st; i++) st = add_model(r, p->models[i].path, p->models[i].alias, CAP, err);
+    for (int i = 0; i < p->n_models && !st; i++) st = add_model(r, p->models[i].path, p->models[i].alias, CAP, false, err);
     if (!st && p->models_dir) st = scan_dir(r, p->models_dir, CAP, err);
     if (!st && r->n == 0) st = ls_srv_error(err, LS_E_INVALID, "--models-dir '%s' holds no .gguf file", p->models_dir);
     if (st) {

@@ -12,6 +12,8 @@
   text was altered); the parity verdict shown is /health's.  No CSP violation
   in the browser's console.  LOCKSTEP_SCREENSHOT=docs/server-page.png saves a screenshot
   of the finished conversation there (how the one in docs/ was made).
+- A server of several models (router mode): the page's picker lists them, nothing loads
+  until one is used, and a reply from the picked model equals the API's for that model.
 Skips (a failure under CI=true) when Chromium or chromedriver is missing:
 scripts/install-deps.sh --test installs them.
 """
@@ -165,3 +167,38 @@ def test_page_chat_replay_and_parity_in_chromium(srv):
             d.save_screenshot(str(shot))
     finally:
         d.quit()
+
+
+def test_page_picks_a_model_on_a_server_of_several(model_path):
+    """Router mode: the page lists the models, sends the picked one's name, and shows its
+    verdict; the reply equals /v1/chat/completions's for that model."""
+    from test_server_router import Server as RouterServer
+
+    s = RouterServer("-m", str(model_path), "--alias", "first", "-m", str(model_path), "--alias", "second")
+    d = _driver()
+    try:
+        d.get(f"http://127.0.0.1:{s.port}/")
+        _wait("the model picker", lambda: not d.find_element("id", "models").get_attribute("hidden"))
+        opts = [o.text for o in d.find_elements("css selector", "#models option")]
+        assert opts == ["first", "second"], opts
+        assert d.find_element("id", "parity").text == "parity: pending"  # nothing loaded on opening the page
+        d.execute_script("const s = document.getElementById('models'); s.value = 'second';"
+                         "s.dispatchEvent(new Event('change'));")
+        _wait("the picked model's verdict", lambda: d.find_element("id", "parity").get_attribute("data-parity")
+              == "verified")
+        _fill(d, "temperature", "0")
+        _fill(d, "max_tokens", "24")
+        _fill(d, "input", "Name a colour.")
+        d.find_element("id", "send").click()
+        _wait("the reply", lambda: len(d.find_elements("css selector", ".msg.assistant .meta")) == 1
+              and d.find_element("tag name", "body").get_attribute("data-state") == "idle")
+        st, ref = s.post("/v1/chat/completions", {"model": "second", "temperature": 0, "top_p": 1, "max_tokens": 24,
+                                                  "messages": [{"role": "user", "content": "Name a colour."}]})
+        assert st == 200, ref
+        shown = d.find_element("css selector", ".msg.assistant .text").get_property("textContent")
+        assert shown.encode() == ref["choices"][0]["message"]["content"].encode()
+        status = {m["id"]: m["status"]["value"] for m in s.get("/models")[1]["data"]}
+        assert status == {"first": "unloaded", "second": "loaded"}, status
+    finally:
+        d.quit()
+        assert s.stop() == 0, s.logtext()

@@ -6,7 +6,8 @@ unloading, GET /models, POST /models/load and /models/unload, per-model probe ve
   a single-model server of that model: SmolLM2 under two names, and Gemma 3 270M.
 - --models-max 1: A, then B unloads A, then A reloads and answers identically.
 - --models-max 2: the least recently used idle model is the one unloaded, and a model
-  with a request in flight is never unloaded (a request for a third waits for it).
+  with a request in flight is never unloaded; with every model busy, a request for
+  another waits --timeout, then gets 503 (the stream it waited on runs to its end).
 - Concurrent first requests for one model load it once, and all get the same bytes.
 - Unknown model: 404 naming it and listing the models; no model with several: 400.
 - --models-dir: the *.gguf files by stem; a file that is not a model fails to load with
@@ -284,9 +285,14 @@ def test_models_dir(tmp_path, model_path, singles):
     (d / "SmolLM2.gguf").symlink_to(model_path)
     (d / "broken.gguf").write_bytes(b"GGUF" + b"\0" * 60)
     (d / "notes.txt").write_text("not a model")
+    (d / "stray.gguf").write_text("not a model either")  # skipped with a warning
+    for i in (1, 2):  # a split model's shards: one model, named without the shard tail
+        (d / f"split-0000{i}-of-00002.gguf").symlink_to(model_path)
     s = Server("--models-dir", str(d), "--no-probe")
     try:
-        assert s.status() == {"SmolLM2": "unloaded", "broken": "unloaded"}
+        assert s.status() == {"SmolLM2": "unloaded", "broken": "unloaded", "split": "unloaded"}
+        assert s.logtext().count("model 'split': ") == 1 and "split-00001-of-00002.gguf (187.6 MiB)" in s.logtext()
+        assert "skipping" in s.logtext() and "stray.gguf" in s.logtext()
         st, out = s.post("/v1/chat/completions", {**CHAT, "model": "SmolLM2"})
         assert st == 200 and answer(out) == singles["smol"] and out["model"] == "SmolLM2"
         st, out = s.post("/v1/chat/completions", {**CHAT, "model": "broken"})
@@ -296,7 +302,8 @@ def test_models_dir(tmp_path, model_path, singles):
         assert s.post("/v1/chat/completions", {**CHAT, "model": "SmolLM2"})[0] == 200
     finally:
         assert s.stop() == 0, s.logtext()
-    (d / "broken.gguf").unlink()
+    for f in ("broken.gguf", "stray.gguf", "split-00001-of-00002.gguf", "split-00002-of-00002.gguf"):
+        (d / f).unlink()
     s = Server("--models-dir", str(d), "--no-probe")
     try:  # one model: a request need not name it
         st, out = s.post("/v1/chat/completions", CHAT)
@@ -346,6 +353,7 @@ def test_flags(model_path, tmp_path):
     bad = [
         (["-m", str(model_path), "--alias", "a", "--alias", "b", "-m", str(model_path)], "two --alias"),
         (["--models-dir", str(tmp_path / "none")], "cannot read --models-dir"),
+        (["-m", str(model_path), "-m", "/etc/hostname"], "is not a GGUF file"),
         (["-m", str(model_path), "-m", str(same)], "two models are named"),
         (["-m", str(model_path), "--alias", "a", "-m", str(model_path), "--alias", "b", "--models-memory", "1M"],
          "exceeds --models-memory"),
@@ -354,3 +362,32 @@ def test_flags(model_path, tmp_path):
         r = subprocess.run([str(EXE), "serve", "--port", str(free_port()), *args], capture_output=True, text=True,
                            timeout=30)
         assert r.returncode == 2 and want in r.stderr, (args, r.stderr)
+
+
+def test_no_room_while_every_model_is_busy(model_path):
+    """--models-max 1 and the one model busy streaming: a request for another waits up to
+    --timeout for it, then gets 503 with Retry-After naming the budget; the stream is untouched."""
+    s = Server("-m", str(model_path), "--alias", "a", "-m", str(model_path), "--alias", "b", "--models-max", "1",
+               "--timeout", "2", "--no-probe")
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=120)
+        body = json.dumps({**COMPL, "model": "a", "max_tokens": 480, "ignore_eos": True, "stream": True}).encode()
+        c.request("POST", "/v1/completions", body=body, headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        assert r.readline().startswith(b"data: ")
+        with cf.ThreadPoolExecutor(1) as ex:  # read the stream meanwhile (one nobody reads is cut at --timeout)
+            reading = ex.submit(r.read)
+            t0 = time.time()
+            st, out, h = s.request("POST", "/v1/completions", json.dumps({**COMPL, "model": "b"}).encode())
+            waited = time.time() - t0
+            rest = reading.result()
+        c.close()
+        if st == 200:  # the stream ended within the 2 s (a fast host): nothing to refuse
+            pytest.skip(f"the 480-token stream finished within --timeout ({waited:.1f} s)")
+        msg = json.loads(out)["error"]["message"]
+        assert st == 503 and h.get("Retry-After") == "1" and "no room to load model 'b'" in msg, (st, out)
+        assert 1.8 <= waited < 10, waited
+        assert rest.decode().rstrip().endswith("data: [DONE]") and '"finish_reason":"length"' in rest.decode()
+        assert s.status() == {"a": "loaded", "b": "unloaded"}
+    finally:
+        assert s.stop() == 0, s.logtext()

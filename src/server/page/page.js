@@ -20,9 +20,14 @@ function headers() {
   return h;
 }
 
-// The sampling fields as request parameters (empty fields are left out: the server's default).
+// A server of several models (router mode): /health lists them, the picker names one.
+let routed = false;
+
+// The sampling fields as request parameters (empty fields are left out: the server's default),
+// and the picked model on a server of several.
 function params() {
   const p = {};
+  if (routed) p.model = $("models").value;
   const num = (id) => $(id).value.trim() === "" ? null : Number($(id).value);
   const t = num("temperature"), tp = num("top_p"), mt = num("max_tokens"), sd = num("seed");
   if (t !== null) p.temperature = t;
@@ -175,6 +180,7 @@ async function send(text) {
   try {
     const reply = await streamChat(body, (o) => { t.textContent = o.text; }, running.signal);
     t.textContent = reply.text;
+    if (routed) props().then(health); // the model is loaded now: its properties and verdict
     if (reply.reasoning) {
       const r = el("details", "reasoning");
       r.appendChild(el("summary", null, "reasoning"));
@@ -196,12 +202,20 @@ async function send(text) {
 async function health() {
   try {
     const r = await fetch("/health");
-    const j = await r.json();
+    let j = await r.json();
     const p = $("parity");
     if (j.status !== "ok") {
       p.textContent = "server: " + j.status;
       setTimeout(health, 1000);
       return;
+    }
+    if (j.models) { // several models: the picked one's verdict ("pending" until it first loads)
+      routed = true;
+      const sel = $("models");
+      if (!sel.options.length) for (const m of j.models) sel.add(new Option(m.id, m.id));
+      sel.hidden = false;
+      const m = j.models.find((x) => x.id === sel.value) || {};
+      j = Object.assign({}, m, { spec: m.spec_state });
     }
     p.textContent = "parity: " + j.parity;
     p.dataset.parity = j.parity;
@@ -209,7 +223,7 @@ async function health() {
     p.classList.toggle("bad", j.parity === "failed");
     $("spec").textContent = j.spec === "off" ? "spec: off" : "spec: " + j.spec_state;
     if (j.parity_detail) p.title = j.parity_detail;
-    if (!$("model").textContent) props(); // asked before the model was loaded: 503 then
+    if (!routed && !$("model").textContent) props(); // asked before the model was loaded: 503 then
   } catch (e) {
     $("parity").textContent = "server unreachable";
     setTimeout(health, 2000);
@@ -217,7 +231,9 @@ async function health() {
 }
 
 async function props() {
-  const r = await fetch("/props", { headers: headers() });
+  if (routed && !$("models").value) return;
+  const q = routed ? "?model=" + encodeURIComponent($("models").value) : "";
+  const r = await fetch("/props" + q, { headers: headers() });
   if (!r.ok) {
     $("server").textContent = await errorText(r);
     return;
@@ -254,7 +270,9 @@ document.addEventListener("DOMContentLoaded", () => {
     chat.length = 0;
     $("chat").textContent = "";
   });
+  $("models").addEventListener("change", () => { // loads the picked model, then shows its verdict
+    props().then(health);
+  });
   setState("idle", "");
-  health();
-  props();
+  health().then(() => routed || props()); // several models: none is loaded until one is used
 });
