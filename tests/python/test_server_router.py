@@ -105,10 +105,16 @@ def answer(out: dict) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def gemma():
-    if not GEMMA.exists():
-        pytest.skip(f"{GEMMA} not present [optional in CI]")
-    return GEMMA
+def gemma(tmp_path_factory):
+    """A second model unlike the first (another family, other weights, so a request routed
+    to the wrong model answers differently): the real Gemma 3 270M file when it is there,
+    else a synthetic gemma3 file (synth_family.py) that CI always has."""
+    if GEMMA.exists():
+        return GEMMA
+    import synth_family
+    p = tmp_path_factory.mktemp("router") / "gemma3-synthetic.gguf"
+    synth_family.write(str(p), "gemma3", seed=5)
+    return p
 
 
 def reference(cases) -> dict:
