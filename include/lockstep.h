@@ -142,6 +142,11 @@ typedef struct {
     int32_t load;               /* LS_MODEL_LOAD_FULL (0), or LS_MODEL_LOAD_META: the metadata, the
                                  * tokenizer, the template and the checked tensor table, no weight
                                  * read or repacked (info, tokenize); no engine runs over it */
+    const char *mtp_path;       /* NULL: none; else a GGUF file holding a multi-token-prediction module
+                                 * fitted to this model (tools/fit_mtp.py; --spec mtp --draft-model):
+                                 * its nextn block is loaded as the model's own.  Refused, naming both
+                                 * files, when it was fitted to another model (its
+                                 * lockstep.mtp.target_sha256) or the model has a module already */
 } ls_model_params;
 enum { LS_MODEL_LOAD_FULL = 0, LS_MODEL_LOAD_META = 1 };
 #define LS_MODEL_PARAMS_INIT {.size = sizeof(ls_model_params)}

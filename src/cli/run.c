@@ -31,7 +31,8 @@ static const char *run_help =
     "                          the tokens are the same as without it, only faster or slower\n"
     "      --draft-max K       longest draft (default 8)\n"
     "      --draft-min N       shorter drafts are not verified (default 1)\n"
-    "      --draft-model PATH  the draft model for --spec draft (same vocabulary)\n"
+    "      --draft-model PATH  the draft model for --spec draft (same vocabulary), or for --spec mtp\n"
+    "                          an MTP module fitted to this model (tools/fit_mtp.py; models/mtp/)\n"
     "      --draft-layers L    --spec layerskip drafts with the first L layers (default half)\n"
     "      --ngram-min N, --ngram-max N   n-gram sizes for --spec ngram (default 2, 4)\n"
     "      --allow-inexact     speculate even if the parity probe fails\n"
@@ -159,7 +160,8 @@ int cli_run(int argc, char **argv) {
     spp.ngram_max = (int32_t)ngram_max;
     spp.skip_first = (int32_t)draft_layers;
     if (ls_spec_kind_from_name(spec_name, &spp.kind, &err)) return cli_usage_error(cmd, "%s", err.msg);
-    if (draft_path && spp.kind != LS_SPEC_DRAFT) return cli_usage_error(cmd, "--draft-model needs --spec draft");
+    if (draft_path && spp.kind != LS_SPEC_DRAFT && spp.kind != LS_SPEC_MTP)
+        return cli_usage_error(cmd, "--draft-model needs --spec draft or --spec mtp");
     if (spp.kind == LS_SPEC_DRAFT && !draft_path) return cli_usage_error(cmd, "--spec draft needs --draft-model PATH");
     if (draft_path && access(draft_path, R_OK) != 0)
         return cli_usage_error(cmd, "cannot read draft model file '%s'", draft_path);
@@ -176,11 +178,12 @@ int cli_run(int argc, char **argv) {
     mp.path = model_path;
     mp.chat_template = tmpl;
     mp.chat_template_file = tmpl_file;
+    if (spp.kind == LS_SPEC_MTP) mp.mtp_path = draft_path; /* the module loads as part of the model */
     if (!(m = ls_model_load(&mp, &err))) {
         fprintf(stderr, "lockstep run: cannot load '%s': %s\n", model_path, err.msg);
         return LS_EXIT_USAGE;
     }
-    if (draft_path) {
+    if (draft_path && spp.kind == LS_SPEC_DRAFT) {
         ls_model_params dp = LS_MODEL_PARAMS_INIT;
         dp.path = draft_path;
         if (!(dm = ls_model_load(&dp, &err))) {

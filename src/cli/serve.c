@@ -24,6 +24,7 @@ static const char *help =
     "  -t, --threads N       threads (default: online CPUs)\n"
     "      --spec KIND       speculative decoding for every request: ngram, draft, layerskip, mtp, off\n"
     "      --draft-max K, --draft-min N, --draft-model PATH, --draft-layers L   as for `run`\n"
+    "                        (--spec mtp --draft-model FILE: an MTP module fitted to the model)\n"
     "      --allow-inexact   keep speculating even if the parity probe fails\n"
     "      --kernels K       auto, wide, narrow (default auto)\n"
     "      --device D        cpu, or cuda in a CUDA build (default cpu)\n"
@@ -162,7 +163,8 @@ int cli_serve(int argc, char **argv) {
     if (optind < argc) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
     ls_err err;
     if (ls_spec_kind_from_name(spec, &p.spec.kind, &err)) return cli_usage_error(cmd, "%s", err.msg);
-    if (p.draft_model_path && p.spec.kind != LS_SPEC_DRAFT) return cli_usage_error(cmd, "--draft-model needs --spec draft");
+    if (p.draft_model_path && p.spec.kind != LS_SPEC_DRAFT && p.spec.kind != LS_SPEC_MTP)
+        return cli_usage_error(cmd, "--draft-model needs --spec draft or --spec mtp");
     if (p.spec.kind == LS_SPEC_DRAFT && !p.draft_model_path) return cli_usage_error(cmd, "--spec draft needs --draft-model PATH");
     if (p.draft_model_path && access(p.draft_model_path, R_OK) != 0)
         return cli_usage_error(cmd, "cannot read draft model file '%s'", p.draft_model_path);

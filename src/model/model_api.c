@@ -12,7 +12,7 @@
 
 /* The model's SHA-256 into m->sha256: the file's bytes, or for a split model every shard's
  * bytes in shard order (a change to any shard changes it).  false: it could not be read. */
-static bool model_sha256(ls_model *m) {
+bool ls_model_sha256_fill(ls_model *m) {
     uint32_t n = gguf_n_shards(m->gguf);
     if (n <= 1) return ls_sha256_file(m->path, m->sha256);
     const void **p = ls_calloc(n, sizeof *p);
@@ -46,7 +46,7 @@ ls_status ls_model_get_info(const ls_model *m, ls_model_info *out, ls_err *err) 
     snprintf(i.tool_format, sizeof i.tool_format, "%s", !m->has_tmpl ? "" : m->tmpl.tools_hermes ? "hermes" : "generic");
     ls_model *mm = (ls_model *)m; /* the hash is a lazily filled cache, guarded by prep_mu */
     pthread_mutex_lock(&mm->prep_mu);
-    if (!mm->sha256[0] && mm->path && !model_sha256(mm)) mm->sha256[0] = '\0';
+    if (!mm->sha256[0] && mm->path && !ls_model_sha256_fill(mm)) mm->sha256[0] = '\0';
     memcpy(i.sha256, mm->sha256, sizeof i.sha256);
     pthread_mutex_unlock(&mm->prep_mu);
     size_t n = out->size < sizeof i ? out->size : sizeof i;

@@ -51,7 +51,7 @@ static ls_status start_engine(server *s, ls_err *err) {
         ls_err_clear(err);
     }
     s->spec = p->spec;
-    if (p->draft_model_path) {
+    if (p->draft_model_path && p->spec.kind == LS_SPEC_DRAFT) {
         mp.path = p->draft_model_path;
         if (!(s->draft_model = ls_model_load(&mp, err))) return err->code;
         s->spec.draft_model = s->draft_model;
@@ -165,6 +165,7 @@ int ls_server_run(const ls_server_params *p, ls_err *err) {
     ls_model_params mp = LS_MODEL_PARAMS_INIT;
     mp.path = p->model_path;
     mp.chat_template_file = p->chat_template_file; /* a bad template fails here too, naming the file */
+    if (p->spec.kind == LS_SPEC_MTP) mp.mtp_path = p->draft_model_path; /* an MTP module of its own file */
     if (!(s->m = ls_model_load(&mp, err))) goto out;
 
     /* --host: an IPv4 or IPv6 address or a name (the first address it resolves to). */

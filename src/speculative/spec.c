@@ -67,8 +67,9 @@ ls_status ls_spec_check_model(const ls_model *target, int32_t n_ctx, const ls_sp
                               ls_model_hparams(p->draft_model)->n_ctx_train, n_ctx);
     }
     if (p->kind == LS_SPEC_MTP && !ls_model_has_mtp(target))
-        return ls_err_set(err, LS_E_UNSUPPORTED, "--spec mtp needs a model with an MTP module (nextn tensors); "
-                                                 "this one has none");
+        return ls_err_set(err, LS_E_UNSUPPORTED, "--spec mtp needs an MTP module: this model has none of its "
+                                                 "own; give one fitted to it with --draft-model FILE "
+                                                 "(tools/fit_mtp.py)");
     if (p->kind == LS_SPEC_LAYERSKIP) {
         if (p->layers) {
             if (p->n_layers < 1 || (uint32_t)p->n_layers > hp->n_layer)
