@@ -10,7 +10,10 @@
  *   hidden.f32   (n_tokens, n_embd)   the hidden state at each token's position
  *   weights/NAME.f32 (rows, cols)     token_embd.weight, output_norm.weight, output.weight when the
  *                                     head is not tied, and the last trunk block's tensors
- *   meta.json                         hyperparameters, the model's sha256, the files and their shapes */
+ *   meta.json                         hyperparameters, the model's sha256, the files and their shapes
+ *   mtp_top1.i32 (n_tokens - n_seqs)  with --module FILE: the module's top token for each sequence's
+ *                                     positions 0..n-2 (its forward over h_i and t_(i+1), as --spec
+ *                                     mtp drafts), so the fitter can check lockstep computes its function */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <getopt.h>
@@ -39,6 +42,7 @@ static const char *mtp_data_help =
     "      --temp T          sampling temperature (default 0.8)\n"
     "      --seed S          sampling seed (default 1); prompt i samples with seed S + i\n"
     "      --raw             the prompts are raw text, not chat messages\n"
+    "      --module FILE     also run this MTP module over every position: mtp_top1.i32\n"
     "  -t, --threads N       threads (default: all CPUs)\n"
     "  -h, --help            this help\n";
 
@@ -93,12 +97,14 @@ int cli_mtp_data(int argc, char **argv) {
     double temp = 0.8;
     uint64_t seed = 1;
     bool raw = false;
-    enum { O_PROMPTS = 256, O_OUT, O_MAXP, O_TEMP, O_SEED, O_RAW };
+    enum { O_PROMPTS = 256, O_OUT, O_MAXP, O_TEMP, O_SEED, O_RAW, O_MODULE };
+    const char *module = NULL;
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},      {"prompts", required_argument, 0, O_PROMPTS},
         {"out", required_argument, 0, O_OUT},      {"n-predict", required_argument, 0, 'n'},
         {"max-prompts", required_argument, 0, O_MAXP}, {"temp", required_argument, 0, O_TEMP},
         {"seed", required_argument, 0, O_SEED},    {"raw", no_argument, 0, O_RAW},
+        {"module", required_argument, 0, O_MODULE},
         {"threads", required_argument, 0, 't'},    {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -114,6 +120,7 @@ int cli_mtp_data(int argc, char **argv) {
         case O_TEMP: if (!cli_parse_float(cmd, "--temp", optarg, 0.0, 100.0, &temp)) return LS_EXIT_USAGE; break;
         case O_SEED: if (!cli_parse_u64(cmd, "--seed", optarg, &seed)) return LS_EXIT_USAGE; break;
         case O_RAW: raw = true; break;
+        case O_MODULE: module = optarg; break;
         case 't': if (!cli_parse_int(cmd, "--threads", optarg, 1, 256, &threads)) return LS_EXIT_USAGE; break;
         case 'h': fputs(mtp_data_help, stdout); return 0;
         default: fputs(mtp_data_help, stderr); return LS_EXIT_USAGE;
@@ -137,9 +144,13 @@ int cli_mtp_data(int argc, char **argv) {
     ls_err_clear(&err);
     ls_model_params mp = LS_MODEL_PARAMS_INIT;
     mp.path = model_path;
+    mp.mtp_path = module;
     ls_model *m = ls_model_load(&mp, &err);
     ls_ctx *ctx = NULL;
-    FILE *ft = NULL, *fs = NULL, *fh = NULL;
+    ls_fwd *mf = NULL;
+    ls_kv_store *mkv = NULL;
+    int32_t *mtable = NULL, *mpos = NULL, *mseq = NULL, *mrow = NULL;
+    FILE *ft = NULL, *fs = NULL, *fh = NULL, *fm1 = NULL;
     int32_t *toks = NULL;
     float *logits = NULL, *hidden = NULL;
     void *scratch = NULL;
@@ -168,6 +179,23 @@ int cli_mtp_data(int argc, char **argv) {
     }
     if (!(ft = open_out(out, "tokens.i32")) || !(fs = open_out(out, "seqs.i32")) || !(fh = open_out(out, "hidden.f32")))
         goto out;
+    enum { MROWS = 64 };
+    if (module) { /* the module's forward, as the mtp drafter runs it (spec.c) */
+        ls_fwd_params fp = {.n_rows = MROWS, .n_ctx = n_ctx, .n_threads = (int32_t)threads, .isa = -1, .mtp = true};
+        int32_t nb = (n_ctx + LS_KV_BLOCK - 1) / LS_KV_BLOCK;
+        if (!(mf = ls_fwd_create(m, fp, &err)) || !(mkv = ls_kv_store_create(m, nb, &err))) {
+            fprintf(stderr, "lockstep mtp-data: %s\n", err.msg);
+            goto out;
+        }
+        mtable = malloc((size_t)nb * sizeof *mtable);
+        mpos = malloc(MROWS * sizeof *mpos);
+        mseq = calloc(MROWS, sizeof *mseq);
+        mrow = malloc(MROWS * sizeof *mrow);
+        free(logits);
+        logits = malloc((size_t)MROWS * nv * sizeof *logits);
+        if (!mtable || !mpos || !mseq || !mrow || !logits || !(fm1 = open_out(out, "mtp_top1.i32"))) goto out;
+        for (int32_t i = 0; i < nb; i++) mtable[i] = i;
+    }
     rc = 1;
     long long n_tokens = 0, n_seqs = 0, n_gen = 0, n_prompt = 0;
     double t0 = ls_now_ms();
@@ -209,6 +237,24 @@ int cli_mtp_data(int argc, char **argv) {
             fwrite(hidden, sizeof(float) * (size_t)E, n, fh) != n) {
             fprintf(stderr, "lockstep mtp-data: write failed: %s\n", strerror(errno));
             goto out;
+        }
+        for (int32_t i = 0; mf && i + 1 < n32;) { /* MTP row i: h_i with t_(i+1), at position i */
+            int32_t cnt = n32 - 1 - i < MROWS ? n32 - 1 - i : MROWS;
+            for (int32_t j = 0; j < cnt; j++) {
+                mpos[j] = i + j;
+                mrow[j] = j;
+            }
+            const int32_t *tables[1] = {mtable};
+            ls_batch b = {cnt, toks + i + 1, mpos, mseq, tables, mrow, NULL, hidden + (size_t)i * E, NULL};
+            ls_fwd_run(mf, mkv, &b, logits);
+            for (int32_t j = 0; j < cnt; j++) {
+                const float *l = logits + (size_t)j * nv;
+                int32_t best = 0;
+                for (int32_t v = 1; v < nv; v++)
+                    if (l[v] > l[best]) best = v;
+                if (fwrite(&best, sizeof best, 1, fm1) != 1) goto out;
+            }
+            i += cnt;
         }
         n_tokens += (long long)n;
         n_seqs++;
@@ -277,6 +323,13 @@ out:
     if (ft && fclose(ft) != 0) rc = rc ? rc : 1;
     if (fs && fclose(fs) != 0) rc = rc ? rc : 1;
     if (fh && fclose(fh) != 0) rc = rc ? rc : 1;
+    if (fm1 && fclose(fm1) != 0) rc = rc ? rc : 1;
+    ls_fwd_free(mf);
+    ls_kv_store_free(mkv);
+    free(mtable);
+    free(mpos);
+    free(mseq);
+    free(mrow);
     fclose(pf);
     cJSON_Delete(meta);
     cJSON_Delete(tensors);
