@@ -468,9 +468,12 @@ typedef struct {
     const int32_t *layers;     /* layerskip: or exactly these layers */
     int32_t n_layers;
     bool fixed_length;         /* no adaptation: always draft_max (tests) */
+    float p_min;               /* mtp: a chained draft stops after a token the module gave less than
+                                * this probability (its own confidence; default 0.5; 0 = never) */
 } ls_spec_params;
 #define LS_SPEC_PARAMS_INIT \
-    {.size = sizeof(ls_spec_params), .kind = LS_SPEC_OFF, .draft_max = 8, .draft_min = 1, .ngram_min = 2, .ngram_max = 4}
+    {.size = sizeof(ls_spec_params), .kind = LS_SPEC_OFF, .draft_max = 8, .draft_min = 1, .ngram_min = 2, .ngram_max = 4, \
+     .p_min = 0.5f}
 
 typedef struct ls_drafter ls_drafter;
 /* Checks p against the engine's model (draft vocabulary, layers, MTP module). */

@@ -42,6 +42,8 @@ ls_status ls_spec_check_model(const ls_model *target, int32_t n_ctx, const ls_sp
     const ls_hparams *hp = ls_model_hparams(target);
     if (p->draft_max < 1 || p->draft_max > 64)
         return ls_err_set(err, LS_E_INVALID, "--draft-max %d is out of range (1..64)", p->draft_max);
+    if (!(p->p_min >= 0.0f && p->p_min <= 1.0f))
+        return ls_err_set(err, LS_E_INVALID, "--draft-p-min %g is out of range (0..1)", (double)p->p_min);
     if (p->draft_min < 0 || p->draft_min > p->draft_max)
         return ls_err_set(err, LS_E_INVALID, "--draft-min %d must be between 0 and --draft-max (%d)", p->draft_min,
                           p->draft_max);
@@ -386,6 +388,15 @@ static void mtp_run(ls_drafter *d, int32_t n, const float *hin, bool logits) {
     ls_fwd_run(d->mf, d->mkv, &b, logits ? d->logits : NULL);
 }
 
+/* The probability softmax(logits) gives token t: the module's confidence in its draft. */
+static double mtp_prob(const float *l, int32_t nv, int32_t t) {
+    float mx = l[0];
+    for (int32_t i = 1; i < nv; i++) mx = l[i] > mx ? l[i] : mx;
+    double s = 0.0;
+    for (int32_t i = 0; i < nv; i++) s += exp((double)l[i] - (double)mx);
+    return exp((double)l[t] - (double)mx) / s;
+}
+
 static int32_t draft_mtp(ls_drafter *d, const int32_t *h, int32_t n, int32_t *out, int32_t max) {
     const size_t E = (size_t)d->n_embd;
     if (n < 2 || d->n_obs != n - 1) return 0; /* every position but the last token's is observed */
@@ -409,6 +420,10 @@ static int32_t draft_mtp(ls_drafter *d, const int32_t *h, int32_t n, int32_t *ou
     for (;;) { /* the chain: each draft continues the module's own last hidden state */
         out[k] = ls_sample(&d->sp, d->logits, d->n_vocab, (uint64_t)(n + k), d->sscratch);
         if (++k == max) break;
+        /* acceptance-aware: a token the module doubts is likely rejected, and the ones chained
+         * after it more so; stop here rather than pay for them in the verify block */
+        if (d->p.p_min > 0.0f && !d->p.fixed_length && mtp_prob(d->logits, d->n_vocab, out[k - 1]) < d->p.p_min)
+            break;
         memcpy(d->hchain, hid, E * sizeof(float));
         d->mtok[0] = out[k - 1];
         d->mpos[0] = n - 2 + k; /* past the observed positions: overwritten when they are observed */
