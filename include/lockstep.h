@@ -486,6 +486,17 @@ LS_API void ls_drafter_free(ls_drafter *d);
 /* Sets r's draft hooks to this drafter. */
 LS_API void ls_drafter_attach(ls_drafter *d, ls_request *r);
 LS_API double ls_drafter_ms(const ls_drafter *d); /* time spent proposing so far */
+/* Acceptance per draft position: of the proposals so far, how many reached position j
+ * (drafted[j]) and how many of those were accepted through position j (accepted[j]),
+ * j < 16.  The last proposal is settled against hist (the sequence's tokens, prompt and
+ * generated, n_hist of them; NULL leaves it out). */
+typedef struct {
+    size_t size;
+    int32_t n_proposals;
+    int32_t drafted[16], accepted[16];
+} ls_drafter_stats;
+#define LS_DRAFTER_STATS_INIT {.size = sizeof(ls_drafter_stats)}
+LS_API void ls_drafter_get_stats(ls_drafter *d, const int32_t *hist, int32_t n_hist, ls_drafter_stats *out);
 
 #ifdef __cplusplus
 }

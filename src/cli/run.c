@@ -298,6 +298,18 @@ int cli_run(int argc, char **argv) {
     int32_t n_after = res.n_tokens - 1 + (res.finish == LS_FINISH_STOP);
     double tok_s = res.gen_ms > 0 && n_after > 0 ? n_after / (res.gen_ms / 1e3) : 0.0;
     double per_step = res.n_steps ? (double)n_after / res.n_steps : 1.0;
+    ls_drafter_stats ds = LS_DRAFTER_STATS_INIT; /* acceptance per draft position */
+    int32_t n_pos = 0;
+    if (d) {
+        int32_t *hist = malloc(((size_t)n_tok + (size_t)res.n_tokens + 1) * sizeof *hist);
+        if (hist) {
+            memcpy(hist, toks, n_tok * sizeof *hist);
+            if (res.n_tokens > 0) memcpy(hist + n_tok, res.tokens, (size_t)res.n_tokens * sizeof *hist);
+        }
+        ls_drafter_get_stats(d, hist, hist ? (int32_t)n_tok + res.n_tokens : 0, &ds);
+        free(hist);
+        while (n_pos < 16 && ds.drafted[n_pos] > 0) n_pos++;
+    }
     if (json) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "text", n_predict == 0 ? "" : res.text);
@@ -327,6 +339,14 @@ int cli_run(int argc, char **argv) {
         cJSON_AddNumberToObject(o, "draft_n", res.n_drafted);
         cJSON_AddNumberToObject(o, "draft_accepted", res.n_accepted);
         cJSON_AddNumberToObject(o, "mean_accepted_len", per_step); /* tokens per target step */
+        if (d) {
+            cJSON_AddNumberToObject(o, "draft_proposals", ds.n_proposals);
+            cJSON *pd = cJSON_AddArrayToObject(o, "draft_pos_drafted"), *pa = cJSON_AddArrayToObject(o, "draft_pos_accepted");
+            for (int32_t j = 0; j < n_pos; j++) {
+                cJSON_AddItemToArray(pd, cJSON_CreateNumber(ds.drafted[j]));
+                cJSON_AddItemToArray(pa, cJSON_CreateNumber(ds.accepted[j]));
+            }
+        }
         char *s = cJSON_PrintUnformatted(o);
         if (s) puts(s);
         free(s);
@@ -347,6 +367,12 @@ int cli_run(int argc, char **argv) {
             fprintf(stderr, "[spec %s: %d drafted, %d accepted (%.0f %%), %.2f tokens per target step, %.0f ms drafting]\n",
                     ls_spec_kind_name(spp.kind), res.n_drafted, res.n_accepted,
                     res.n_drafted ? 100.0 * res.n_accepted / res.n_drafted : 0.0, per_step, d ? ls_drafter_ms(d) : 0.0);
+        if (!declined && n_pos > 0) {
+            fprintf(stderr, "[spec %s: accepted by draft position:", ls_spec_kind_name(spp.kind));
+            for (int32_t j = 0; j < n_pos; j++)
+                fprintf(stderr, " %d: %.0f %% of %d%s", j + 1, 100.0 * ds.accepted[j] / ds.drafted[j], ds.drafted[j],
+                        j + 1 < n_pos ? "," : "]\n");
+        }
     }
     if (probe) cli_print_verdict(&pr, &ei);
     rc = probe && pr.verdict == LS_VERDICT_FAILED ? 1 : 0;

@@ -167,6 +167,7 @@ struct ls_drafter {
     double draft_cost;       /* one draft token's cost, in target single-row forwards */
     int32_t idle, explore;   /* calls since the last draft; draft anyway after `explore` */
     double draft_ms;         /* time spent proposing */
+    int32_t n_props, pos_drafted[16], pos_accepted[16]; /* ls_drafter_stats */
     bool hopeless;           /* even at 90 % acceptance no draft length would pay: never draft */
     /* mtp */
     ls_fwd *mf;
@@ -452,12 +453,36 @@ int32_t ls_drafter_draft(void *ud, const int32_t *hist, int32_t n_hist, int32_t 
 
 double ls_drafter_ms(const ls_drafter *d) { return d->draft_ms; }
 
+/* How much of the last proposal hist accepted (the token after the accepted prefix is the
+ * target's own, which differs from the proposal by construction), counted per position. */
+static int32_t settle(ls_drafter *d, const int32_t *hist, int32_t n_hist) {
+    int32_t a = 0;
+    while (a < d->n_prop && d->prop_at + a < n_hist && hist[d->prop_at + a] == d->prop[a]) a++;
+    d->n_props++;
+    for (int32_t j = 0; j < d->n_prop && j < 16; j++) {
+        d->pos_drafted[j]++;
+        d->pos_accepted[j] += j < a;
+    }
+    return a;
+}
+
+void ls_drafter_get_stats(ls_drafter *d, const int32_t *hist, int32_t n_hist, ls_drafter_stats *out) {
+    if (hist && d->n_prop > 0 && n_hist > d->prop_at) {
+        settle(d, hist, n_hist);
+        d->n_prop = 0;
+    }
+    ls_drafter_stats s = LS_DRAFTER_STATS_INIT;
+    s.n_proposals = d->n_props;
+    memcpy(s.drafted, d->pos_drafted, sizeof s.drafted);
+    memcpy(s.accepted, d->pos_accepted, sizeof s.accepted);
+    size_t n = out->size < sizeof s ? out->size : sizeof s;
+    memcpy(out, &s, n);
+    out->size = n;
+}
+
 static int32_t drafter_draft(ls_drafter *d, const int32_t *hist, int32_t n_hist, int32_t *out, int32_t max) {
-    /* How much of the last proposal was accepted (the token after the accepted prefix
-     * is the target's own, which differs from the proposal by construction). */
     if (d->n_prop > 0 && n_hist > d->prop_at) {
-        int32_t a = 0;
-        while (a < d->n_prop && d->prop_at + a < n_hist && hist[d->prop_at + a] == d->prop[a]) a++;
+        int32_t a = settle(d, hist, n_hist);
         d->acc_s = 0.8 * d->acc_s + a;
         d->acc_t = 0.8 * d->acc_t + a + (a < d->n_prop ? 1 : 0);
         d->n_prop = 0;
