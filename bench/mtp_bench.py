@@ -26,12 +26,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run(a, prompt, temp, spec, isa, draft_max):
+def run(a, prompt, temp, spec, isa, draft_max, fixed=False):
     cmd = [str(a.lockstep), "run", "-m", a.model, "--chat", prompt, "-n", str(a.n), "--temp", str(temp),
            "--seed", str(a.seed), "-t", str(a.threads), "--json", "--no-probe"]
     if spec:
         cmd += ["--spec", "mtp", "--draft-model", a.module, "--draft-max", str(draft_max),
-                "--draft-p-min", str(a.p_min)]
+                "--draft-p-min", str(a.p_min)] + (["--draft-fixed"] if fixed else [])
     env = dict(os.environ)
     env.pop("LOCKSTEP_ISA", None)
     if isa != "auto":
@@ -41,7 +41,8 @@ def run(a, prompt, temp, spec, isa, draft_max):
         sys.exit("mtp_bench: %s failed: %s" % (" ".join(cmd), r.stderr[-2000:]))
     j = json.loads(r.stdout)
     j.update({"prompt": prompt, "temp": temp, "spec": "mtp" if spec else "off", "isa_req": isa,
-              "draft_max": draft_max if spec else 0, "p_min": a.p_min if spec else None, "time": time.time()})
+              "draft_max": draft_max if spec else 0, "p_min": a.p_min if spec else None, "fixed": fixed,
+              "time": time.time()})
     return j
 
 
@@ -69,15 +70,16 @@ def main():
     summary = {"model": a.model, "module": a.module, "n": a.n, "threads": a.threads, "draft_max": a.draft_max,
                "p_min": a.p_min, "seed": a.seed, "acceptance": {}, "speed": {}}
 
-    # 1. acceptance (and parity) per temperature
-    for temp in (0.0, 0.8):
+    # 1. acceptance (and parity) per temperature: the module's own, with a fixed chain of
+    # --draft-max (every position measured), and what the adaptive length does with it
+    for temp, fixed in ((0.0, True), (0.8, True), (0.0, False), (0.8, False)):
         drafted, accepted = [0] * 16, [0] * 16
         props = 0
         per_step = []
         n_drafted = n_accepted = 0
         for p in prompts[:a.n_prompts]:
             base = run(a, p, temp, False, "auto", 0)
-            m = run(a, p, temp, True, "auto", a.draft_max)
+            m = run(a, p, temp, True, "auto", a.draft_max, fixed)
             for j in (base, m):
                 log.write(json.dumps(j) + "\n")
             if base["tokens"] != m["tokens"]:
@@ -90,7 +92,7 @@ def main():
             n_drafted += m["draft_n"]
             n_accepted += m["draft_accepted"]
         k = max([i + 1 for i in range(16) if drafted[i]] or [0])
-        summary["acceptance"]["%g" % temp] = {
+        summary["acceptance"]["%g %s" % (temp, "fixed" if fixed else "adaptive")] = {
             "prompts": a.n_prompts, "proposals": props, "drafted": n_drafted, "accepted": n_accepted,
             "per_position": [{"pos": i + 1, "drafted": drafted[i], "accepted": accepted[i],
                               "rate": accepted[i] / drafted[i]} for i in range(k)],
@@ -101,7 +103,7 @@ def main():
         }
 
     # 2. speed, interleaved, per ISA
-    for isa in a.isas.split(","):
+    for isa in [x for x in a.isas.split(",") if x]:
         plain, spec, ratios = [], [], []
         for rep in range(a.reps):
             for i, p in enumerate(prompts[:a.speed_prompts]):
@@ -123,7 +125,7 @@ def main():
     log.close()
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
 
-    print("| temperature | proposals | acceptance by draft position | mean accepted tokens per verify |")
+    print("| temperature, draft length | proposals | acceptance by draft position | mean accepted tokens per verify |")
     print("| --- | --- | --- | --- |")
     for t, s in summary["acceptance"].items():
         pos = ", ".join("%d: %.0f %% (%d)" % (x["pos"], 100 * x["rate"], x["drafted"]) for x in s["per_position"])

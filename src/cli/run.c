@@ -32,6 +32,7 @@ static const char *run_help =
     "      --draft-max K       longest draft (default 8)\n"
     "      --draft-p-min P     --spec mtp: stop a chained draft after a token the module gives less than\n"
     "                          probability P (default 0.5; 0 = never)\n"
+    "      --draft-fixed       always draft --draft-max tokens: no adaptive length (benchmarks)\n"
     "      --draft-min N       shorter drafts are not verified (default 1)\n"
     "      --draft-model PATH  the draft model for --spec draft (same vocabulary), or for --spec mtp\n"
     "                          an MTP module fitted to this model (tools/fit_mtp.py; models/mtp/)\n"
@@ -91,8 +92,9 @@ int cli_run(int argc, char **argv) {
     const char *spec_name = "off", *draft_path = NULL, *device = "cpu";
     long long draft_max = 8, draft_min = 1, draft_layers = 0, ngram_min = 2, ngram_max = 4;
     double p_min = 0.5;
+    bool draft_fixed = false;
     enum { O_CHAT = 256, O_SYSTEM, O_TEMP, O_TOPK, O_TOPP, O_SEED, O_JSON, O_TMPL, O_NOPROBE, O_SPEC, O_DMAX, O_DMIN,
-           O_DMODEL, O_DLAYERS, O_NGMIN, O_NGMAX, O_INEXACT, O_DEVICE, O_TMPLFILE, O_NOPROGRESS, O_PMIN };
+           O_DMODEL, O_DLAYERS, O_NGMIN, O_NGMAX, O_INEXACT, O_DEVICE, O_TMPLFILE, O_NOPROGRESS, O_PMIN, O_DFIXED };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},   {"prompt", required_argument, 0, 'p'},
         {"chat", required_argument, 0, O_CHAT}, {"system", required_argument, 0, O_SYSTEM},
@@ -102,7 +104,8 @@ int cli_run(int argc, char **argv) {
         {"ctx-size", required_argument, 0, 'c'}, {"json", no_argument, 0, O_JSON},
         {"chat-template", required_argument, 0, O_TMPL}, {"chat-template-file", required_argument, 0, O_TMPLFILE}, {"no-probe", no_argument, 0, O_NOPROBE},
         {"spec", required_argument, 0, O_SPEC}, {"draft-max", required_argument, 0, O_DMAX},
-        {"draft-min", required_argument, 0, O_DMIN}, {"draft-p-min", required_argument, 0, O_PMIN}, {"draft-model", required_argument, 0, O_DMODEL},
+        {"draft-min", required_argument, 0, O_DMIN}, {"draft-p-min", required_argument, 0, O_PMIN},
+        {"draft-fixed", no_argument, 0, O_DFIXED}, {"draft-model", required_argument, 0, O_DMODEL},
         {"draft-layers", required_argument, 0, O_DLAYERS}, {"ngram-min", required_argument, 0, O_NGMIN},
         {"ngram-max", required_argument, 0, O_NGMAX}, {"allow-inexact", no_argument, 0, O_INEXACT},
         {"device", required_argument, 0, O_DEVICE}, {"no-progress", no_argument, 0, O_NOPROGRESS},
@@ -133,6 +136,7 @@ int cli_run(int argc, char **argv) {
         case O_INEXACT: allow_inexact = true; break;
         case O_DEVICE: device = optarg; break;
         case O_DMAX: if (!cli_parse_int(cmd, "--draft-max", optarg, 1, 64, &draft_max)) return LS_EXIT_USAGE; break;
+        case O_DFIXED: draft_fixed = true; break;
         case O_PMIN: if (!cli_parse_float(cmd, "--draft-p-min", optarg, 0.0, 1.0, &p_min)) return LS_EXIT_USAGE; break;
         case O_DMIN: if (!cli_parse_int(cmd, "--draft-min", optarg, 0, 64, &draft_min)) return LS_EXIT_USAGE; break;
         case O_DMODEL: draft_path = optarg; break;
@@ -161,6 +165,7 @@ int cli_run(int argc, char **argv) {
     spp.draft_max = (int32_t)draft_max;
     spp.draft_min = (int32_t)draft_min;
     spp.p_min = (float)p_min;
+    spp.fixed_length = draft_fixed;
     spp.ngram_min = (int32_t)ngram_min;
     spp.ngram_max = (int32_t)ngram_max;
     spp.skip_first = (int32_t)draft_layers;
