@@ -99,6 +99,61 @@ def write_gguf(path, kvs, tensors):
     os.replace(tmp, path)
 
 
+def read_module(path):
+    """The tensors of a module this tool wrote (F32, F16, Q8_0), as float32 arrays by name."""
+    with open(path, "rb") as f:
+        b = f.read()
+    if b[:4] != b"GGUF":
+        sys.exit("fit_mtp: %s is not a GGUF file" % path)
+    _, nt, nkv = struct.unpack_from("<IQQ", b, 4)
+    o = 24
+
+    def rstr(o):
+        n, = struct.unpack_from("<Q", b, o)
+        return b[o + 8:o + 8 + n].decode("utf-8"), o + 8 + n
+    sizes = {GGUF_U32: 4, GGUF_F32: 4, GGUF_U64: 8}
+    align, sha = ALIGN, None
+    for _ in range(nkv):
+        k, o = rstr(o)
+        t, = struct.unpack_from("<I", b, o)
+        o += 4
+        if t == GGUF_STR:
+            v, o = rstr(o)
+            sha = v if k == "lockstep.mtp.target_sha256" else sha
+        elif t in sizes:
+            v = struct.unpack_from({4: "<I", 6: "<f", 10: "<Q"}[t], b, o)[0]
+            o += sizes[t]
+            align = v if k == "general.alignment" else align
+        else:
+            sys.exit("fit_mtp: %s: metadata type %d is not one this tool writes" % (path, t))
+    infos = []
+    for _ in range(nt):
+        name, o = rstr(o)
+        nd, = struct.unpack_from("<I", b, o)
+        ne = struct.unpack_from("<%dQ" % nd, b, o + 4)
+        t, off = struct.unpack_from("<IQ", b, o + 4 + 8 * nd)
+        o += 4 + 8 * nd + 12
+        infos.append((name, ne, t, off))
+    base = o + (-o) % align
+    out = {}
+    for name, ne, t, off in infos:
+        n = int(np.prod(ne))
+        shape = tuple(reversed(ne))
+        p = base + off
+        if t == T_F32:
+            a = np.frombuffer(b, dtype="<f4", count=n, offset=p)
+        elif t == T_F16:
+            a = np.frombuffer(b, dtype="<f2", count=n, offset=p).astype(np.float32)
+        elif t == T_Q8_0:
+            blk = np.frombuffer(b, dtype=np.uint8, count=n // 32 * 34, offset=p).reshape(-1, 34)
+            d = blk[:, :2].copy().view("<f2").astype(np.float32)
+            a = (blk[:, 2:].copy().view(np.int8).astype(np.float32) * d).reshape(-1)
+        else:
+            sys.exit("fit_mtp: %s: tensor type %d is not one this tool writes" % (path, t))
+        out[name] = a.reshape(shape).astype(np.float32)
+    return out, sha
+
+
 # ---- the data of `lockstep mtp-data` ---------------------------------------------------
 class Data:
     def __init__(self, d):
@@ -183,9 +238,14 @@ class MTP(torch.nn.Module):
             r = torch.stack([y0, y1], dim=-1).flatten(-2)
         return torch.cat([r, x[..., self.rope_dim:]], dim=-1)
 
-    def forward(self, tok_next, h):
+    def forward(self, tok_next, h, prev=None):
         """tok_next (B, T) the tokens t_{i+1}; h (B, T, E) the hidden states h_i; rows at
-        positions 0..T-1.  Returns the module's last hidden state (B, T, E)."""
+        positions 0..T-1.  Returns the module's last hidden state (B, T, E) and the rows'
+        K and V (B, T, Hkv, D).
+
+        prev = (K, V) of such a call: this call is one chained step, as the drafter chains
+        (spec.c): row j, at position j + 1, continues the module's own output at row j with
+        the token after, and attends the earlier call's rows 0..j and itself."""
         B, T, E = h.shape
         e = self.embed[tok_next] * self.embd_scale
         x = torch.cat([rmsnorm(e, self.enorm, self.eps), rmsnorm(h, self.hnorm, self.eps)], dim=-1) @ self.eh_proj.T
@@ -193,20 +253,28 @@ class MTP(torch.nn.Module):
         q = (n @ self.wq.T).view(B, T, self.H, self.D)
         k = (n @ self.wk.T).view(B, T, self.Hkv, self.D)
         v = (n @ self.wv.T).view(B, T, self.Hkv, self.D)
-        pos = torch.arange(T)
+        pos = torch.arange(T) + (1 if prev is not None else 0)
         q, k = self.rope(q, pos), self.rope(k, pos)
         g = self.H // self.Hkv  # query head j reads kv head j // g
-        k = k.repeat_interleave(g, dim=2)
-        v = v.repeat_interleave(g, dim=2)
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, D)
-        s = (q @ k.transpose(-1, -2)) / math.sqrt(self.D)
-        mask = torch.ones(T, T, dtype=torch.bool).triu(1)
-        s = s.masked_fill(mask, float("-inf"))
-        a = torch.softmax(s, dim=-1) @ v
+        rk = lambda t: t.repeat_interleave(g, dim=2).transpose(1, 2)  # (B, H, T, D)
+        qh = q.transpose(1, 2)
+        if prev is None:
+            kh, vh = rk(k), rk(v)
+            s = (qh @ kh.transpose(-1, -2)) / math.sqrt(self.D)
+            s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+            a = torch.softmax(s, dim=-1) @ vh
+        else:
+            kp, vp = rk(prev[0]), rk(prev[1])
+            kh, vh = rk(k), rk(v)
+            s1 = (qh @ kp.transpose(-1, -2)) / math.sqrt(self.D)  # the earlier rows 0..j
+            s1 = s1.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+            s2 = (qh * kh).sum(-1, keepdim=True) / math.sqrt(self.D)  # itself
+            w = torch.softmax(torch.cat([s1, s2], dim=-1), dim=-1)
+            a = w[..., :T] @ vp + w[..., T:] * vh
         x = x + a.transpose(1, 2).reshape(B, T, self.H * self.D) @ self.wo.T
         n = rmsnorm(x, self.ffn_norm, self.eps)
         x = x + (torch.nn.functional.silu(n @ self.w_gate.T) * (n @ self.w_up.T)) @ self.w_down.T
-        return x
+        return x, k, v
 
     def logits(self, x):
         return rmsnorm(x, self.out_norm, self.eps) @ self.head.T
@@ -247,14 +315,25 @@ def make_batch(data, seqs):
     return torch.from_numpy(tok), torch.from_numpy(h), torch.from_numpy(ht), torch.from_numpy(mask)
 
 
-def step_loss(model, batch):
-    tok, h, ht, mask = batch
-    x = model(tok, h)[mask]
+def kl_top1(model, x, ht):
     with torch.no_grad():
-        tl = torch.log_softmax(model.logits(ht[mask]), dim=-1)
+        tl = torch.log_softmax(model.logits(ht), dim=-1)
     sl = torch.log_softmax(model.logits(x), dim=-1)
-    kl = (tl.exp() * (tl - sl)).sum(-1).mean()
-    top1 = (sl.argmax(-1) == tl.argmax(-1)).float().mean()
+    return (tl.exp() * (tl - sl)).sum(-1).mean(), (sl.argmax(-1) == tl.argmax(-1)).float().mean()
+
+
+def step_loss(model, batch, chain=1):
+    """KL for the token after next; with chain 2 also for the one after that, the module
+    continuing its own output (the second draft of a chain), the two losses added."""
+    tok, h, ht, mask = batch
+    x, k, v = model(tok, h)
+    kl, top1 = kl_top1(model, x[mask], ht[mask])
+    if chain >= 2 and tok.shape[1] > 1:
+        # chained row j: the module's output at row j with t_(j+2), predicting t_(j+3)
+        m2 = mask[:, 1:]
+        x2, _, _ = model(tok[:, 1:], x[:, :-1], prev=(k[:, :-1], v[:, :-1]))
+        kl2, _ = kl_top1(model, x2[m2], ht[:, 1:][m2])
+        kl = kl + kl2
     return kl, top1, int(mask.sum())
 
 
@@ -286,7 +365,7 @@ def check_module(a, model):
     with torch.no_grad():
         for s in range(len(data.lens)):
             tok, h, ht, mask = make_batch(data, [s])
-            x = model(tok, h)[mask]
+            x = model(tok, h)[0][mask]
             t_top.append(model.logits(x).argmax(-1).numpy())
             teacher.append(model.logits(ht[mask]).argmax(-1).numpy())
     t_top, teacher = np.concatenate(t_top), np.concatenate(teacher)
@@ -316,6 +395,9 @@ def main():
     ap.add_argument("--minutes", type=float, default=0, help="stop after this much training time (0: no limit)")
     ap.add_argument("--batch-rows", type=int, default=256)
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--init", help="start from this module (one this tool wrote for the same model)")
+    ap.add_argument("--chain", type=int, choices=[1, 2], default=1,
+                    help="2: also train the second draft of a chain (the module continuing its own output)")
     ap.add_argument("--val-frac", type=float, default=0.05)
     ap.add_argument("--eval-every", type=int, default=100)
     ap.add_argument("--threads", type=int, default=1)
@@ -350,13 +432,26 @@ def main():
     n_val = max(1, int(round(a.val_frac * len(perm)))) if len(perm) > 1 else 0
     val, train = perm[:n_val], perm[n_val:]
     model = MTP(data)
+    if a.init:  # continue a module this tool wrote for the same model
+        w, sha = read_module(a.init)
+        if sha != m["model_sha256"]:
+            sys.exit("fit_mtp: %s was fitted to another model (sha256 %s)" % (a.init, sha))
+        pre = "blk.%d." % int(m["n_layer"])
+        names = {"enorm": "nextn.enorm.weight", "hnorm": "nextn.hnorm.weight", "eh_proj": "nextn.eh_proj.weight",
+                 "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
+                 "wo": "attn_output.weight", "ffn_norm": "ffn_norm.weight", "w_gate": "ffn_gate.weight",
+                 "w_up": "ffn_up.weight", "w_down": "ffn_down.weight"}
+        with torch.no_grad():
+            for attr, nm in names.items():
+                getattr(model, attr).copy_(torch.from_numpy(w[pre + nm]).reshape(getattr(model, attr).shape))
     params = [p for p in model.parameters()]
     opt = torch.optim.AdamW(params, lr=a.lr, weight_decay=0.0, betas=(0.9, 0.98))
     def sched(s, elapsed):  # warm-up, then a cosine to a tenth, over the steps or the minutes
         prog = min(1.0, max(s / a.steps, elapsed / (60 * a.minutes) if a.minutes else 0.0))
         return min(1.0, (s + 1) / 20) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * prog)))
     record = {"model": os.path.basename(a.model), "model_sha256": m["model_sha256"], "tokens": int(m["n_tokens"]),
-              "seqs": int(m["n_seqs"]), "val_seqs": int(n_val), "threads": a.threads, "evals": []}
+              "chain": a.chain, "init": os.path.basename(a.init) if a.init else None, "seqs": int(m["n_seqs"]),
+              "val_seqs": int(n_val), "threads": a.threads, "evals": []}
     if n_val:
         kl0, top0 = evaluate(model, data, val, a.batch_rows)
         print("fit_mtp: start: val KL %.3f, top-1 agreement %.3f" % (kl0, top0), file=sys.stderr)
@@ -367,7 +462,7 @@ def main():
         for seqs in batches(data, train, a.batch_rows, rng):
             for g in opt.param_groups:
                 g["lr"] = a.lr * sched(step, time.time() - t0)
-            kl, top1, r = step_loss(model, make_batch(data, seqs))
+            kl, top1, r = step_loss(model, make_batch(data, seqs), a.chain)
             opt.zero_grad()
             kl.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
