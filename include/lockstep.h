@@ -498,6 +498,35 @@ typedef struct {
 #define LS_DRAFTER_STATS_INIT {.size = sizeof(ls_drafter_stats)}
 LS_API void ls_drafter_get_stats(ls_drafter *d, const int32_t *hist, int32_t n_hist, ls_drafter_stats *out);
 
+/* ---- MTP training data (tools/fit_mtp.py; docs/mtp.md has the files' format) ------------
+ * The model answers each prompt itself (seeded sampling through lockstep's forward) and
+ * every position's last hidden state (before the final norm) is written beside the tokens,
+ * with the weights a fit starts from, dequantized, and meta.json. */
+typedef struct {
+    size_t size;
+    const char *prompts;      /* a file of one prompt per line (blank lines skipped) */
+    const char *out_dir;      /* created if absent; its files are replaced */
+    int32_t n_predict;        /* tokens generated per prompt at most (default 256) */
+    int32_t max_prompts;      /* 0: every prompt */
+    float temperature;        /* default 0.8 */
+    uint64_t seed;            /* prompt i samples with seed + i (default 1) */
+    bool raw;                 /* the prompts are raw text, not chat messages */
+    int32_t n_threads;        /* 0 = 1 */
+    bool mtp_top1;            /* also mtp_top1.i32: the model's MTP module (ls_model_params.mtp_path) run
+                               * over every position, its top token */
+    void (*on_progress)(void *ud, int64_t n_seqs, int64_t n_tokens, int64_t n_generated); /* after each prompt */
+    void *progress_ud;
+} ls_mtp_data_params;
+#define LS_MTP_DATA_PARAMS_INIT \
+    {.size = sizeof(ls_mtp_data_params), .n_predict = 256, .temperature = 0.8f, .seed = 1}
+typedef struct {
+    size_t size;
+    int64_t n_seqs, n_tokens, n_generated;
+} ls_mtp_data_result;
+#define LS_MTP_DATA_RESULT_INIT {.size = sizeof(ls_mtp_data_result)}
+LS_API ls_status ls_mtp_data_write(const ls_model *m, const ls_mtp_data_params *p, ls_mtp_data_result *out,
+                                   ls_err *err);
+
 #ifdef __cplusplus
 }
 #endif
