@@ -145,6 +145,11 @@ typedef struct {
     const char *cache_dir;      /* NULL: none; else a directory where the file's SHA-256 is kept, keyed by
                                  * the file's identity (device, inode, size, modification and change
                                  * times), so a later load of the unchanged file need not read it all */
+    const char *mtp_path;       /* NULL: none; else a GGUF file holding a multi-token-prediction module
+                                 * fitted to this model (tools/fit_mtp.py; --spec mtp --draft-model):
+                                 * its nextn block is loaded as the model's own.  Refused, naming both
+                                 * files, when it was fitted to another model (its
+                                 * lockstep.mtp.target_sha256) or the model has a module already */
 } ls_model_params;
 enum { LS_MODEL_LOAD_FULL = 0, LS_MODEL_LOAD_META = 1 };
 #define LS_MODEL_PARAMS_INIT {.size = sizeof(ls_model_params)}
@@ -476,9 +481,12 @@ typedef struct {
     const int32_t *layers;     /* layerskip: or exactly these layers */
     int32_t n_layers;
     bool fixed_length;         /* no adaptation: always draft_max (tests) */
+    float p_min;               /* mtp: a chained draft stops after a token the module gave less than
+                                * this probability (its own confidence; default 0.5; 0 = never) */
 } ls_spec_params;
 #define LS_SPEC_PARAMS_INIT \
-    {.size = sizeof(ls_spec_params), .kind = LS_SPEC_OFF, .draft_max = 8, .draft_min = 1, .ngram_min = 2, .ngram_max = 4}
+    {.size = sizeof(ls_spec_params), .kind = LS_SPEC_OFF, .draft_max = 8, .draft_min = 1, .ngram_min = 2, .ngram_max = 4, \
+     .p_min = 0.5f}
 
 typedef struct ls_drafter ls_drafter;
 /* Checks p against the engine's model (draft vocabulary, layers, MTP module). */
@@ -491,6 +499,46 @@ LS_API void ls_drafter_free(ls_drafter *d);
 /* Sets r's draft hooks to this drafter. */
 LS_API void ls_drafter_attach(ls_drafter *d, ls_request *r);
 LS_API double ls_drafter_ms(const ls_drafter *d); /* time spent proposing so far */
+/* Acceptance per draft position: of the proposals so far, how many reached position j
+ * (drafted[j]) and how many of those were accepted through position j (accepted[j]),
+ * j < 16.  The last proposal is settled against hist (the sequence's tokens, prompt and
+ * generated, n_hist of them; NULL leaves it out). */
+typedef struct {
+    size_t size;
+    int32_t n_proposals;
+    int32_t drafted[16], accepted[16];
+} ls_drafter_stats;
+#define LS_DRAFTER_STATS_INIT {.size = sizeof(ls_drafter_stats)}
+LS_API void ls_drafter_get_stats(ls_drafter *d, const int32_t *hist, int32_t n_hist, ls_drafter_stats *out);
+
+/* ---- MTP training data (tools/fit_mtp.py; docs/mtp.md has the files' format) ------------
+ * The model answers each prompt itself (seeded sampling through lockstep's forward) and
+ * every position's last hidden state (before the final norm) is written beside the tokens,
+ * with the weights a fit starts from, dequantized, and meta.json. */
+typedef struct {
+    size_t size;
+    const char *prompts;      /* a file of one prompt per line (blank lines skipped) */
+    const char *out_dir;      /* created if absent; its files are replaced */
+    int32_t n_predict;        /* tokens generated per prompt at most (default 256) */
+    int32_t max_prompts;      /* 0: every prompt */
+    float temperature;        /* default 0.8 */
+    uint64_t seed;            /* prompt i samples with seed + i (default 1) */
+    bool raw;                 /* the prompts are raw text, not chat messages */
+    int32_t n_threads;        /* 0 = 1 */
+    bool mtp_top1;            /* also mtp_top1.i32: the model's MTP module (ls_model_params.mtp_path) run
+                               * over every position, its top token */
+    void (*on_progress)(void *ud, int64_t n_seqs, int64_t n_tokens, int64_t n_generated); /* after each prompt */
+    void *progress_ud;
+} ls_mtp_data_params;
+#define LS_MTP_DATA_PARAMS_INIT \
+    {.size = sizeof(ls_mtp_data_params), .n_predict = 256, .temperature = 0.8f, .seed = 1}
+typedef struct {
+    size_t size;
+    int64_t n_seqs, n_tokens, n_generated;
+} ls_mtp_data_result;
+#define LS_MTP_DATA_RESULT_INIT {.size = sizeof(ls_mtp_data_result)}
+LS_API ls_status ls_mtp_data_write(const ls_model *m, const ls_mtp_data_params *p, ls_mtp_data_result *out,
+                                   ls_err *err);
 
 #ifdef __cplusplus
 }

@@ -211,6 +211,11 @@ MUTANTS = [
      "                if (alive && s->gst && j == 0 && !ls_grammar_accept_token(s->gst, e->gvocab, tok)) {",
      "an accepted draft token does not advance the grammar state (the next mask is a stale state's)",
      ["build/tests/test_spec test_grammar_drafts_accepted"]),
+    ("mtp-module-any-target", "src/model/model.c",
+     "    if (memcmp(want.ptr, m->sha256, 64) != 0)",
+     "    if (memcmp(want.ptr, m->sha256, 64) != 0 && want.ptr[0] == 'x')",
+     "an MTP module in its own file is attached to whatever model loads it, not only the one it was fitted to",
+     ["python3 -m pytest -q -x tests/python/test_fit_mtp.py -k refused"]),
 ]
 
 

@@ -15,6 +15,7 @@ int cli_info(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
 int cli_probe(int argc, char **argv);
 int cli_serve(int argc, char **argv);
+int cli_mtp_data(int argc, char **argv);
 
 /* Online CPUs (the default --threads). */
 int cli_default_threads(void);

@@ -15,6 +15,7 @@ static void usage(FILE *out) {
             "  tokenize   show the token ids of a text\n"
             "  probe      the parity probe: certifies this machine's serving configuration\n"
             "  serve      an OpenAI-compatible HTTP server\n"
+            "  mtp-data   the training data of an MTP module (tools/fit_mtp.py runs it)\n"
             "\n"
             "Run `lockstep <command> --help` for a command's flags.\n"
             "The default model is %s (`make model` fetches it).\n",
@@ -40,6 +41,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "probe")) return cli_probe(argc - 1, argv + 1);
     if (!strcmp(cmd, "serve")) return cli_serve(argc - 1, argv + 1);
+    if (!strcmp(cmd, "mtp-data")) return cli_mtp_data(argc - 1, argv + 1);
     fprintf(stderr, "lockstep: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return LS_EXIT_USAGE;

@@ -30,8 +30,12 @@ static const char *run_help =
     "      --spec KIND         speculative decoding: ngram, draft, layerskip, mtp or off (default off);\n"
     "                          the tokens are the same as without it, only faster or slower\n"
     "      --draft-max K       longest draft (default 8)\n"
+    "      --draft-p-min P     --spec mtp: stop a chained draft after a token the module gives less than\n"
+    "                          probability P (default 0.5; 0 = never)\n"
+    "      --draft-fixed       always draft --draft-max tokens: no adaptive length (benchmarks)\n"
     "      --draft-min N       shorter drafts are not verified (default 1)\n"
-    "      --draft-model PATH  the draft model for --spec draft (same vocabulary)\n"
+    "      --draft-model PATH  the draft model for --spec draft (same vocabulary), or for --spec mtp\n"
+    "                          an MTP module fitted to this model (tools/fit_mtp.py; models/mtp/)\n"
     "      --draft-layers L    --spec layerskip drafts with the first L layers (default half)\n"
     "      --ngram-min N, --ngram-max N   n-gram sizes for --spec ngram (default 2, 4)\n"
     "      --allow-inexact     speculate even if the parity probe fails\n"
@@ -89,9 +93,11 @@ int cli_run(int argc, char **argv) {
     bool json = false, probe = true, allow_inexact = false, progress = true;
     const char *spec_name = "off", *draft_path = NULL, *device = "cpu", *cache_dir = NULL;
     long long draft_max = 8, draft_min = 1, draft_layers = 0, ngram_min = 2, ngram_max = 4;
+    double p_min = 0.5;
+    bool draft_fixed = false;
     enum { O_CHAT = 256, O_SYSTEM, O_TEMP, O_TOPK, O_TOPP, O_SEED, O_JSON, O_TMPL, O_NOPROBE, O_SPEC, O_DMAX, O_DMIN,
            O_DMODEL, O_DLAYERS, O_NGMIN, O_NGMAX, O_INEXACT, O_DEVICE, O_TMPLFILE, O_NOPROGRESS,
-           O_CACHEDIR };
+           O_CACHEDIR, O_PMIN, O_DFIXED };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},   {"prompt", required_argument, 0, 'p'},
         {"chat", required_argument, 0, O_CHAT}, {"system", required_argument, 0, O_SYSTEM},
@@ -101,7 +107,8 @@ int cli_run(int argc, char **argv) {
         {"ctx-size", required_argument, 0, 'c'}, {"json", no_argument, 0, O_JSON},
         {"chat-template", required_argument, 0, O_TMPL}, {"chat-template-file", required_argument, 0, O_TMPLFILE}, {"no-probe", no_argument, 0, O_NOPROBE},
         {"spec", required_argument, 0, O_SPEC}, {"draft-max", required_argument, 0, O_DMAX},
-        {"draft-min", required_argument, 0, O_DMIN}, {"draft-model", required_argument, 0, O_DMODEL},
+        {"draft-min", required_argument, 0, O_DMIN}, {"draft-p-min", required_argument, 0, O_PMIN},
+        {"draft-fixed", no_argument, 0, O_DFIXED}, {"draft-model", required_argument, 0, O_DMODEL},
         {"draft-layers", required_argument, 0, O_DLAYERS}, {"ngram-min", required_argument, 0, O_NGMIN},
         {"ngram-max", required_argument, 0, O_NGMAX}, {"allow-inexact", no_argument, 0, O_INEXACT},
         {"device", required_argument, 0, O_DEVICE}, {"no-progress", no_argument, 0, O_NOPROGRESS},
@@ -137,6 +144,8 @@ int cli_run(int argc, char **argv) {
         case O_INEXACT: allow_inexact = true; break;
         case O_DEVICE: device = optarg; break;
         case O_DMAX: if (!cli_parse_int(cmd, "--draft-max", optarg, 1, 64, &draft_max)) return LS_EXIT_USAGE; break;
+        case O_DFIXED: draft_fixed = true; break;
+        case O_PMIN: if (!cli_parse_float(cmd, "--draft-p-min", optarg, 0.0, 1.0, &p_min)) return LS_EXIT_USAGE; break;
         case O_DMIN: if (!cli_parse_int(cmd, "--draft-min", optarg, 0, 64, &draft_min)) return LS_EXIT_USAGE; break;
         case O_DMODEL: draft_path = optarg; break;
         case O_DLAYERS: if (!cli_parse_int(cmd, "--draft-layers", optarg, 1, 4096, &draft_layers)) return LS_EXIT_USAGE; break;
@@ -163,11 +172,14 @@ int cli_run(int argc, char **argv) {
     ls_spec_params spp = LS_SPEC_PARAMS_INIT;
     spp.draft_max = (int32_t)draft_max;
     spp.draft_min = (int32_t)draft_min;
+    spp.p_min = (float)p_min;
+    spp.fixed_length = draft_fixed;
     spp.ngram_min = (int32_t)ngram_min;
     spp.ngram_max = (int32_t)ngram_max;
     spp.skip_first = (int32_t)draft_layers;
     if (ls_spec_kind_from_name(spec_name, &spp.kind, &err)) return cli_usage_error(cmd, "%s", err.msg);
-    if (draft_path && spp.kind != LS_SPEC_DRAFT) return cli_usage_error(cmd, "--draft-model needs --spec draft");
+    if (draft_path && spp.kind != LS_SPEC_DRAFT && spp.kind != LS_SPEC_MTP)
+        return cli_usage_error(cmd, "--draft-model needs --spec draft or --spec mtp");
     if (spp.kind == LS_SPEC_DRAFT && !draft_path) return cli_usage_error(cmd, "--spec draft needs --draft-model PATH");
     if (draft_path && access(draft_path, R_OK) != 0)
         return cli_usage_error(cmd, "cannot read draft model file '%s'", draft_path);
@@ -186,11 +198,12 @@ int cli_run(int argc, char **argv) {
     mp.chat_template_file = tmpl_file;
     char cdir[4096];
     mp.cache_dir = cli_cache_dir(cdir, sizeof cdir);
+    if (spp.kind == LS_SPEC_MTP) mp.mtp_path = draft_path; /* the module loads as part of the model */
     if (!(m = ls_model_load(&mp, &err))) {
         fprintf(stderr, "lockstep run: cannot load '%s': %s\n", model_path, err.msg);
         return LS_EXIT_USAGE;
     }
-    if (draft_path) {
+    if (draft_path && spp.kind == LS_SPEC_DRAFT) {
         ls_model_params dp = LS_MODEL_PARAMS_INIT;
         dp.path = draft_path;
         if (!(dm = ls_model_load(&dp, &err))) {
@@ -301,6 +314,18 @@ int cli_run(int argc, char **argv) {
     int32_t n_after = res.n_tokens - 1 + (res.finish == LS_FINISH_STOP);
     double tok_s = res.gen_ms > 0 && n_after > 0 ? n_after / (res.gen_ms / 1e3) : 0.0;
     double per_step = res.n_steps ? (double)n_after / res.n_steps : 1.0;
+    ls_drafter_stats ds = LS_DRAFTER_STATS_INIT; /* acceptance per draft position */
+    int32_t n_pos = 0;
+    if (d) {
+        int32_t *hist = malloc(((size_t)n_tok + (size_t)res.n_tokens + 1) * sizeof *hist);
+        if (hist) {
+            memcpy(hist, toks, n_tok * sizeof *hist);
+            if (res.n_tokens > 0) memcpy(hist + n_tok, res.tokens, (size_t)res.n_tokens * sizeof *hist);
+        }
+        ls_drafter_get_stats(d, hist, hist ? (int32_t)n_tok + res.n_tokens : 0, &ds);
+        free(hist);
+        while (n_pos < 16 && ds.drafted[n_pos] > 0) n_pos++;
+    }
     if (json) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "text", n_predict == 0 ? "" : res.text);
@@ -331,6 +356,14 @@ int cli_run(int argc, char **argv) {
         cJSON_AddNumberToObject(o, "draft_n", res.n_drafted);
         cJSON_AddNumberToObject(o, "draft_accepted", res.n_accepted);
         cJSON_AddNumberToObject(o, "mean_accepted_len", per_step); /* tokens per target step */
+        if (d) {
+            cJSON_AddNumberToObject(o, "draft_proposals", ds.n_proposals);
+            cJSON *pd = cJSON_AddArrayToObject(o, "draft_pos_drafted"), *pa = cJSON_AddArrayToObject(o, "draft_pos_accepted");
+            for (int32_t j = 0; j < n_pos; j++) {
+                cJSON_AddItemToArray(pd, cJSON_CreateNumber(ds.drafted[j]));
+                cJSON_AddItemToArray(pa, cJSON_CreateNumber(ds.accepted[j]));
+            }
+        }
         char *s = cJSON_PrintUnformatted(o);
         if (s) puts(s);
         free(s);
@@ -352,6 +385,12 @@ int cli_run(int argc, char **argv) {
             fprintf(stderr, "[spec %s: %d drafted, %d accepted (%.0f %%), %.2f tokens per target step, %.0f ms drafting]\n",
                     ls_spec_kind_name(spp.kind), res.n_drafted, res.n_accepted,
                     res.n_drafted ? 100.0 * res.n_accepted / res.n_drafted : 0.0, per_step, d ? ls_drafter_ms(d) : 0.0);
+        if (!declined && n_pos > 0) {
+            fprintf(stderr, "[spec %s: accepted by draft position:", ls_spec_kind_name(spp.kind));
+            for (int32_t j = 0; j < n_pos; j++)
+                fprintf(stderr, " %d: %.0f %% of %d%s", j + 1, 100.0 * ds.accepted[j] / ds.drafted[j], ds.drafted[j],
+                        j + 1 < n_pos ? "," : "]\n");
+        }
     }
     if (probe) cli_print_verdict(&pr, &ei);
     rc = probe && pr.verdict == LS_VERDICT_FAILED ? 1 : 0;

@@ -75,8 +75,21 @@ const ls_model *ls_ctx_model(const ls_ctx *c) { return c->m; }
 const ls_tokenizer *ls_ctx_tokenizer(const ls_ctx *c) { return c->m->tok; }
 int ls_ctx_n_threads(const ls_ctx *c) { return ls_fwd_n_threads(c->fwd); }
 
+static ls_status ctx_eval(ls_ctx *c, const int32_t *tokens, int32_t n, int32_t pos0, float *logits,
+                         bool all_logits, float *hidden, ls_err *err);
+
 ls_status ls_ctx_eval(ls_ctx *c, const int32_t *tokens, int32_t n, int32_t pos0, float *logits,
                       bool all_logits, ls_err *err) {
+    return ctx_eval(c, tokens, n, pos0, logits, all_logits, NULL, err);
+}
+
+ls_status ls_ctx_eval_hidden(ls_ctx *c, const int32_t *tokens, int32_t n, int32_t pos0, float *hidden,
+                             ls_err *err) {
+    return ctx_eval(c, tokens, n, pos0, NULL, false, hidden, err);
+}
+
+static ls_status ctx_eval(ls_ctx *c, const int32_t *tokens, int32_t n, int32_t pos0, float *logits,
+                         bool all_logits, float *hidden, ls_err *err) {
     const ls_hparams *hp = &c->m->hp;
     if (n <= 0) return ls_err_set(err, LS_E_INVALID, "no tokens to evaluate");
     if (pos0 < 0 || (int64_t)pos0 + n > c->n_ctx)
@@ -103,7 +116,8 @@ ls_status ls_ctx_eval(ls_ctx *c, const int32_t *tokens, int32_t n, int32_t pos0,
                 c->logit_row[chunk - 1] = 0;
             }
         }
-        ls_batch b = {chunk, tokens + done, c->pos, c->seq, tables, c->logit_row, NULL, NULL, NULL};
+        ls_batch b = {chunk, tokens + done, c->pos, c->seq, tables, c->logit_row, NULL, NULL,
+                      hidden ? hidden + (size_t)done * hp->n_embd : NULL};
         ls_fwd_run(c->fwd, c->kv, &b, out);
         done += chunk;
     }

@@ -260,7 +260,10 @@ static void *par_worker(void *arg) {
         }
         /* (at the load, unless the panel copy will be read from them soon: a CPU with AVX2 builds it) */
         if (repacked(t) && (P->prep || !ls_isa_supported(LS_ISA_AVX2) || !ls_wmat_prepare_bytes(m->mats[i], LS_ISA_AVX2)))
-            gguf_release(m->gguf, t->data, t->nbytes);
+        {
+            gguf_release(m->gguf, t->data, t->nbytes); /* a no-op outside the file's mapping */
+            if (m->mtp_gguf) gguf_release(m->mtp_gguf, t->data, t->nbytes);
+        }
     }
 }
 
@@ -350,10 +353,10 @@ out:
     return st;
 }
 
-static ls_status load_matrix(ls_model *m, const char *name, uint64_t K, uint64_t N, ls_wmat **out,
-                             ls_err *err) {
+static ls_status load_matrix(ls_model *m, const gguf_file *f, const char *name, uint64_t K, uint64_t N,
+                             ls_wmat **out, ls_err *err) {
     const gguf_tensor *t;
-    ls_status st = find_tensor(m->gguf, name, K, N, &t, err);
+    ls_status st = find_tensor(f, name, K, N, &t, err);
     if (st) return st;
     if (!ls_matmul_type_supported(t->type)) {
         const ls_type_info *ti = ls_type_get(t->type);
@@ -364,9 +367,11 @@ static ls_status load_matrix(ls_model *m, const char *name, uint64_t K, uint64_t
 }
 
 /* Norm weights are dequantized into owned float arrays (they are tiny). */
-static ls_status load_vector(ls_model *m, const char *name, uint64_t n, float **out, ls_err *err) {
+static ls_status load_vector(ls_model *m, const gguf_file *f, const char *name, uint64_t n, float **out,
+                             ls_err *err) {
+    (void)m;
     const gguf_tensor *t;
-    ls_status st = find_tensor(m->gguf, name, n, 0, &t, err);
+    ls_status st = find_tensor(f, name, n, 0, &t, err);
     if (st) return st;
     const ls_type_info *ti = ls_type_get(t->type);
     if (!ti || !ti->can_dequant)
@@ -439,9 +444,9 @@ static ls_status load_weights(ls_model *m, ls_err *err) {
     m->tok_embd = emb;
     m->tok_embd_row_bytes = emb->nbytes / hp->n_vocab;
 
-    if ((st = load_vector(m, "output_norm.weight", E, &m->out_norm, err))) return st;
+    if ((st = load_vector(m, f, "output_norm.weight", E, &m->out_norm, err))) return st;
     if ((m->arch->feats & LS_AF_ROPE_FREQS) && gguf_find_tensor(f, "rope_freqs.weight")) {
-        if ((st = load_vector(m, "rope_freqs.weight", hp->rope_dim / 2, &m->rope_freqs, err))) return st;
+        if ((st = load_vector(m, f, "rope_freqs.weight", hp->rope_dim / 2, &m->rope_freqs, err))) return st;
         for (uint32_t i = 0; i < hp->rope_dim / 2; i++)
             if (!(m->rope_freqs[i] > 0.0f) || !isfinite(m->rope_freqs[i]))
                 return ls_err_set(err, LS_E_FORMAT, "tensor 'rope_freqs.weight' has a bad factor %g at %u",
@@ -450,7 +455,7 @@ static ls_status load_weights(ls_model *m, ls_err *err) {
     hp = &m->hp;
     if (gguf_find_tensor(f, "output.weight")) {
         m->hp.tied_output = false;
-        if ((st = load_matrix(m, "output.weight", E, hp->n_vocab, &m->output, err))) return st;
+        if ((st = load_matrix(m, f, "output.weight", E, hp->n_vocab, &m->output, err))) return st;
     } else {
         m->hp.tied_output = true;
         if (!ls_matmul_type_supported(emb->type))
@@ -466,34 +471,36 @@ static ls_status load_weights(ls_model *m, ls_err *err) {
     for (uint32_t l = 0; l < hp->n_layer + hp->n_nextn; l++) {
         if (l == hp->n_layer) trunk_bytes = m->weight_bytes;
         ls_layer *L = &m->layers[l];
+        const gguf_file *lf = l >= hp->n_layer && m->mtp_gguf ? m->mtp_gguf : f; /* the module's own file */
         for (size_t i = 0; i < sizeof k_block / sizeof k_block[0]; i++) {
             const ls_tspec *ts = &k_block[i];
             if (ts->feat && !(m->arch->feats & ts->feat)) continue;
             snprintf(name, sizeof name, "blk.%u.%s", l, ts->name);
             uint64_t k = dim_of(hp, ts->k), n = dim_of(hp, ts->n);
             if (ts->mat) {
-                if ((st = load_matrix(m, name, k, n, (ls_wmat **)((char *)L + ts->off), err))) return st;
+                if ((st = load_matrix(m, lf, name, k, n, (ls_wmat **)((char *)L + ts->off), err))) return st;
             } else {
-                if ((st = load_vector(m, name, k, (float **)((char *)L + ts->off), err))) return st;
+                if ((st = load_vector(m, lf, name, k, (float **)((char *)L + ts->off), err))) return st;
             }
         }
     }
     if (hp->n_nextn) { /* the MTP module's own tensors (llama.cpp's nextn names) */
         const uint32_t l = hp->n_layer;
+        const gguf_file *mf = m->mtp_gguf ? m->mtp_gguf : f;
         snprintf(name, sizeof name, "blk.%u.nextn.enorm.weight", l);
-        if ((st = load_vector(m, name, E, &m->mtp_enorm, err))) return st;
+        if ((st = load_vector(m, mf, name, E, &m->mtp_enorm, err))) return st;
         snprintf(name, sizeof name, "blk.%u.nextn.hnorm.weight", l);
-        if ((st = load_vector(m, name, E, &m->mtp_hnorm, err))) return st;
+        if ((st = load_vector(m, mf, name, E, &m->mtp_hnorm, err))) return st;
         snprintf(name, sizeof name, "blk.%u.nextn.shared_head_norm.weight", l);
-        if ((st = load_vector(m, name, E, &m->mtp_head_norm, err))) return st;
+        if ((st = load_vector(m, mf, name, E, &m->mtp_head_norm, err))) return st;
         snprintf(name, sizeof name, "blk.%u.nextn.eh_proj.weight", l);
-        if ((st = load_matrix(m, name, 2 * E, E, &m->mtp_eh_proj, err))) return st;
+        if ((st = load_matrix(m, mf, name, 2 * E, E, &m->mtp_eh_proj, err))) return st;
         snprintf(name, sizeof name, "blk.%u.nextn.shared_head_head.weight", l);
-        if (gguf_find_tensor(f, name) && (st = load_matrix(m, name, E, hp->n_vocab, &m->mtp_head, err))) return st;
+        if (gguf_find_tensor(mf, name) && (st = load_matrix(m, mf, name, E, hp->n_vocab, &m->mtp_head, err))) return st;
         snprintf(name, sizeof name, "blk.%u.nextn.embed_tokens.weight", l);
-        if (gguf_find_tensor(f, name)) {
+        if (gguf_find_tensor(mf, name)) {
             const gguf_tensor *t;
-            if ((st = find_tensor(f, name, E, hp->n_vocab, &t, err))) return st;
+            if ((st = find_tensor(mf, name, E, hp->n_vocab, &t, err))) return st;
             const ls_type_info *ei = ls_type_get(t->type);
             if (!ei || !ei->can_dequant)
                 return ls_err_set(err, LS_E_UNSUPPORTED, "tensor '%s' has unsupported type %s", name,
@@ -582,6 +589,65 @@ static ls_status ls_plan_build(ls_model *m, ls_err *err) {
     return LS_OK;
 }
 
+/* ---- an MTP module in a file of its own (ls_model_params.mtp_path) ----------
+ * The file holds one nextn block as llama.cpp names it (blk.{n_layer}.nextn.* and the
+ * block's attention and FFN tensors) with the target's architecture, {arch}.block_count =
+ * the target's + 1 and {arch}.nextn_predict_layers = 1, and names the model it was fitted
+ * to: lockstep.mtp.target_sha256 (the target file's SHA-256, hex) and, for messages,
+ * lockstep.mtp.target_name.  Its tensors load as the target's own module (load_weights). */
+static ls_status mtp_u32_eq(const gguf_file *g, const char *path, const char *arch, const char *suffix,
+                            uint32_t want, ls_err *err) {
+    uint32_t v;
+    ls_err e;
+    if (get_arch_u32(g, arch, suffix, &v, NULL, &e))
+        return ls_err_set(err, LS_E_FORMAT, "MTP module '%s': %s", path, e.msg);
+    if (v != want)
+        return ls_err_set(err, LS_E_INVALID, "MTP module '%s': %s.%s is %u, the model's is %u", path, arch, suffix,
+                          v, want);
+    return LS_OK;
+}
+
+static ls_status attach_mtp_file(ls_model *m, const char *path, const char *model_path, ls_err *err) {
+    const ls_hparams *hp = &m->hp;
+    const char *mp = model_path ? model_path : "(memory)";
+    if (hp->n_nextn)
+        return ls_err_set(err, LS_E_INVALID, "model '%s' has an MTP module of its own; the module '%s' would "
+                                             "replace it (leave out --draft-model to use the model's own)", mp, path);
+    ls_err e;
+    if (!(m->mtp_gguf = gguf_open(path, &e))) return ls_err_set(err, e.code, "MTP module '%s': %s", path, e.msg);
+    const gguf_file *g = m->mtp_gguf;
+    if (gguf_check_intact(g, &e)) return ls_err_set(err, e.code, "MTP module '%s': %s", path, e.msg);
+    gguf_str arch;
+    if (gguf_get_str(g, "general.architecture", &arch, &e))
+        return ls_err_set(err, LS_E_FORMAT, "MTP module '%s': %s", path, e.msg);
+    if (!gguf_str_eq(arch, hp->arch))
+        return ls_err_set(err, LS_E_INVALID, "MTP module '%s' is for architecture '%.*s', the model '%s' is '%s'",
+                          path, (int)(arch.len > 32 ? 32 : arch.len), arch.ptr, mp, hp->arch);
+    ls_status st;
+    if ((st = mtp_u32_eq(g, path, hp->arch, "nextn_predict_layers", 1, err)) ||
+        (st = mtp_u32_eq(g, path, hp->arch, "block_count", hp->n_layer + 1, err)) ||
+        (st = mtp_u32_eq(g, path, hp->arch, "embedding_length", hp->n_embd, err)) ||
+        (st = mtp_u32_eq(g, path, hp->arch, "attention.head_count", hp->n_head, err)) ||
+        (st = mtp_u32_eq(g, path, hp->arch, "attention.head_count_kv", hp->n_head_kv, err)) ||
+        (st = mtp_u32_eq(g, path, hp->arch, "feed_forward_length", hp->n_ff, err)))
+        return st;
+    gguf_str want, name = {0, NULL};
+    if (!gguf_find(g, "lockstep.mtp.target_sha256") || gguf_get_str(g, "lockstep.mtp.target_sha256", &want, NULL) ||
+        want.len != 64)
+        return ls_err_set(err, LS_E_FORMAT, "MTP module '%s' does not name the model it was fitted to "
+                                            "(no 64-digit lockstep.mtp.target_sha256)", path);
+    if (gguf_find(g, "lockstep.mtp.target_name")) gguf_get_str(g, "lockstep.mtp.target_name", &name, NULL);
+    if (!m->path || !ls_model_sha256_fill(m))
+        return ls_err_set(err, LS_E_IO, "cannot hash the model '%s' to check the MTP module '%s' against it", mp,
+                          path);
+    if (memcmp(want.ptr, m->sha256, 64) != 0)
+        return ls_err_set(err, LS_E_INVALID, "MTP module '%s' was fitted to another model ('%.*s', sha256 %.16s...), "
+                                             "not to '%s' (sha256 %.16s...)", path,
+                          (int)(name.len > 96 ? 96 : name.len), name.ptr ? name.ptr : "", want.ptr, mp, m->sha256);
+    m->hp.n_nextn = 1;
+    return LS_OK;
+}
+
 ls_model *ls_model_load(const ls_model_params *pp, ls_err *err) {
     ls_model_params p = LS_MODEL_PARAMS_INIT;
     if (ls_params_take(&p, sizeof p, pp, "model params", err)) return NULL;
@@ -623,6 +689,7 @@ ls_model *ls_model_load_gguf(gguf_file *g, const ls_model_params *pp, ls_err *er
     }
     if (check_intact(m, p.path, err)) goto fail;
     if (read_hparams(m->gguf, &m->hp, &m->arch, err)) goto fail;
+    if (p.mtp_path && attach_mtp_file(m, p.mtp_path, p.path, err)) goto fail;
     m->tok = ls_tokenizer_from_gguf(m->gguf, err);
     if (!m->tok) goto fail;
     m->hp.n_vocab = ls_tokenizer_n_vocab(m->tok);
@@ -641,6 +708,7 @@ ls_model *ls_model_load_gguf(gguf_file *g, const ls_model_params *pp, ls_err *er
     if (load_weights(m, err)) goto fail; /* checks every tensor; lists the matrices */
     if (!m->meta_only && build_matrices(m, err)) goto fail;
     if (check_intact(m, p.path, err)) goto fail; /* shrunk while the weights were read */
+    if (m->mtp_gguf && gguf_check_intact(m->mtp_gguf, err)) goto fail;
 
     if (ls_plan_build(m, err)) goto fail;
 
@@ -717,6 +785,7 @@ void ls_model_free(ls_model *m) {
     if (m->has_tmpl) ls_chat_template_free(&m->tmpl);
     ls_tokenizer_free(m->tok);
     gguf_close(m->gguf);
+    gguf_close(m->mtp_gguf);
     free(m);
 }
 

@@ -162,5 +162,9 @@ int ls_ctx_n_threads(const ls_ctx *c);
  * Positions past n_ctx give LS_E_RANGE. */
 ls_status ls_ctx_eval(ls_ctx *c, const int32_t *tokens, int32_t n, int32_t pos0, float *logits,
                       bool all_logits, ls_err *err);
+/* ls_ctx_eval, writing every row's last hidden state (before the final norm: what an MTP
+ * module continues from) into hidden (n x n_embd) instead of logits. */
+ls_status ls_ctx_eval_hidden(ls_ctx *c, const int32_t *tokens, int32_t n, int32_t pos0, float *hidden,
+                             ls_err *err);
 
 #endif

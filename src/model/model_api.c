@@ -57,7 +57,7 @@ static void hash_cache_write(const char *dir, const char *path, const char hex[6
 static bool model_sha256_read(ls_model *m);
 
 /* The model's SHA-256 into m->sha256 (from the cache when the file is unchanged). */
-static bool model_sha256(ls_model *m) {
+bool ls_model_sha256_fill(ls_model *m) {
     char path[4200];
     const bool cached = m->cache_dir && hash_cache_path(m, path, sizeof path);
     if (cached && hash_cache_read(path, m->sha256)) return true;
@@ -102,7 +102,7 @@ ls_status ls_model_get_info(const ls_model *m, ls_model_info *out, ls_err *err) 
     snprintf(i.tool_format, sizeof i.tool_format, "%s", !m->has_tmpl ? "" : m->tmpl.tools_hermes ? "hermes" : "generic");
     ls_model *mm = (ls_model *)m; /* the hash is a lazily filled cache, guarded by prep_mu */
     pthread_mutex_lock(&mm->prep_mu);
-    if (!mm->sha256[0] && mm->path && !model_sha256(mm)) mm->sha256[0] = '\0';
+    if (!mm->sha256[0] && mm->path && !ls_model_sha256_fill(mm)) mm->sha256[0] = '\0';
     memcpy(i.sha256, mm->sha256, sizeof i.sha256);
     pthread_mutex_unlock(&mm->prep_mu);
     size_t n = out->size < sizeof i ? out->size : sizeof i;

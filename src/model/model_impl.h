@@ -28,6 +28,7 @@ typedef struct {
 
 struct ls_model {
     gguf_file *gguf;          /* owns the mmap every weight view points into */
+    gguf_file *mtp_gguf;      /* the MTP module's own file (ls_model_params.mtp_path), or NULL */
     char *path;               /* the file's path as given (owned), or NULL */
     char *cache_dir;          /* ls_model_params.cache_dir (owned), or NULL */
     char sha256[65];          /* of the file, hex; "" until first asked (guarded by prep_mu) */
@@ -64,5 +65,9 @@ struct ls_model {
     unsigned prepared;
     uint8_t *prep_arena[LS_ISA_COUNT];
 };
+
+/* The model file's SHA-256 into m->sha256 (model_api.c); false: it could not be read.
+ * The caller holds prep_mu or is the only thread that sees m. */
+bool ls_model_sha256_fill(ls_model *m);
 
 #endif

@@ -51,7 +51,7 @@ static ls_status start_engine(server *s, ls_err *err) {
         ls_err_clear(err);
     }
     s->spec = p->spec;
-    if (p->draft_model_path) {
+    if (p->draft_model_path && p->spec.kind == LS_SPEC_DRAFT) {
         mp.path = p->draft_model_path;
         if (!(s->draft_model = ls_model_load(&mp, err))) return err->code;
         s->spec.draft_model = s->draft_model;
@@ -183,6 +183,7 @@ server *ls_srv_model_open(const ls_server_params *p, ls_err *err) {
     mp.path = p->model_path;
     mp.chat_template_file = p->chat_template_file;
     mp.cache_dir = p->probe_memo_dir; /* the file's hash kept in lockstep's cache directory */
+    if (p->spec.kind == LS_SPEC_MTP) mp.mtp_path = p->draft_model_path; /* an MTP module of its own file */
     if (!(s->m = ls_model_load(&mp, err)) || start_engine(s, err)) {
         srv_free(s, false);
         return NULL;
@@ -224,6 +225,7 @@ int ls_server_run(const ls_server_params *p, ls_err *err) {
         mp.path = p->model_path;
         mp.chat_template_file = p->chat_template_file; /* a bad template fails here too, naming the file */
         mp.cache_dir = p->probe_memo_dir; /* lockstep's cache directory: the file's hash kept there too */
+        if (p->spec.kind == LS_SPEC_MTP) mp.mtp_path = p->draft_model_path; /* an MTP module of its own file */
         if (!(s->m = ls_model_load(&mp, err))) goto out;
     }
 

@@ -42,6 +42,8 @@ ls_status ls_spec_check_model(const ls_model *target, int32_t n_ctx, const ls_sp
     const ls_hparams *hp = ls_model_hparams(target);
     if (p->draft_max < 1 || p->draft_max > 64)
         return ls_err_set(err, LS_E_INVALID, "--draft-max %d is out of range (1..64)", p->draft_max);
+    if (!(p->p_min >= 0.0f && p->p_min <= 1.0f))
+        return ls_err_set(err, LS_E_INVALID, "--draft-p-min %g is out of range (0..1)", (double)p->p_min);
     if (p->draft_min < 0 || p->draft_min > p->draft_max)
         return ls_err_set(err, LS_E_INVALID, "--draft-min %d must be between 0 and --draft-max (%d)", p->draft_min,
                           p->draft_max);
@@ -67,8 +69,9 @@ ls_status ls_spec_check_model(const ls_model *target, int32_t n_ctx, const ls_sp
                               ls_model_hparams(p->draft_model)->n_ctx_train, n_ctx);
     }
     if (p->kind == LS_SPEC_MTP && !ls_model_has_mtp(target))
-        return ls_err_set(err, LS_E_UNSUPPORTED, "--spec mtp needs a model with an MTP module (nextn tensors); "
-                                                 "this one has none");
+        return ls_err_set(err, LS_E_UNSUPPORTED, "--spec mtp needs an MTP module: this model has none of its "
+                                                 "own; give one fitted to it with --draft-model FILE "
+                                                 "(tools/fit_mtp.py)");
     if (p->kind == LS_SPEC_LAYERSKIP) {
         if (p->layers) {
             if (p->n_layers < 1 || (uint32_t)p->n_layers > hp->n_layer)
@@ -164,6 +167,7 @@ struct ls_drafter {
     double draft_cost;       /* one draft token's cost, in target single-row forwards */
     int32_t idle, explore;   /* calls since the last draft; draft anyway after `explore` */
     double draft_ms;         /* time spent proposing */
+    int32_t n_props, pos_drafted[16], pos_accepted[16]; /* ls_drafter_stats */
     bool hopeless;           /* even at 90 % acceptance no draft length would pay: never draft */
     /* mtp: the module's forward and one-layer KV store, on the engine's backend */
     const ls_backend *mbe;
@@ -399,6 +403,15 @@ static bool mtp_run(ls_drafter *d, int32_t n, const float *hin, bool logits) {
     return false;
 }
 
+/* The probability softmax(logits) gives token t: the module's confidence in its draft. */
+static double mtp_prob(const float *l, int32_t nv, int32_t t) {
+    float mx = l[0];
+    for (int32_t i = 1; i < nv; i++) mx = l[i] > mx ? l[i] : mx;
+    double s = 0.0;
+    for (int32_t i = 0; i < nv; i++) s += exp((double)l[i] - (double)mx);
+    return exp((double)l[t] - (double)mx) / s;
+}
+
 static int32_t draft_mtp(ls_drafter *d, const int32_t *h, int32_t n, int32_t *out, int32_t max) {
     const size_t E = (size_t)d->n_embd;
     if (n < 2 || d->n_obs != n - 1) return 0; /* every position but the last token's is observed */
@@ -422,6 +435,10 @@ static int32_t draft_mtp(ls_drafter *d, const int32_t *h, int32_t n, int32_t *ou
     for (;;) { /* the chain: each draft continues the module's own last hidden state */
         out[k] = ls_sample(&d->sp, d->logits, d->n_vocab, (uint64_t)(n + k), d->sscratch);
         if (++k == max) break;
+        /* acceptance-aware: a token the module doubts is likely rejected, and the ones chained
+         * after it more so; stop here rather than pay for them in the verify block */
+        if (d->p.p_min > 0.0f && !d->p.fixed_length && mtp_prob(d->logits, d->n_vocab, out[k - 1]) < d->p.p_min)
+            break;
         memcpy(d->hchain, hid, E * sizeof(float));
         d->mtok[0] = out[k - 1];
         d->mpos[0] = n - 2 + k; /* past the observed positions: overwritten when they are observed */
@@ -450,12 +467,36 @@ int32_t ls_drafter_draft(void *ud, const int32_t *hist, int32_t n_hist, int32_t 
 
 double ls_drafter_ms(const ls_drafter *d) { return d->draft_ms; }
 
+/* How much of the last proposal hist accepted (the token after the accepted prefix is the
+ * target's own, which differs from the proposal by construction), counted per position. */
+static int32_t settle(ls_drafter *d, const int32_t *hist, int32_t n_hist) {
+    int32_t a = 0;
+    while (a < d->n_prop && d->prop_at + a < n_hist && hist[d->prop_at + a] == d->prop[a]) a++;
+    d->n_props++;
+    for (int32_t j = 0; j < d->n_prop && j < 16; j++) {
+        d->pos_drafted[j]++;
+        d->pos_accepted[j] += j < a;
+    }
+    return a;
+}
+
+void ls_drafter_get_stats(ls_drafter *d, const int32_t *hist, int32_t n_hist, ls_drafter_stats *out) {
+    if (hist && d->n_prop > 0 && n_hist > d->prop_at) {
+        settle(d, hist, n_hist);
+        d->n_prop = 0;
+    }
+    ls_drafter_stats s = LS_DRAFTER_STATS_INIT;
+    s.n_proposals = d->n_props;
+    memcpy(s.drafted, d->pos_drafted, sizeof s.drafted);
+    memcpy(s.accepted, d->pos_accepted, sizeof s.accepted);
+    size_t n = out->size < sizeof s ? out->size : sizeof s;
+    memcpy(out, &s, n);
+    out->size = n;
+}
+
 static int32_t drafter_draft(ls_drafter *d, const int32_t *hist, int32_t n_hist, int32_t *out, int32_t max) {
-    /* How much of the last proposal was accepted (the token after the accepted prefix
-     * is the target's own, which differs from the proposal by construction). */
     if (d->n_prop > 0 && n_hist > d->prop_at) {
-        int32_t a = 0;
-        while (a < d->n_prop && d->prop_at + a < n_hist && hist[d->prop_at + a] == d->prop[a]) a++;
+        int32_t a = settle(d, hist, n_hist);
         d->acc_s = 0.8 * d->acc_s + a;
         d->acc_t = 0.8 * d->acc_t + a + (a < d->n_prop ? 1 : 0);
         d->n_prop = 0;

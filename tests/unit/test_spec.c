@@ -492,6 +492,77 @@ static void test_grammar_drafts_accepted(void **state) {
     assert_true(drafted > 0 && accepted > 0);
 }
 
+/* The MTP module shipped for the default model (mtp/, fitted by tools/fit_mtp.py), loaded
+ * from its own file (ls_model_params.mtp_path): chat prompts at temperature 0 and 0.8 give
+ * the tokens and logits of plain decoding, with the adaptive length and the confidence stop
+ * (p_min) and with fixed chains, and the module's drafts are accepted.  Skipped when MODEL
+ * is another model (the module refuses it) or the module is absent. */
+static const char *mtp_shipped_path(void) {
+    const char *p = getenv("LOCKSTEP_MTP_MODULE");
+    return p && *p ? p : "mtp/SmolLM2-135M-Instruct.Q4_1.mtp.gguf";
+}
+
+static void test_mtp_shipped_module(void **state) {
+    (void)state;
+    FX_NEED(g_model);
+    if (access(mtp_shipped_path(), R_OK) != 0) {
+        print_message("no shipped MTP module at %s: skipped\n", mtp_shipped_path());
+        skip();
+    }
+    ls_err err;
+    ls_model_params mp = LS_MODEL_PARAMS_INIT;
+    mp.path = fx_model_path();
+    mp.mtp_path = mtp_shipped_path();
+    ls_model *mm = ls_model_load(&mp, &err);
+    if (!mm && err.code == LS_E_INVALID && strstr(err.msg, "fitted to another model")) {
+        print_message("%s\n(skipped: MODEL is not the module's model)\n", err.msg);
+        skip();
+    }
+    if (!mm) fail_msg("shipped MTP module: %s", err.msg);
+    assert_true(ls_model_has_mtp(mm));
+    ls_model *saved = g_model;
+    g_model = mm; /* run() uses g_model */
+    static const char *const chats[] = {"What is the capital of France?", "Write a haiku about the sea."};
+    int64_t drafted = 0, accepted = 0;
+    const float temps[2] = {0.0f, 0.8f};
+    for (size_t ci = 0; ci < sizeof chats / sizeof chats[0]; ci++) {
+        char text[256];
+        snprintf(text, sizeof text, "<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n", chats[ci]);
+        int32_t prompt[128];
+        size_t n;
+        assert_int_equal(ls_tokenize(ls_model_tokenizer(mm), text, strlen(text), false, true, prompt, 128, &n, &err),
+                         LS_OK);
+        for (int ti = 0; ti < 2; ti++) {
+            ls_sampler_params sp = {.temperature = temps[ti], .top_k = 40, .top_p = 0.95f, .seed = 11};
+            outcome ref = {0};
+            ref.logits = malloc(sizeof(float) * (size_t)g_V * 64);
+            run(prompt, (int32_t)n, sp, 48, NULL, &ref);
+            for (int v = 0; v < 2; v++) { /* adaptive with the confidence stop; a fixed chain of 3 */
+                ls_spec_params p = LS_SPEC_PARAMS_INIT;
+                p.kind = LS_SPEC_MTP;
+                p.draft_max = v ? 3 : 4;
+                p.fixed_length = v == 1;
+                outcome o = {0};
+                o.logits = malloc(sizeof(float) * (size_t)g_V * 64);
+                run(prompt, (int32_t)n, sp, 48, &p, &o);
+                if (o.n != ref.n || memcmp(o.toks, ref.toks, sizeof(int32_t) * (size_t)o.n) ||
+                    memcmp(o.logits, ref.logits, sizeof(float) * (size_t)g_V * (size_t)o.n))
+                    fail_msg("shipped mtp, chat %zu, %s, temperature %.1f: differs from plain decoding", ci,
+                             v ? "fixed 3" : "adaptive", (double)temps[ti]);
+                drafted += o.n_drafted;
+                accepted += o.n_accepted;
+                free(o.logits);
+            }
+            free(ref.logits);
+        }
+    }
+    g_model = saved;
+    print_message("shipped mtp module: %lld of %lld drafts accepted, tokens and logits equal plain decoding\n",
+                  (long long)accepted, (long long)drafted);
+    assert_true(drafted > 0 && accepted > 0);
+    ls_model_free(mm);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) cmocka_set_test_filter(argv[1]);
     const struct CMUnitTest tests[] = {
@@ -501,6 +572,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_spec_equals_plain),
         cmocka_unit_test(test_mtp_equals_plain),
         cmocka_unit_test(test_mtp_drafts_accepted),
+        cmocka_unit_test(test_mtp_shipped_module),
         cmocka_unit_test(test_grammar_drafts_accepted),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""mtp_bench.py - what an MTP module buys: acceptance per draft position, mean accepted
+tokens per verify, and the decode speed of `--spec mtp` against plain decoding, on
+held-out chat prompts (tools/mtp_prompts_heldout.txt: prompts the fit never saw).
+
+  python3 bench/mtp_bench.py --module mtp/SmolLM2-135M-Instruct.Q4_1.mtp.gguf --out bench/results/mtp-cpu
+
+1. acceptance: each prompt at temperature 0 and at 0.8 (seeded), plain and with --spec mtp;
+   the two answers must be the same tokens (else it stops: parity broken);
+2. speed: plain and mtp runs interleaved (A B B A ...) per ISA (LOCKSTEP_ISA=avx2 forces
+   AVX2 on an AVX-512 CPU), decode tok/s per run, medians and the median of the per-pair
+   ratios.
+
+Each run is one `lockstep run --json` process (--no-probe: the bench compares the tokens
+itself).  Writes OUT/runs.jsonl (every run) and OUT/summary.json, and prints a markdown
+table."""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(a, prompt, temp, spec, isa, draft_max, fixed=False):
+    cmd = [str(a.lockstep), "run", "-m", a.model, "--chat", prompt, "-n", str(a.n), "--temp", str(temp),
+           "--seed", str(a.seed), "-t", str(a.threads), "--json", "--no-probe"]
+    if spec:
+        cmd += ["--spec", "mtp", "--draft-model", a.module, "--draft-max", str(draft_max),
+                "--draft-p-min", str(a.p_min)] + (["--draft-fixed"] if fixed else [])
+    env = dict(os.environ)
+    env.pop("LOCKSTEP_ISA", None)
+    if isa != "auto":
+        env["LOCKSTEP_ISA"] = isa
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    if r.returncode != 0:
+        sys.exit("mtp_bench: %s failed: %s" % (" ".join(cmd), r.stderr[-2000:]))
+    j = json.loads(r.stdout)
+    j.update({"prompt": prompt, "temp": temp, "spec": "mtp" if spec else "off", "isa_req": isa,
+              "draft_max": draft_max if spec else 0, "p_min": a.p_min if spec else None, "fixed": fixed,
+              "time": time.time()})
+    return j
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="models/SmolLM2-135M-Instruct.Q4_1.gguf")
+    ap.add_argument("--module", default="mtp/SmolLM2-135M-Instruct.Q4_1.mtp.gguf")
+    ap.add_argument("--lockstep", default=str(ROOT / "build/lockstep"))
+    ap.add_argument("--prompts", default=str(ROOT / "tools/mtp_prompts_heldout.txt"))
+    ap.add_argument("--n-prompts", type=int, default=8, help="prompts for the acceptance part")
+    ap.add_argument("--speed-prompts", type=int, default=4)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("-n", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--draft-max", type=int, default=3)
+    ap.add_argument("--p-min", type=float, default=0.5)
+    ap.add_argument("--isas", default="auto,avx2")
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    prompts = [l.strip() for l in open(a.prompts) if l.strip()]
+    log = open(out / "runs.jsonl", "w")
+    summary = {"model": a.model, "module": a.module, "n": a.n, "threads": a.threads, "draft_max": a.draft_max,
+               "p_min": a.p_min, "seed": a.seed, "acceptance": {}, "speed": {}}
+
+    # 1. acceptance (and parity) per temperature: the module's own, with a fixed chain of
+    # --draft-max (every position measured), and what the adaptive length does with it
+    for temp, fixed in ((0.0, True), (0.8, True), (0.0, False), (0.8, False)):
+        drafted, accepted = [0] * 16, [0] * 16
+        props = 0
+        per_step = []
+        n_drafted = n_accepted = 0
+        for p in prompts[:a.n_prompts]:
+            base = run(a, p, temp, False, "auto", 0)
+            m = run(a, p, temp, True, "auto", a.draft_max, fixed)
+            for j in (base, m):
+                log.write(json.dumps(j) + "\n")
+            if base["tokens"] != m["tokens"]:
+                sys.exit("mtp_bench: PARITY BROKEN: %r at temperature %g answers differently with --spec mtp" % (p, temp))
+            for i, (d, c) in enumerate(zip(m.get("draft_pos_drafted", []), m.get("draft_pos_accepted", []))):
+                drafted[i] += d
+                accepted[i] += c
+            props += m.get("draft_proposals", 0)
+            per_step.append(m["mean_accepted_len"])
+            n_drafted += m["draft_n"]
+            n_accepted += m["draft_accepted"]
+        k = max([i + 1 for i in range(16) if drafted[i]] or [0])
+        summary["acceptance"]["%g %s" % (temp, "fixed" if fixed else "adaptive")] = {
+            "prompts": a.n_prompts, "proposals": props, "drafted": n_drafted, "accepted": n_accepted,
+            "per_position": [{"pos": i + 1, "drafted": drafted[i], "accepted": accepted[i],
+                              "rate": accepted[i] / drafted[i]} for i in range(k)],
+            # a verify with a proposal accepts `accepted` drafts and adds the target's own token
+            "mean_accepted_per_verify": (n_accepted + props) / props if props else None,
+            # every target step, with or without a proposal (the adaptive length declines some)
+            "tokens_per_target_step_mean": statistics.mean(per_step),
+        }
+
+    # 2. speed, interleaved, per ISA
+    for isa in [x for x in a.isas.split(",") if x]:
+        plain, spec, ratios = [], [], []
+        for rep in range(a.reps):
+            for i, p in enumerate(prompts[:a.speed_prompts]):
+                order = (False, True) if (rep + i) % 2 == 0 else (True, False)
+                res = {}
+                for s in order:
+                    res[s] = run(a, p, 0.0, s, isa, a.draft_max)
+                    log.write(json.dumps(res[s]) + "\n")
+                if res[False]["tokens"] != res[True]["tokens"]:
+                    sys.exit("mtp_bench: PARITY BROKEN under %s for %r" % (isa, p))
+                plain.append(res[False]["decode_tok_s"])
+                spec.append(res[True]["decode_tok_s"])
+                ratios.append(res[True]["decode_tok_s"] / res[False]["decode_tok_s"])
+                got_isa = res[False]["isa"]
+        summary["speed"][isa] = {"isa": got_isa, "runs": len(ratios), "plain_tok_s_median": statistics.median(plain),
+                                 "mtp_tok_s_median": statistics.median(spec),
+                                 "speedup_median_of_pairs": statistics.median(ratios),
+                                 "speedup_min": min(ratios), "speedup_max": max(ratios)}
+    log.close()
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+
+    print("| temperature, draft length | proposals | acceptance by draft position | mean accepted tokens per verify |")
+    print("| --- | --- | --- | --- |")
+    for t, s in summary["acceptance"].items():
+        pos = ", ".join("%d: %.0f %% (%d)" % (x["pos"], 100 * x["rate"], x["drafted"]) for x in s["per_position"])
+        mv = s["mean_accepted_per_verify"]
+        print("| %s | %d | %s | %s |" % (t, s["proposals"], pos, "%.2f" % mv if mv else "-"))
+    print()
+    print("| ISA | plain tok/s (median) | --spec mtp tok/s (median) | speed-up (median of pairs, min-max) |")
+    print("| --- | --- | --- | --- |")
+    for isa, s in summary["speed"].items():
+        print("| %s | %.1f | %.1f | %.2fx (%.2f-%.2f) |" % (s["isa"], s["plain_tok_s_median"], s["mtp_tok_s_median"],
+                                                         s["speedup_median_of_pairs"], s["speedup_min"],
+                                                         s["speedup_max"]))
+
+
+if __name__ == "__main__":
+    main()

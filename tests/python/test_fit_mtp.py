@@ -1,0 +1,86 @@
+"""tools/fit_mtp.py and MTP modules in their own files: a tiny fit (a few steps on a few
+hundred tokens) gives a module lockstep loads and runs (`--spec mtp --draft-model`), whose
+forward lockstep computes as the fit does (the fit's own check: top tokens agree), and a
+module is refused, with a message naming both files, for a model it was not fitted to.
+
+The fitter runs on PyTorch under /usr/bin/python3 (Debian's python3-torch;
+scripts/install-deps.sh --test installs it), not in the test venv."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = ROOT / os.environ.get("LOCKSTEP_BUILD", "build") / "lockstep"
+FIT = ROOT / "tools" / "fit_mtp.py"
+TORCH_PY = os.environ.get("LOCKSTEP_TORCH_PYTHON", "/usr/bin/python3")
+
+
+def _has_torch() -> bool:
+    try:
+        return subprocess.run([TORCH_PY, "-c", "import torch, numpy"], capture_output=True, timeout=120).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.fixture(scope="module")
+def tiny_module(tmp_path_factory, model_path):
+    if not _has_torch():
+        pytest.skip(f"{TORCH_PY} has no torch (scripts/install-deps.sh --test installs python3-torch)")
+    d = tmp_path_factory.mktemp("fit")
+    prompts = d / "prompts.txt"
+    prompts.write_text("Write a limerick about a cat.\nWhat is the tallest mountain?\nName three colours.\n")
+    out = d / "tiny.mtp.gguf"
+    log = d / "fit.json"
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+    r = subprocess.run([TORCH_PY, str(FIT), "-m", str(model_path), "-o", str(out), "--lockstep", str(BIN),
+                        "--prompts", str(prompts), "--n-predict", "48", "--steps", "3", "--batch-rows", "96",
+                        "--val-frac", "0.34", "--eval-every", "100", "--check-prompts", str(prompts),
+                        "--check-max-prompts", "1", "--log", str(log)],
+                       capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return out, json.loads(log.read_text())
+
+
+def run_cli(*args, timeout=300):
+    return subprocess.run([str(BIN), *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def test_tiny_fit_makes_a_module_lockstep_runs(tiny_module, model_path):
+    out, rec = tiny_module
+    assert out.stat().st_size < 16 << 20
+    assert rec["steps"] == 3 and rec["tokens"] > 100
+    # lockstep's forward of the written module is the fit's function (near-ties aside: an
+    # untrained module has many)
+    assert rec["check"]["lockstep_vs_torch_top1"] >= 0.8, rec["check"]
+    r = run_cli("run", "-m", str(model_path), "--chat", "Name a colour.", "-n", "16", "--temp", "0",
+                "--spec", "mtp", "--draft-model", str(out), "--json", "--no-probe")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["spec"] == "mtp" and j["draft_n"] > 0
+    plain = run_cli("run", "-m", str(model_path), "--chat", "Name a colour.", "-n", "16", "--temp", "0", "--json",
+                    "--no-probe")
+    assert plain.returncode == 0, plain.stderr
+    assert json.loads(plain.stdout)["text"] == j["text"]
+
+
+def test_module_for_another_model_is_refused(tiny_module, model_path, tmp_path):
+    out, rec = tiny_module
+    data = out.read_bytes()
+    sha = rec["model_sha256"].encode()
+    assert data.count(sha) >= 1  # the key, and the fit record that names it too
+    other = tmp_path / "other.mtp.gguf"
+    other.write_bytes(data.replace(sha, b"0" * 64))
+    r = run_cli("run", "-m", str(model_path), "-p", "hi", "-n", "2", "--spec", "mtp", "--draft-model", str(other))
+    assert r.returncode == 2
+    assert "fitted to another model" in r.stderr and str(other) in r.stderr and str(model_path) in r.stderr, r.stderr
+    gemma = ROOT / "models" / "gemma-3-270m-q4_k_m.gguf"
+    if gemma.exists():
+        r = run_cli("run", "-m", str(gemma), "-p", "hi", "-n", "2", "--spec", "mtp", "--draft-model", str(out))
+        assert r.returncode == 2 and "architecture 'llama'" in r.stderr, r.stderr
+    r = run_cli("run", "-m", str(model_path), "-p", "hi", "-n", "2", "--spec", "mtp")
+    assert r.returncode == 2 and "--draft-model" in r.stderr, r.stderr
