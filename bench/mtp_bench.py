@@ -60,7 +60,8 @@ def main():
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--draft-max", type=int, default=3)
     ap.add_argument("--p-min", type=float, default=0.5)
-    ap.add_argument("--isas", default="auto,avx2")
+    ap.add_argument("--isas", default="auto,avx2", help="the speed part's ISAs ('': none)")
+    ap.add_argument("--no-acceptance", action="store_true", help="the speed part only")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     out = Path(a.out)
@@ -72,7 +73,7 @@ def main():
 
     # 1. acceptance (and parity) per temperature: the module's own, with a fixed chain of
     # --draft-max (every position measured), and what the adaptive length does with it
-    for temp, fixed in ((0.0, True), (0.8, True), (0.0, False), (0.8, False)):
+    for temp, fixed in () if a.no_acceptance else ((0.0, True), (0.8, True), (0.0, False), (0.8, False)):
         drafted, accepted = [0] * 16, [0] * 16
         props = 0
         per_step = []
