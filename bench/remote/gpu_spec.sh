@@ -9,7 +9,8 @@
 # Every run: lockstep run --device cuda --json --no-probe --temp 0 -n N (one process each,
 # so each includes its own load; the figures are the run's decode tok/s and drafts).
 set -u
-LS=${LS:?}; M=${M:?}; MTP=${MTP:-}; OUT=${OUT:-/tmp/out}; PAIRS=${PAIRS:-3}; N=${N:-128}
+LS=${LS:?}; M=${M:?}; # DEVICE: cuda (default) or cpu
+ MTP=${MTP:-}; OUT=${OUT:-/tmp/out}; PAIRS=${PAIRS:-3}; N=${N:-128}
 mkdir -p "$OUT"
 J=$OUT/runs.jsonl
 : > "$J"
@@ -22,7 +23,7 @@ CHATS=("Why is the sky blue? Explain in a few sentences."
 one() { # label spec-args... ; prompt in $P
     local label=$1; shift
     local r
-    r=$("$LS" run -m "$M" --device cuda --json --no-probe --temp 0 -n "$N" --chat "$P" "$@" 2>/dev/null)
+    r=$("$LS" run -m "$M" --device "${DEVICE:-cuda}" --json --no-probe --temp 0 -n "$N" --chat "$P" "$@" 2>/dev/null)
     printf '%s\n' "$r" | python3 -c '
 import json, sys
 label, prompt = sys.argv[1], sys.argv[2]
@@ -31,8 +32,8 @@ try:
     o = json.loads(raw)
 except Exception:
     print(json.dumps({"label": label, "prompt": prompt[:40], "error": raw[-300:]})); sys.exit()
-keep = {k: o.get(k) for k in ("n_prompt", "n_tokens", "decode_tok_s", "prefill_ms", "n_drafted", "n_accepted",
-                               "accepted_per_position", "text")}
+keep = {k: o.get(k) for k in ("n_prompt", "n_gen", "decode_tok_s", "prefill_ms", "draft_n", "draft_accepted",
+                               "draft_pos_drafted", "draft_pos_accepted", "device", "text")}
 keep.update(label=label, prompt=prompt[:40])
 print(json.dumps(keep))' "$label" "$P" >> "$J"
 }
@@ -59,7 +60,7 @@ for (p, lab), rs in sorted(by.items()):
     base = by.get((p, "plain"), [])
     same = all(x["text"] == base[0]["text"] for x in rs + base) if base else False
     sp = statistics.median(x["decode_tok_s"] for x in rs); pl = statistics.median(x["decode_tok_s"] for x in base)
-    d = sum(x["n_drafted"] or 0 for x in rs); a = sum(x["n_accepted"] or 0 for x in rs)
+    d = sum(x["draft_n"] or 0 for x in rs); a = sum(x["draft_accepted"] or 0 for x in rs)
     print(f"{lab:6s} {p!r:44s} plain {pl:7.1f} tok/s, {lab} {sp:7.1f} tok/s: {sp / pl:.2f}x; "
           f"drafts {a}/{d} accepted; text identical to plain: {same}")
 PY
