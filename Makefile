@@ -315,15 +315,20 @@ endif
 ifeq ($(CUDA),1)
 cuda: $(BUILD)/liblockstep_cuda.a $(CUDA_TESTS) all
 
-$(BUILD)/cuda/obj/%.o: %.cu src/backend/cuda/cuda_internal.h src/backend/cuda/cuda_recipe.h src/backend/cuda/cuda_mm.cuh
+# Every header a .cu file may reach (nvcc writes no dependency files here): a changed struct
+# in any of them rebuilds the GPU objects, never a stale layout.
+CUDA_HDRS := $(wildcard src/backend/cuda/*.h src/backend/cuda/*.cuh) include/lockstep.h src/engine/backend.h \
+             src/model/model.h src/model/plan.h src/util/err.h src/backend/cpu/kv_store.h
+$(BUILD)/cuda/obj/%.o: %.cu $(CUDA_HDRS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $(CUDA_ARCH) $(CUDA_DEFS) -Iinclude -Isrc -Xcompiler -ffp-contract=off,-fPIC,-Wall -c $< -o $@
-$(BUILD)/cuda/mut/%.o: %.cu src/backend/cuda/cuda_internal.h src/backend/cuda/cuda_recipe.h src/backend/cuda/cuda_mm.cuh
+$(BUILD)/cuda/mut/%.o: %.cu $(CUDA_HDRS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $(CUDA_ARCH) -DLS_CUDA_MUTATE_TREE -Iinclude -Isrc -Xcompiler -ffp-contract=off,-fPIC -c $< -o $@
 $(BUILD)/cuda/obj/src/backend/cuda/cuda_src.o: src/backend/cuda/cuda_src.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+-include $(BUILD)/cuda/obj/src/backend/cuda/cuda_src.d
 
 $(BUILD)/liblockstep_cuda.a: $(CUDA_OBJ)
 	@rm -f $@
