@@ -236,6 +236,33 @@ ls_status gguf_writer_add_arr_str(gguf_writer *w, const char *key, const char *c
     return w->st;
 }
 
+ls_status gguf_writer_add_value(gguf_writer *w, const char *key, const gguf_value *v) {
+    switch (v->type) {
+    case GGUF_VT_UINT8: return gguf_writer_add_u8(w, key, (uint8_t)v->v.u64);
+    case GGUF_VT_INT8: return gguf_writer_add_i8(w, key, (int8_t)v->v.i64);
+    case GGUF_VT_UINT16: return gguf_writer_add_u16(w, key, (uint16_t)v->v.u64);
+    case GGUF_VT_INT16: return gguf_writer_add_i16(w, key, (int16_t)v->v.i64);
+    case GGUF_VT_UINT32: return gguf_writer_add_u32(w, key, (uint32_t)v->v.u64);
+    case GGUF_VT_INT32: return gguf_writer_add_i32(w, key, (int32_t)v->v.i64);
+    case GGUF_VT_UINT64: return gguf_writer_add_u64(w, key, v->v.u64);
+    case GGUF_VT_INT64: return gguf_writer_add_i64(w, key, v->v.i64);
+    case GGUF_VT_FLOAT32: return gguf_writer_add_f32(w, key, (float)v->v.f64);
+    case GGUF_VT_FLOAT64: return gguf_writer_add_f64(w, key, v->v.f64);
+    case GGUF_VT_BOOL: return gguf_writer_add_bool(w, key, v->v.u64 != 0);
+    case GGUF_VT_STRING: return gguf_writer_add_strn(w, key, v->v.str.ptr, v->v.str.len);
+    case GGUF_VT_ARRAY:
+        if (v->v.arr.elem_type != GGUF_VT_STRING)
+            return gguf_writer_add_arr(w, key, v->v.arr.elem_type, v->v.arr.raw, v->v.arr.n);
+        gguf_writer_begin_kv(w, key, GGUF_VT_ARRAY);
+        gguf_wbuf_u32(w, &w->kvs, GGUF_VT_STRING);
+        gguf_wbuf_u64(w, &w->kvs, v->v.arr.n);
+        for (uint64_t i = 0; i < v->v.arr.n && !w->st; i++)
+            gguf_wbuf_str(w, &w->kvs, v->v.arr.strs[i].ptr, v->v.arr.strs[i].len);
+        return w->st;
+    default: return gguf_writer_fail(w, LS_E_INVALID, "gguf writer: '%s' has value type %d", key, (int)v->type);
+    }
+}
+
 ls_status gguf_writer_add_raw(gguf_writer *w, const char *key, gguf_vtype type, const void *bytes, size_t nbytes) {
     gguf_writer_begin_kv(w, key, type);
     return gguf_wbuf_put(w, &w->kvs, bytes, nbytes);

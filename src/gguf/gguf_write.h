@@ -56,6 +56,8 @@ ls_status gguf_writer_add_arr(gguf_writer *w, const char *key, gguf_vtype elem, 
 ls_status gguf_writer_add_arr_str(gguf_writer *w, const char *key, const char *const *strs, uint64_t n);
 /* A value given by its exact encoding (for ARRAY: u32 elem_type, u64 n, elements), for
  * values the typed calls cannot express (nested arrays).  The bytes are not validated. */
+/* A value as gguf_open read it (another file's metadata, copied across; the type kept). */
+ls_status gguf_writer_add_value(gguf_writer *w, const char *key, const gguf_value *v);
 ls_status gguf_writer_add_raw(gguf_writer *w, const char *key, gguf_vtype type, const void *bytes, size_t nbytes);
 
 /* A tensor of ggml type `type` with shape ne[0..n_dims) (ne[0] innermost); data holds

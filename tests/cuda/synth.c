@@ -104,40 +104,7 @@ static ls_status copy_vocab(gguf_writer *w, const gguf_file *from, ls_err *err) 
         memcpy(key, kv->key.ptr, kv->key.len);
         key[kv->key.len] = 0;
         if (strncmp(key, "tokenizer.", 10)) continue;
-        const gguf_value *v = &kv->value;
-        ls_status st = LS_OK;
-        switch (v->type) {
-        case GGUF_VT_STRING: st = gguf_writer_add_strn(w, key, v->v.str.ptr, v->v.str.len); break;
-        case GGUF_VT_UINT8: case GGUF_VT_UINT16: case GGUF_VT_UINT32: st = gguf_writer_add_u32(w, key, (uint32_t)v->v.u64); break;
-        case GGUF_VT_INT8: case GGUF_VT_INT16: case GGUF_VT_INT32: st = gguf_writer_add_i32(w, key, (int32_t)v->v.i64); break;
-        case GGUF_VT_UINT64: st = gguf_writer_add_u64(w, key, v->v.u64); break;
-        case GGUF_VT_INT64: st = gguf_writer_add_i64(w, key, v->v.i64); break;
-        case GGUF_VT_FLOAT32: st = gguf_writer_add_f32(w, key, (float)v->v.f64); break;
-        case GGUF_VT_FLOAT64: st = gguf_writer_add_f64(w, key, v->v.f64); break;
-        case GGUF_VT_BOOL: st = gguf_writer_add_bool(w, key, v->v.u64 != 0); break;
-        case GGUF_VT_ARRAY: {
-            const uint64_t n = v->v.arr.n;
-            if (v->v.arr.elem_type == GGUF_VT_STRING) {
-                char **ss = calloc(n ? n : 1, sizeof *ss);
-                if (!ss) return ls_err_set(err, LS_E_NOMEM, "out of memory (%s)", key);
-                for (uint64_t k = 0; k < n && !st; k++) {
-                    gguf_str x = v->v.arr.strs[k];
-                    if (!(ss[k] = malloc(x.len + 1))) st = ls_err_set(err, LS_E_NOMEM, "out of memory (%s)", key);
-                    else {
-                        memcpy(ss[k], x.ptr, x.len);
-                        ss[k][x.len] = 0;
-                    }
-                }
-                if (!st) st = gguf_writer_add_arr_str(w, key, (const char *const *)ss, n);
-                for (uint64_t k = 0; k < n; k++) free(ss[k]);
-                free(ss);
-            } else if (v->v.arr.raw) { /* scalars: packed little-endian, as the writer takes them */
-                st = gguf_writer_add_arr(w, key, v->v.arr.elem_type, v->v.arr.raw, n);
-            }
-            break;
-        }
-        default: break;
-        }
+        ls_status st = gguf_writer_add_value(w, key, &kv->value);
         if (st) return err && err->code ? st : ls_err_set(err, st, "copying %s", key);
     }
     return LS_OK;

@@ -27,37 +27,7 @@ static void copy_kv(gguf_writer *w, const gguf_kv *kv) {
     snprintf(key, sizeof key, "%.*s", (int)kv->key.len, kv->key.ptr);
     const gguf_value *v = &kv->value;
     if (!strcmp(key, "general.alignment")) return; /* the writer's default */
-    ls_status st = LS_OK;
-    switch (v->type) {
-    case GGUF_VT_UINT8: st = gguf_writer_add_u8(w, key, (uint8_t)v->v.u64); break;
-    case GGUF_VT_INT8: st = gguf_writer_add_i8(w, key, (int8_t)v->v.i64); break;
-    case GGUF_VT_UINT16: st = gguf_writer_add_u16(w, key, (uint16_t)v->v.u64); break;
-    case GGUF_VT_INT16: st = gguf_writer_add_i16(w, key, (int16_t)v->v.i64); break;
-    case GGUF_VT_UINT32: st = gguf_writer_add_u32(w, key, (uint32_t)v->v.u64); break;
-    case GGUF_VT_INT32: st = gguf_writer_add_i32(w, key, (int32_t)v->v.i64); break;
-    case GGUF_VT_UINT64: st = gguf_writer_add_u64(w, key, v->v.u64); break;
-    case GGUF_VT_INT64: st = gguf_writer_add_i64(w, key, v->v.i64); break;
-    case GGUF_VT_FLOAT32: st = gguf_writer_add_f32(w, key, (float)v->v.f64); break;
-    case GGUF_VT_FLOAT64: st = gguf_writer_add_f64(w, key, v->v.f64); break;
-    case GGUF_VT_BOOL: st = gguf_writer_add_bool(w, key, v->v.u64 != 0); break;
-    case GGUF_VT_STRING: st = gguf_writer_add_strn(w, key, v->v.str.ptr, v->v.str.len); break;
-    case GGUF_VT_ARRAY:
-        if (v->v.arr.elem_type == GGUF_VT_STRING) {
-            char **strs = malloc(sizeof *strs * (size_t)v->v.arr.n);
-            for (uint64_t i = 0; i < v->v.arr.n; i++) {
-                strs[i] = malloc(v->v.arr.strs[i].len + 1);
-                memcpy(strs[i], v->v.arr.strs[i].ptr, v->v.arr.strs[i].len);
-                strs[i][v->v.arr.strs[i].len] = 0;
-            }
-            st = gguf_writer_add_arr_str(w, key, (const char *const *)strs, v->v.arr.n);
-            for (uint64_t i = 0; i < v->v.arr.n; i++) free(strs[i]);
-            free(strs);
-        } else {
-            st = gguf_writer_add_arr(w, key, v->v.arr.elem_type, v->v.arr.raw, v->v.arr.n);
-        }
-        break;
-    default: fail_msg("unexpected KV type %d for %s", v->type, key);
-    }
+    ls_status st = gguf_writer_add_value(w, key, v);
     assert_int_equal(st, LS_OK);
 }
 
