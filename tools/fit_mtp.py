@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+DEV = torch.device("cpu")  # --device: where the module trains
 ROOT = os.path.dirname(HERE)
 
 # ---- GGUF writing (the format: docs/gguf.md; version 3, little-endian) ------------------
@@ -156,16 +157,31 @@ def read_module(path):
 
 # ---- the data of `lockstep mtp-data` ---------------------------------------------------
 class Data:
-    def __init__(self, d):
-        self.dir = d
+    """One folder of `lockstep mtp-data` output, or several for the same model joined (their
+    hidden states then held in memory)."""
+
+    def __init__(self, dirs):
+        dirs = [dirs] if isinstance(dirs, str) else list(dirs)
+        self.dir = d = dirs[0]
         with open(os.path.join(d, "meta.json")) as f:
             self.meta = json.load(f)
         m = self.meta
         self.E = int(m["n_embd"])
-        self.tokens = np.fromfile(os.path.join(d, "tokens.i32"), dtype="<i4")
-        self.lens = np.fromfile(os.path.join(d, "seqs.i32"), dtype="<i4")
-        self.hidden = np.memmap(os.path.join(d, "hidden.f32"), dtype="<f4", mode="r",
-                                shape=(len(self.tokens), self.E))
+        toks, lens, hid = [], [], []
+        for e in dirs:
+            with open(os.path.join(e, "meta.json")) as f:
+                me = json.load(f)
+            if me["model_sha256"] != m["model_sha256"]:
+                sys.exit("fit_mtp: %s holds data of another model than %s" % (e, d))
+            toks.append(np.fromfile(os.path.join(e, "tokens.i32"), dtype="<i4"))
+            lens.append(np.fromfile(os.path.join(e, "seqs.i32"), dtype="<i4"))
+            hid.append(np.memmap(os.path.join(e, "hidden.f32"), dtype="<f4", mode="r", shape=(len(toks[-1]), self.E)))
+        self.tokens, self.lens = np.concatenate(toks), np.concatenate(lens)
+        self.hidden = hid[0] if len(hid) == 1 else np.concatenate(hid)
+        if len(dirs) > 1:
+            m = self.meta = dict(m, n_tokens=int(len(self.tokens)), n_seqs=int(len(self.lens)),
+                                 n_generated=int(sum(json.load(open(os.path.join(e, "meta.json")))["n_generated"]
+                                                     for e in dirs)))
         self.starts = np.concatenate([[0], np.cumsum(self.lens)[:-1]]).astype(np.int64)
         if int(self.lens.sum()) != len(self.tokens):
             sys.exit("fit_mtp: %s: seqs.i32 does not add up to tokens.i32" % d)
@@ -253,7 +269,7 @@ class MTP(torch.nn.Module):
         q = (n @ self.wq.T).view(B, T, self.H, self.D)
         k = (n @ self.wk.T).view(B, T, self.Hkv, self.D)
         v = (n @ self.wv.T).view(B, T, self.Hkv, self.D)
-        pos = torch.arange(T) + (1 if prev is not None else 0)
+        pos = torch.arange(T, device=h.device) + (1 if prev is not None else 0)
         q, k = self.rope(q, pos), self.rope(k, pos)
         g = self.H // self.Hkv  # query head j reads kv head j // g
         rk = lambda t: t.repeat_interleave(g, dim=2).transpose(1, 2)  # (B, H, T, D)
@@ -261,13 +277,13 @@ class MTP(torch.nn.Module):
         if prev is None:
             kh, vh = rk(k), rk(v)
             s = (qh @ kh.transpose(-1, -2)) / math.sqrt(self.D)
-            s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+            s = s.masked_fill(torch.ones(T, T, dtype=torch.bool, device=h.device).triu(1), float("-inf"))
             a = torch.softmax(s, dim=-1) @ vh
         else:
             kp, vp = rk(prev[0]), rk(prev[1])
             kh, vh = rk(k), rk(v)
             s1 = (qh @ kp.transpose(-1, -2)) / math.sqrt(self.D)  # the earlier rows 0..j
-            s1 = s1.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+            s1 = s1.masked_fill(torch.ones(T, T, dtype=torch.bool, device=h.device).triu(1), float("-inf"))
             s2 = (qh * kh).sum(-1, keepdim=True) / math.sqrt(self.D)  # itself
             w = torch.softmax(torch.cat([s1, s2], dim=-1), dim=-1)
             a = w[..., :T] @ vp + w[..., T:] * vh
@@ -278,6 +294,14 @@ class MTP(torch.nn.Module):
 
     def logits(self, x):
         return rmsnorm(x, self.out_norm, self.eps) @ self.head.T
+
+
+def to_device(model, dev):
+    """The module's parameters and its frozen tensors (embedding, head, norms, RoPE) on dev."""
+    model.to(dev)
+    for k, v in list(vars(model).items()):
+        if isinstance(v, torch.Tensor) and not isinstance(v, torch.nn.Parameter):
+            setattr(model, k, v.to(dev))
 
 
 def batches(data, idx, max_rows, rng):
@@ -312,7 +336,7 @@ def make_batch(data, seqs):
         h[b, :n] = data.hidden[st:st + n]
         ht[b, :n] = data.hidden[st + 1:st + 1 + n]
         mask[b, :n] = True
-    return torch.from_numpy(tok), torch.from_numpy(h), torch.from_numpy(ht), torch.from_numpy(mask)
+    return tuple(torch.from_numpy(a).to(DEV) for a in (tok, h, ht, mask))
 
 
 def kl_top1(model, x, ht):
@@ -366,8 +390,8 @@ def check_module(a, model):
         for s in range(len(data.lens)):
             tok, h, ht, mask = make_batch(data, [s])
             x = model(tok, h)[0][mask]
-            t_top.append(model.logits(x).argmax(-1).numpy())
-            teacher.append(model.logits(ht[mask]).argmax(-1).numpy())
+            t_top.append(model.logits(x).argmax(-1).cpu().numpy())
+            teacher.append(model.logits(ht[mask]).argmax(-1).cpu().numpy())
     t_top, teacher = np.concatenate(t_top), np.concatenate(teacher)
     if len(t_top) != len(c_top):
         sys.exit("fit_mtp: the check has %d rows from lockstep, %d here" % (len(c_top), len(t_top)))
@@ -384,7 +408,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-m", "--model", default=os.path.join(ROOT, "models/SmolLM2-135M-Instruct.Q4_1.gguf"))
     ap.add_argument("-o", "--out", required=True, help="the module's GGUF file")
-    ap.add_argument("--data", help="a folder of `lockstep mtp-data` output (made here when it has none)")
+    ap.add_argument("--data", action="append", help="a folder of `lockstep mtp-data` output (made here when it has "
+                    "none); repeat it to join several folders of the same model's data")
     ap.add_argument("--prompts", default=os.path.join(HERE, "mtp_prompts.txt"))
     ap.add_argument("--max-prompts", type=int, default=0, help="0: all")
     ap.add_argument("--n-predict", type=int, default=192)
@@ -401,6 +426,7 @@ def main():
     ap.add_argument("--val-frac", type=float, default=0.05)
     ap.add_argument("--eval-every", type=int, default=100)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu", help="where PyTorch trains: cpu, or cuda on a machine with a GPU")
     ap.add_argument("--type", choices=["q8_0", "f16"], default="q8_0", help="the matrices' type in the file")
     ap.add_argument("--log", help="a JSON file with the fit's record")
     ap.add_argument("--check-prompts", default=os.path.join(HERE, "mtp_prompts_heldout.txt"),
@@ -408,12 +434,15 @@ def main():
                          "and its top tokens are compared with this fit's ('' to skip)")
     ap.add_argument("--check-max-prompts", type=int, default=4)
     a = ap.parse_args()
+    global DEV
+    DEV = torch.device(a.device)
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     t_start = time.time()
 
-    data_dir = a.data or (a.out + ".data")
-    if not os.path.exists(os.path.join(data_dir, "meta.json")):
+    data_dirs = a.data or [a.out + ".data"]
+    data_dir = data_dirs[0]
+    if len(data_dirs) == 1 and not os.path.exists(os.path.join(data_dir, "meta.json")):
         cmd = [a.lockstep, "mtp-data", "-m", a.model, "--prompts", a.prompts, "--out", data_dir,
                "-n", str(a.n_predict), "--temp", str(a.temp), "--seed", str(a.seed), "-t", str(a.threads)]
         if a.max_prompts:
@@ -421,7 +450,7 @@ def main():
         print("fit_mtp: " + " ".join(cmd), file=sys.stderr)
         subprocess.run(cmd, check=True)
     t_data = time.time() - t_start
-    data = Data(data_dir)
+    data = Data(data_dirs)
     m = data.meta
     if m["arch"] not in ("llama", "mistral"):
         sys.exit("fit_mtp: architecture '%s' is not supported yet (llama, mistral)" % m["arch"])
@@ -444,6 +473,7 @@ def main():
         with torch.no_grad():
             for attr, nm in names.items():
                 getattr(model, attr).copy_(torch.from_numpy(w[pre + nm]).reshape(getattr(model, attr).shape))
+    to_device(model, DEV)
     params = [p for p in model.parameters()]
     opt = torch.optim.AdamW(params, lr=a.lr, weight_decay=0.0, betas=(0.9, 0.98))
     def sched(s, elapsed):  # warm-up, then a cosine to a tenth, over the steps or the minutes
@@ -483,7 +513,7 @@ def main():
     with torch.no_grad():
         for name in ("eh_proj", "wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down"):
             p = getattr(model, name)
-            w = p.detach().numpy()
+            w = p.detach().cpu().numpy()
             p.copy_(torch.from_numpy(q8_0_roundtrip(w) if a.type == "q8_0" else w.astype(np.float16).astype(np.float32)))
     if n_val:
         kl_v, top_v = evaluate(model, data, val, a.batch_rows)
@@ -494,12 +524,12 @@ def main():
 
     L, arch = int(m["n_layer"]), m["arch"]
     mt = T_Q8_0 if a.type == "q8_0" else T_F16
-    g = lambda p: p.detach().numpy()
+    g = lambda p: p.detach().cpu().numpy()
     pre = "blk.%d." % L
     tensors = [
         (pre + "nextn.enorm.weight", g(model.enorm), T_F32),
         (pre + "nextn.hnorm.weight", g(model.hnorm), T_F32),
-        (pre + "nextn.shared_head_norm.weight", model.out_norm.numpy(), T_F32),
+        (pre + "nextn.shared_head_norm.weight", model.out_norm.cpu().numpy(), T_F32),
         (pre + "nextn.eh_proj.weight", g(model.eh_proj), mt),
         (pre + "attn_norm.weight", g(model.attn_norm), T_F32),
         (pre + "attn_q.weight", g(model.wq), mt),
