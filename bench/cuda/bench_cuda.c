@@ -690,8 +690,8 @@ static int bench_pin(ls_model *m, const char *name, unsigned suites) {
                "   (cuBLAS); the classic rows here (N <= 16) run the exact kernels either way, so scoped vs exact pin\n"
                "   measures only the split of the batch into two runs (verify block | classic rows), each with its own\n"
                "   kernel launches: a ratio near 1.0 is the real result, not a missing fast path.\n");
-        printf("   %4s  %20s  %20s  %20s  %13s  %13s\n", "N", "scoped ms (classic/s)", "exact pin ms (cl./s)",
-               "narrow pin ms (cl./s)", "exact/scoped", "narrow/scoped");
+        printf("   %4s  %-26s  %21s  %21s  %21s  %12s  %13s\n", "N", "kernels: scoped | pin", "scoped ms (classic/s)",
+               "exact pin ms (cl./s)", "narrow pin ms (cl./s)", "exact/scoped", "narrow/scoped");
         for (size_t ni = 0; ni < sizeof Ns / sizeof Ns[0] && !rc; ni++) {
             const int N = Ns[ni], n = K + 1 + N;
             uint8_t need_s[PIN_MAXROWS], cmp_s[PIN_MAXROWS];
@@ -706,18 +706,21 @@ static int bench_pin(ls_model *m, const char *name, unsigned suites) {
             const pin_var var[3] = {{ga, need_s}, {ga, need1}, {gn, need1}};
             double med[3], wmed[3];
             if ((rc = pin_time(&e, var, 3, n, seq, pos0, 1, lr, n, cmp_s, W, S, med, wmed))) break;
-            printf("   %4d  %8.3f (%9.1f)  %8.3f (%9.1f)  %8.3f (%9.1f)  %12.3fx  %12.3fx\n", N, med[0], N * 1e3 / med[0],
-                   med[1], N * 1e3 / med[1], med[2], N * 1e3 / med[2], med[1] / med[0], med[2] / med[0]);
-            JSONP("{\"bench\":\"pin_mixed\",\"model\":\"%s\",\"drafts\":%d,\"N\":%d,\"steps\":%d,\"scoped_ms\":%.4f,"
+            char kern[64]; /* the auto policy's kernels: scoped, two runs; exact pin, one run of n rows */
+            snprintf(kern, sizeof kern, "warp %d + %s %d | %s %d", K + 1, N <= 8 ? "warp" : "GEMM", N,
+                     n <= 8 ? "warp" : "GEMM", n);
+            printf("   %4d  %-26s  %8.3f (%10.1f)  %8.3f (%10.1f)  %8.3f (%10.1f)  %11.3fx  %12.3fx\n", N, kern, med[0],
+                   N * 1e3 / med[0], med[1], N * 1e3 / med[1], med[2], N * 1e3 / med[2], med[1] / med[0], med[2] / med[0]);
+            JSONP("{\"bench\":\"pin_mixed\",\"model\":\"%s\",\"drafts\":%d,\"N\":%d,\"kernels\":\"%s\",\"steps\":%d,\"scoped_ms\":%.4f,"
                   "\"exact_pin_ms\":%.4f,\"narrow_pin_ms\":%.4f,\"scoped_classic_tok_s\":%.1f,\"exact_pin_classic_tok_s\":%.1f,"
                   "\"narrow_pin_classic_tok_s\":%.1f,\"scoped_wall_ms\":%.4f,\"exact_pin_wall_ms\":%.4f,"
                   "\"narrow_pin_wall_ms\":%.4f,\"exact_pin_tax\":%.3f,\"narrow_pin_tax\":%.3f}",
-                  name, K, N, S, med[0], med[1], med[2], N * 1e3 / med[0], N * 1e3 / med[1], N * 1e3 / med[2], wmed[0],
+                  name, K, N, kern, S, med[0], med[1], med[2], N * 1e3 / med[0], N * 1e3 / med[1], N * 1e3 / med[2], wmed[0],
                   wmed[1], wmed[2], med[1] / med[0], med[2] / med[0]);
         }
         ls_cuda_fwd_stats(ga, &s1);
-        printf("   rows through cuBLAS in these steps: %llu (the fast family ran the exact kernels)\n",
-               (unsigned long long)(s1.rows_cublas - s0.rows_cublas));
+        printf("   rows through cuBLAS in these steps: %llu%s\n", (unsigned long long)(s1.rows_cublas - s0.rows_cublas),
+               s1.rows_cublas == s0.rows_cublas ? " (the classic rows' fast family ran the exact kernels)" : "");
         JSONP("{\"bench\":\"pin_mixed_cublas\",\"model\":\"%s\",\"rows_cublas\":%llu}", name,
               (unsigned long long)(s1.rows_cublas - s0.rows_cublas));
         if (!rc) pin_parity_line(&e, rows0, diff0);
@@ -726,8 +729,8 @@ static int bench_pin(ls_model *m, const char *name, unsigned suites) {
         printf("\n   parity between the variants: %zu logits rows that need parity, %zu bytes compared: %zu bytes differ%s\n",
                e.cmp_rows, e.cmp_bytes, e.diff_bytes, e.diff_bytes ? "  FAIL" : "");
         if (e.other_rows)
-            printf("   (classic rows without a parity need in the scoped variant, compared too, not required: %zu rows, "
-                   "%zu bytes differ)\n", e.other_rows, e.other_diff);
+            printf("   (the classic rows, without a parity need in the scoped variant, compared too, not required to "
+                   "match: %zu rows, %zu bytes differ)\n", e.other_rows, e.other_diff);
         JSONP("{\"bench\":\"pin_parity\",\"model\":\"%s\",\"rows\":%zu,\"bytes_compared\":%zu,\"bytes_differing\":%zu,"
               "\"other_rows\":%zu,\"other_bytes_differing\":%zu}",
               name, e.cmp_rows, e.cmp_bytes, e.diff_bytes, e.other_rows, e.other_diff);
