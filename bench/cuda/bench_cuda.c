@@ -11,9 +11,18 @@
  *   - prefill pp512 / pp2048, exact int8 tensor-core GEMM vs fast family (cuBLAS fp16);
  *   - CPU == GPU differing logits bytes on a 1B-shaped Q4_K_M-style and the 8B-shaped
  *     model over random prompts in random batch mixes.
- * Prints a table; with --out DIR also writes DIR/bench_cuda.json (one object per line).
+ *   - the pin tax (issue 29 item 3, 8B-shaped): batched decode B = 1..32 and prompt-cache
+ *     suffixes of 4..64 tokens after a 512-token prefix, the auto policy vs every row pinned to
+ *     the one-row warp kernel (narrow); the mixed workload (one verify block of 4 drafts + N =
+ *     1, 4, 8, 16 classic decode rows), the classic rows' throughput with per-row scoping vs a
+ *     process-wide exact pin (and a narrow pin); the variants' logits of rows that need parity
+ *     compared byte for byte (any difference fails: exit status 2).
+ * Prints a table; with --out DIR also writes DIR/bench_cuda.json (one object per line), and the
+ * pin sections DIR/bench_cuda_pin.json.
+ * --suites LIST (comma-separated: kernels, decode, prefill, parity, pin-batch, pin-suffix,
+ * pin-mixed; pin = the three pin sections; all = everything, the default) runs only those;
  * --no-8b / --no-1b skip those models; --quick shortens everything; --decode-only runs the
- * decode benchmarks alone (no prefill, no parity pass). */
+ * kernel and decode benchmarks alone (= --suites kernels,decode). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -436,6 +445,305 @@ static void bench_parity(ls_model *m, const char *name, int nseq, int min_len, i
     parity_refs_free(&r);
 }
 
+/* ---- the pin tax (issue 29 item 3): the seed's Step 1 on the GPU ---------------------------
+ * Every figure is a pair (or a triple) of variants that run the same rows (same tokens, same
+ * positions, same K/V before the step), interleaved step by step (the order rotates), each on a
+ * forward of its own (its own CUDA graphs: switching options on one forward would drop them):
+ *   auto    the default policy: an exact run of up to gemv_max_rows (8) rows takes the multi-row
+ *           warp kernel (each weight block loaded once for all rows), longer runs the int8
+ *           tensor-core GEMM; rows without a parity need may take the fast family (cuBLAS fp16
+ *           for runs of at least fast_min_rows = 64 rows, the exact kernels below that);
+ *   narrow  ls_cuda_opts.narrow: every row through the one-row warp kernel, one launch per row and
+ *           matrix: what a process that pinned the single-row (batch-invariant) kernel runs;
+ *   exact   (mixed workload) every row needs parity: a process-wide exact pin.
+ * Device time per step (CUDA events from the input upload to the last kernel), medians over the
+ * timed steps after warm-up steps (which also capture each variant's CUDA graphs).  The logits of
+ * every row that needs parity are compared byte for byte between the variants of each step. */
+static FILE *g_json_pin;
+#define JSONP(...)                                  \
+    do {                                            \
+        if (g_json_pin) {                           \
+            fprintf(g_json_pin, __VA_ARGS__);       \
+            fputc('\n', g_json_pin);                \
+            fflush(g_json_pin);                     \
+        }                                           \
+    } while (0)
+
+typedef struct {
+    ls_cuda_fwd *g;
+    const uint8_t *need; /* per row */
+} pin_var;
+
+typedef struct {
+    ls_cuda_kv *kv;
+    const int32_t *const *tabs;
+    int V;
+    uint64_t rs;
+    float *lg[3];          /* logits per variant, PIN_MAXROWS rows each */
+    size_t cmp_rows, cmp_bytes, diff_bytes;   /* rows that need parity, over every section */
+    size_t other_rows, other_diff;            /* rows without a parity need in some variant (not required) */
+} pin_env;
+
+#define PIN_MAXROWS 64
+
+static size_t bytes_differ(const void *a, const void *b, size_t n) {
+    if (!memcmp(a, b, n)) return 0;
+    const unsigned char *x = a, *y = b;
+    size_t d = 0;
+    for (size_t i = 0; i < n; i++) d += x[i] != y[i];
+    return d;
+}
+
+/* Runs n rows (seq, pos0 + the step's offset, logit_row lr with n_out logits rows) through the nv
+ * variants, W warm-up steps and S timed ones, tokens drawn per step and shared by the variants;
+ * med / wmed: median device / wall ms per variant.  cmp[o]: logits row o needs parity (compared
+ * between variant 0 and the others: diff must stay 0); other rows are compared too and counted
+ * apart.  advance: the positions move one per step (decode); else every step reruns pos0. */
+static int pin_time(pin_env *e, const pin_var *var, int nv, int n, const int32_t *seq, const int32_t *pos0,
+                    int advance, const int32_t *lr, int n_out, const uint8_t *cmp, int W, int S, double *med,
+                    double *wmed) {
+    int32_t tok[PIN_MAXROWS], pos[PIN_MAXROWS];
+    double *v = malloc(sizeof(double) * (size_t)nv * S), *w = malloc(sizeof(double) * (size_t)nv * S);
+    int rc = 0;
+    const size_t rowb = (size_t)e->V * 4;
+    for (int i = 0; i < W + S && !rc; i++) {
+        const int off = advance ? (i < W ? i : i - W) : 0; /* the timed steps rerun the warm-up positions */
+        for (int r = 0; r < n; r++) {
+            tok[r] = (int32_t)(synth_next(&e->rs) % (uint64_t)e->V);
+            pos[r] = pos0[r] + off;
+        }
+        for (int j = 0; j < nv && !rc; j++) {
+            const int k = (i + j) % nv; /* interleaved: the order rotates step by step */
+            ls_batch b = {.n = n, .token = tok, .pos = pos, .seq = seq, .tables = e->tabs, .logit_row = lr,
+                          .need_parity = var[k].need};
+            ls_err err;
+            if (ls_cuda_fwd_run(var[k].g, e->kv, &b, e->lg[k], &err)) {
+                printf("   run failed: %s\n", err.msg);
+                rc = 1;
+                break;
+            }
+            ls_cuda_stats st;
+            ls_cuda_fwd_stats(var[k].g, &st);
+            if (i >= W) {
+                v[(size_t)k * S + (i - W)] = st.gpu_ms;
+                w[(size_t)k * S + (i - W)] = st.total_ms;
+            }
+        }
+        for (int k = 1; k < nv && !rc; k++)
+            for (int o = 0; o < n_out; o++) {
+                const size_t d = bytes_differ(e->lg[0] + (size_t)o * e->V, e->lg[k] + (size_t)o * e->V, rowb);
+                if (cmp[o]) {
+                    e->cmp_rows++;
+                    e->cmp_bytes += rowb;
+                    e->diff_bytes += d;
+                } else {
+                    e->other_rows++;
+                    e->other_diff += d;
+                }
+            }
+    }
+    if (!rc)
+        for (int k = 0; k < nv; k++) {
+            med[k] = median(v + (size_t)k * S, S);
+            wmed[k] = median(w + (size_t)k * S, S);
+        }
+    free(v);
+    free(w);
+    return rc;
+}
+
+static void pin_parity_line(const pin_env *e, size_t rows0, size_t diff0) {
+    printf("   parity, auto vs pinned: %zu logits rows that need parity compared: %zu bytes differ%s\n", e->cmp_rows - rows0,
+           e->diff_bytes - diff0, e->diff_bytes - diff0 ? "  FAIL" : "");
+}
+
+enum { S_KERNELS = 1, S_DECODE = 2, S_PREFILL = 4, S_PARITY = 8, S_PIN_BATCH = 16, S_PIN_SUFFIX = 32, S_PIN_MIXED = 64 };
+#define S_PIN (S_PIN_BATCH | S_PIN_SUFFIX | S_PIN_MIXED)
+
+/* returns 0, 1 on a failed run, 2 when a row that needs parity differed between variants */
+static int bench_pin(ls_model *m, const char *name, unsigned suites) {
+    const int V = (int)ls_model_hparams(m)->n_vocab, P = 64, BMAX = 32, PREFIX = 512, LONG = BMAX;
+    const int W = g_quick ? 2 : 3, S = g_quick ? 6 : 15;
+    const double t0 = now_s();
+    ls_err err;
+    ls_cuda_fwd *ga = ls_cuda_fwd_create(m, &(ls_backend_params){.n_rows = 1024, .n_ctx = 1024}, &err);
+    ls_cuda_fwd *gn = ga ? ls_cuda_fwd_create(m, &(ls_backend_params){.n_rows = PIN_MAXROWS, .n_ctx = 1024}, &err) : NULL;
+    /* sequences 0..31: 16 blocks each (256 positions); sequence 32: the cached prefix, 40 blocks */
+    ls_cuda_kv *kv = gn ? ls_cuda_kv_create(m, BMAX * 16 + 40, 0, &err) : NULL;
+    if (!kv) {
+        printf("pin: %s\n", err.msg);
+        if (gn) ls_cuda_fwd_free(gn);
+        if (ga) ls_cuda_fwd_free(ga);
+        return 1;
+    }
+    {
+        ls_cuda_opts o;
+        ls_cuda_fwd_get_opts(gn, &o);
+        o.narrow = 1;
+        ls_cuda_fwd_set_opts(gn, &o);
+    }
+    static int32_t tb[33][40];
+    const int32_t *tabs[33];
+    for (int s = 0; s < BMAX; s++) {
+        for (int i = 0; i < 16; i++) tb[s][i] = s * 16 + i;
+        tabs[s] = tb[s];
+    }
+    for (int i = 0; i < 40; i++) tb[LONG][i] = BMAX * 16 + i;
+    tabs[LONG] = tb[LONG];
+    pin_env e = {.kv = kv, .tabs = tabs, .V = V, .rs = 4242};
+    for (int k = 0; k < 3; k++) e.lg[k] = malloc((size_t)PIN_MAXROWS * V * 4);
+    int rc = 0;
+    { /* the prompts: 64 tokens for each of sequences 0..31 (16 a call), the 512-token prefix of 32 */
+        const int NR = 1024;
+        int32_t *tok = malloc(4 * NR), *pos = malloc(4 * NR), *sq = malloc(4 * NR), *lr = malloc(4 * NR);
+        for (int c = 0; c < 3 && !rc; c++) {
+            const int n = c < 2 ? 16 * P : PREFIX;
+            for (int r = 0; r < n; r++) {
+                tok[r] = (int32_t)(synth_next(&e.rs) % (uint64_t)V);
+                sq[r] = c < 2 ? c * 16 + r / P : LONG;
+                pos[r] = c < 2 ? r % P : r;
+                lr[r] = r == n - 1 ? 0 : -1;
+            }
+            ls_batch b = {.n = n, .token = tok, .pos = pos, .seq = sq, .tables = tabs, .logit_row = lr, .need_parity = NULL};
+            if (ls_cuda_fwd_run(ga, kv, &b, e.lg[0], &err)) {
+                printf("pin: prompts: %s\n", err.msg);
+                rc = 1;
+            }
+        }
+        free(tok);
+        free(pos);
+        free(sq);
+        free(lr);
+    }
+    printf("\n== the pin tax on the GPU, %s (issue 29 item 3; prompts written in %.1f s)\n", name, now_s() - t0);
+    printf("   auto: the default policy (exact runs of <= 8 rows: the multi-row warp kernel; longer: the int8\n"
+           "   tensor-core GEMM). narrow: every row through the one-row warp kernel, a launch per row and matrix\n"
+           "   (a process that pinned the single-row kernel). Device ms per step, median of %d timed steps after %d\n"
+           "   warm-up steps, variants interleaved step by step.\n", S, W);
+    uint8_t need1[PIN_MAXROWS], cmp1[PIN_MAXROWS];
+    memset(need1, 1, sizeof need1);
+    memset(cmp1, 1, sizeof cmp1);
+    int32_t seq[PIN_MAXROWS], pos0[PIN_MAXROWS], lr[PIN_MAXROWS];
+    if (!rc && (suites & S_PIN_BATCH)) {
+        const size_t rows0 = e.cmp_rows, diff0 = e.diff_bytes;
+        static const int Bs[] = {1, 2, 4, 8, 16, 32};
+        const pin_var var[2] = {{ga, need1}, {gn, need1}};
+        printf("\n-- batched decode: B sequences, one row each, every row's logits (positions %d..)\n", P);
+        printf("   %4s  %-12s  %18s  %18s  %9s\n", "B", "auto kernel", "auto ms (tok/s)", "narrow ms (tok/s)", "pin tax");
+        for (size_t bi = 0; bi < sizeof Bs / sizeof Bs[0] && !rc; bi++) {
+            const int B = Bs[bi];
+            for (int s = 0; s < B; s++) {
+                seq[s] = s;
+                pos0[s] = P;
+                lr[s] = s;
+            }
+            double med[2], wmed[2];
+            if ((rc = pin_time(&e, var, 2, B, seq, pos0, 1, lr, B, cmp1, W, S, med, wmed))) break;
+            const char *kern = B == 1 ? "warp, 1 row" : B <= 8 ? "warp, B rows" : "int8 GEMM";
+            printf("   %4d  %-12s  %7.3f (%8.1f)  %7.3f (%8.1f)  %8.2fx\n", B, kern, med[0], B * 1e3 / med[0], med[1],
+                   B * 1e3 / med[1], med[1] / med[0]);
+            JSONP("{\"bench\":\"pin_batch\",\"model\":\"%s\",\"B\":%d,\"auto_kernel\":\"%s\",\"steps\":%d,\"auto_ms\":%.4f,"
+                  "\"narrow_ms\":%.4f,\"auto_tok_s\":%.1f,\"narrow_tok_s\":%.1f,\"auto_wall_ms\":%.4f,\"narrow_wall_ms\":%.4f,"
+                  "\"pin_tax\":%.3f}",
+                  name, B, kern, S, med[0], med[1], B * 1e3 / med[0], B * 1e3 / med[1], wmed[0], wmed[1], med[1] / med[0]);
+        }
+        if (!rc) pin_parity_line(&e, rows0, diff0);
+    }
+    if (!rc && (suites & S_PIN_SUFFIX)) {
+        const size_t rows0 = e.cmp_rows, diff0 = e.diff_bytes;
+        static const int Ns[] = {4, 8, 16, 32, 64};
+        const pin_var var[2] = {{ga, need1}, {gn, need1}};
+        printf("\n-- prompt-cache suffix: n new tokens after a cached %d-token prefix, one forward, the last row's logits\n",
+               PREFIX);
+        printf("   %4s  %-12s  %18s  %18s  %9s\n", "n", "auto kernel", "auto ms (tok/s)", "narrow ms (tok/s)", "pin tax");
+        for (size_t ni = 0; ni < sizeof Ns / sizeof Ns[0] && !rc; ni++) {
+            const int n = Ns[ni];
+            for (int r = 0; r < n; r++) {
+                seq[r] = LONG;
+                pos0[r] = PREFIX + r;
+                lr[r] = r == n - 1 ? 0 : -1;
+            }
+            double med[2], wmed[2];
+            if ((rc = pin_time(&e, var, 2, n, seq, pos0, 0, lr, 1, cmp1, W, S, med, wmed))) break;
+            const char *kern = n <= 8 ? "warp, n rows" : "int8 GEMM";
+            printf("   %4d  %-12s  %7.3f (%8.1f)  %7.3f (%8.1f)  %8.2fx\n", n, kern, med[0], n * 1e3 / med[0], med[1],
+                   n * 1e3 / med[1], med[1] / med[0]);
+            JSONP("{\"bench\":\"pin_suffix\",\"model\":\"%s\",\"prefix\":%d,\"n\":%d,\"auto_kernel\":\"%s\",\"steps\":%d,"
+                  "\"auto_ms\":%.4f,\"narrow_ms\":%.4f,\"auto_tok_s\":%.1f,\"narrow_tok_s\":%.1f,\"auto_wall_ms\":%.4f,"
+                  "\"narrow_wall_ms\":%.4f,\"pin_tax\":%.3f}",
+                  name, PREFIX, n, kern, S, med[0], med[1], n * 1e3 / med[0], n * 1e3 / med[1], wmed[0], wmed[1],
+                  med[1] / med[0]);
+        }
+        if (!rc) pin_parity_line(&e, rows0, diff0);
+    }
+    if (!rc && (suites & S_PIN_MIXED)) {
+        const size_t rows0 = e.cmp_rows, diff0 = e.diff_bytes;
+        static const int Ns[] = {1, 4, 8, 16};
+        const int K = 4; /* drafts in the verify block: rows [last, d1..d4] */
+        ls_cuda_stats s0, s1;
+        ls_cuda_fwd_stats(ga, &s0);
+        printf("\n-- mixed: one speculative sequence's verify block (%d drafts, %d rows, every row's logits) + N classic\n"
+               "   decode rows in one forward. scoped: only the verify block needs parity, the classic rows run the\n"
+               "   auto/fast choice; exact pin: every row needs parity (process-wide); narrow pin: every row needs\n"
+               "   parity and runs the one-row kernel. Classic tok/s = N / step time.\n", K, K + 1);
+        printf("   On the GPU the fast family differs from the exact one only in runs of >= fast_min_rows = 64 rows\n"
+               "   (cuBLAS); the classic rows here (N <= 16) run the exact kernels either way, so scoped vs exact pin\n"
+               "   measures only the split of the batch into two runs (verify block | classic rows), each with its own\n"
+               "   kernel launches: a ratio near 1.0 is the real result, not a missing fast path.\n");
+        printf("   %4s  %-26s  %21s  %21s  %21s  %12s  %13s\n", "N", "kernels: scoped | pin", "scoped ms (classic/s)",
+               "exact pin ms (cl./s)", "narrow pin ms (cl./s)", "exact/scoped", "narrow/scoped");
+        for (size_t ni = 0; ni < sizeof Ns / sizeof Ns[0] && !rc; ni++) {
+            const int N = Ns[ni], n = K + 1 + N;
+            uint8_t need_s[PIN_MAXROWS], cmp_s[PIN_MAXROWS];
+            for (int r = 0; r < n; r++) {
+                const int spec = r <= K;
+                seq[r] = spec ? 0 : r - K; /* the speculative sequence 0, classic ones 1..N */
+                pos0[r] = spec ? P + r : P;
+                lr[r] = r;
+                need_s[r] = (uint8_t)spec;
+                cmp_s[r] = (uint8_t)spec;
+            }
+            const pin_var var[3] = {{ga, need_s}, {ga, need1}, {gn, need1}};
+            double med[3], wmed[3];
+            if ((rc = pin_time(&e, var, 3, n, seq, pos0, 1, lr, n, cmp_s, W, S, med, wmed))) break;
+            char kern[64]; /* the auto policy's kernels: scoped, two runs; exact pin, one run of n rows */
+            snprintf(kern, sizeof kern, "warp %d + %s %d | %s %d", K + 1, N <= 8 ? "warp" : "GEMM", N,
+                     n <= 8 ? "warp" : "GEMM", n);
+            printf("   %4d  %-26s  %8.3f (%10.1f)  %8.3f (%10.1f)  %8.3f (%10.1f)  %11.3fx  %12.3fx\n", N, kern, med[0],
+                   N * 1e3 / med[0], med[1], N * 1e3 / med[1], med[2], N * 1e3 / med[2], med[1] / med[0], med[2] / med[0]);
+            JSONP("{\"bench\":\"pin_mixed\",\"model\":\"%s\",\"drafts\":%d,\"N\":%d,\"kernels\":\"%s\",\"steps\":%d,\"scoped_ms\":%.4f,"
+                  "\"exact_pin_ms\":%.4f,\"narrow_pin_ms\":%.4f,\"scoped_classic_tok_s\":%.1f,\"exact_pin_classic_tok_s\":%.1f,"
+                  "\"narrow_pin_classic_tok_s\":%.1f,\"scoped_wall_ms\":%.4f,\"exact_pin_wall_ms\":%.4f,"
+                  "\"narrow_pin_wall_ms\":%.4f,\"exact_pin_tax\":%.3f,\"narrow_pin_tax\":%.3f}",
+                  name, K, N, kern, S, med[0], med[1], med[2], N * 1e3 / med[0], N * 1e3 / med[1], N * 1e3 / med[2], wmed[0],
+                  wmed[1], wmed[2], med[1] / med[0], med[2] / med[0]);
+        }
+        ls_cuda_fwd_stats(ga, &s1);
+        printf("   rows through cuBLAS in these steps: %llu%s\n", (unsigned long long)(s1.rows_cublas - s0.rows_cublas),
+               s1.rows_cublas == s0.rows_cublas ? " (the classic rows' fast family ran the exact kernels)" : "");
+        JSONP("{\"bench\":\"pin_mixed_cublas\",\"model\":\"%s\",\"rows_cublas\":%llu}", name,
+              (unsigned long long)(s1.rows_cublas - s0.rows_cublas));
+        if (!rc) pin_parity_line(&e, rows0, diff0);
+    }
+    if (!rc) {
+        printf("\n   parity between the variants: %zu logits rows that need parity, %zu bytes compared: %zu bytes differ%s\n",
+               e.cmp_rows, e.cmp_bytes, e.diff_bytes, e.diff_bytes ? "  FAIL" : "");
+        if (e.other_rows)
+            printf("   (the classic rows, without a parity need in the scoped variant, compared too, not required to "
+                   "match: %zu rows, %zu bytes differ)\n", e.other_rows, e.other_diff);
+        JSONP("{\"bench\":\"pin_parity\",\"model\":\"%s\",\"rows\":%zu,\"bytes_compared\":%zu,\"bytes_differing\":%zu,"
+              "\"other_rows\":%zu,\"other_bytes_differing\":%zu}",
+              name, e.cmp_rows, e.cmp_bytes, e.diff_bytes, e.other_rows, e.other_diff);
+        if (e.diff_bytes) rc = 2;
+    }
+    printf("   pin sections: %.1f s\n", now_s() - t0);
+    for (int k = 0; k < 3; k++) free(e.lg[k]);
+    ls_cuda_kv_free(kv);
+    ls_cuda_fwd_free(gn);
+    ls_cuda_fwd_free(ga);
+    return rc;
+}
+
 /* --probe: a few kernel launches for a profiler (ncu) to read */
 static int probe(void) {
     const int N = 4096, K = 14336;
@@ -454,9 +762,33 @@ static int probe(void) {
     return rc;
 }
 
+static unsigned parse_suites(const char *list) {
+    static const struct { const char *name; unsigned bits; } names[] = {
+        {"kernels", S_KERNELS}, {"decode", S_DECODE}, {"prefill", S_PREFILL}, {"parity", S_PARITY},
+        {"pin-batch", S_PIN_BATCH}, {"pin-suffix", S_PIN_SUFFIX}, {"pin-mixed", S_PIN_MIXED}, {"pin", S_PIN},
+        {"all", S_KERNELS | S_DECODE | S_PREFILL | S_PARITY | S_PIN}};
+    unsigned bits = 0;
+    const char *p = list;
+    while (*p) {
+        const size_t n = strcspn(p, ",");
+        size_t i = 0;
+        while (i < sizeof names / sizeof names[0] && (strlen(names[i].name) != n || strncmp(names[i].name, p, n))) i++;
+        if (i == sizeof names / sizeof names[0]) {
+            printf("bench_cuda: unknown suite '%.*s' (kernels, decode, prefill, parity, pin-batch, pin-suffix, pin-mixed, "
+                   "pin, all)\n", (int)n, p);
+            return 0;
+        }
+        bits |= names[i].bits;
+        p += n;
+        if (*p == ',') p++;
+    }
+    return bits;
+}
+
 int main(int argc, char **argv) {
     const char *out = NULL;
-    int no8 = 0, no1 = 0, decode_only = 0;
+    int no8 = 0, no1 = 0;
+    unsigned suites = S_KERNELS | S_DECODE | S_PREFILL | S_PARITY | S_PIN;
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--probe")) return probe();
     for (int i = 1; i < argc; i++) {
@@ -464,12 +796,25 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--quick")) g_quick = 1;
         else if (!strcmp(argv[i], "--no-8b")) no8 = 1;
         else if (!strcmp(argv[i], "--no-1b")) no1 = 1;
-        else if (!strcmp(argv[i], "--decode-only")) decode_only = 1;
+        else if (!strcmp(argv[i], "--decode-only")) suites = S_KERNELS | S_DECODE;
+        else if (!strcmp(argv[i], "--suites") && i + 1 < argc) {
+            if (!(suites = parse_suites(argv[++i]))) return 2;
+        } else {
+            printf("bench_cuda: unknown argument '%s'\n", argv[i]);
+            return 2;
+        }
     }
+    if (getenv("LS_BENCH_NO_KERNELS")) suites &= ~(unsigned)S_KERNELS;
     if (out) {
         char path[1024];
-        snprintf(path, sizeof path, "%s/bench_cuda.json", out);
-        g_json = fopen(path, "w");
+        if (suites & (S_KERNELS | S_DECODE | S_PREFILL | S_PARITY)) {
+            snprintf(path, sizeof path, "%s/bench_cuda.json", out);
+            g_json = fopen(path, "w");
+        }
+        if (suites & S_PIN) {
+            snprintf(path, sizeof path, "%s/bench_cuda_pin.json", out);
+            g_json_pin = fopen(path, "w");
+        }
     }
     char name[256];
     ls_err err;
@@ -484,31 +829,43 @@ int main(int argc, char **argv) {
     printf("gpu: %s\ncopy bandwidth (4 GiB device-to-device, read + written bytes, median of 9): %.0f GB/s; "
            "read-only kernel: %.0f GB/s\n", name, g_copy_gbs, g_read_gbs);
     JSON("{\"bench\":\"bandwidth\",\"gpu\":\"%s\",\"copy_gbs\":%.1f,\"read_gbs\":%.1f}", name, g_copy_gbs, g_read_gbs);
-    if (!getenv("LS_BENCH_NO_KERNELS")) bench_kernels();
+    JSONP("{\"bench\":\"gpu\",\"gpu\":\"%s\",\"copy_gbs\":%.1f,\"quick\":%d}", name, g_copy_gbs, g_quick);
+    if (suites & S_KERNELS) bench_kernels();
 
     /* name, vocab, embd, layers, heads, kv heads, ff, ctx; q k v o gate up down; embd; out; rope base */
     const synth_cfg c1 = {"1B-shaped Q4_K_M-style (Llama-3.2-1B shapes, tied Q6_K)", 128256, 2048, 16, 32, 8, 8192, 8192,
                           12, 12, 14, 12, 12, 12, 14, 14, -1, 500000.0f, NULL, 0, 0, 0, 0.0f, 0, 0.0f};
     const synth_cfg c8 = {"8B-shaped Q4_0 (Llama-3-8B shapes, Q6_K head)", 128256, 4096, 32, 32, 8, 14336, 8192,
                           2, 2, 2, 2, 2, 2, 2, 2, 14, 500000.0f, NULL, 0, 0, 0, 0.0f, 0, 0.0f};
+    int rc = 0;
     for (int k = 0; k < 2; k++) {
         if ((k == 0 && no1) || (k == 1 && no8)) continue;
+        /* the 1B-shaped model: decode (not with --quick) and parity; the 8B-shaped one: everything */
+        const int dec = (suites & S_DECODE) && (k == 1 || !g_quick), pre = k == 1 && (suites & S_PREFILL) && !g_quick,
+                  par = (suites & S_PARITY) != 0, pin = k == 1 && (suites & S_PIN);
+        if (!dec && !pre && !par && !pin) continue;
         const synth_cfg *c = k == 0 ? &c1 : &c8;
         const double t0 = now_s();
         void *buf = NULL;
         ls_model *m = synth_model(c, 2024 + (uint64_t)k, &buf, &err);
         if (!m) {
             printf("model %s: %s\n", c->name, err.msg);
+            rc = 1;
             continue;
         }
         printf("\nmodel %s: %.2f GiB of weights (ggml), built and loaded in %.1f s\n", c->name,
                (double)ls_model_weight_bytes(m) / 1073741824.0, now_s() - t0);
-        if (k == 1 || !g_quick) bench_decode(m, c->name);
-        if (k == 1 && !g_quick && !decode_only) bench_prefill(m, c->name);
-        if (!decode_only) bench_parity(m, c->name, k == 0 ? 16 : 6, k == 0 ? 16 : 12, k == 0 ? 64 : 40, 99 + (uint64_t)k);
+        if (dec) bench_decode(m, c->name);
+        if (pin) {
+            const int r = bench_pin(m, c->name, suites);
+            if (r > rc) rc = r;
+        }
+        if (pre) bench_prefill(m, c->name);
+        if (par) bench_parity(m, c->name, k == 0 ? 16 : 6, k == 0 ? 16 : 12, k == 0 ? 64 : 40, 99 + (uint64_t)k);
         ls_model_free(m);
         free(buf);
     }
     if (g_json) fclose(g_json);
-    return 0;
+    if (g_json_pin) fclose(g_json_pin);
+    return rc;
 }

@@ -812,7 +812,19 @@ static ls_status mm(ls_cuda_fwd *f, const DMat &d, const std::vector<Run> &runs,
         lsc_act ar = a;
         ar.q = a.q + (size_t)r.m0 * a.xs * 32;
         ar.dxs = a.dxs + (size_t)r.m0 * a.xs;
-        if (r.n <= f->opts.gemv_max_rows)
+        if (f->opts.narrow) { /* the narrow pin: the one-row warp kernel, row by row */
+            for (int i = 0; i < r.n; i++) {
+                lsc_act a1 = ar;
+                a1.q = ar.q + (size_t)i * a.xs * 32;
+                a1.dxs = ar.dxs + (size_t)i * a.xs;
+                lsc_qout q1 = qo;
+                if (qo.q) {
+                    q1.q = qo.q + (size_t)i * qo.xs * 32;
+                    q1.dxs = qo.dxs + (size_t)i * qo.xs;
+                }
+                CK(lsc_gemv(w, a1, 1, yr + (size_t)i * ldy, ldy, mode, f->ls, q1));
+            }
+        } else if (r.n <= f->opts.gemv_max_rows)
             CK(lsc_gemv(w, ar, r.n, yr, ldy, mode, f->ls, qo));
         else
             CK(lsc_mma(w, ar, r.n, yr, ldy, mode, f->part, f->part_floats, f->ls));
