@@ -282,6 +282,20 @@ MUTANTS = [
      "for (int32_t p = 0; p < it->n; p++) acc +=", "for (int32_t p = 1; p < it->n; p++) acc +=",
      "the embedding's mean pooling leaves out the first position",
      ["python3 -m pytest -q -x tests/python/test_server_endpoints.py -k exact_float64"]),
+    ("min-p-of-total", "src/sample/sample.c",
+     "const float floor_p = p->min_p * prob[0];", "const float floor_p = p->min_p * total;",
+     "min-p's floor is a share of the kept mass, not of the most likely token's probability",
+     ["python3 -m pytest -q -x tests/python/test_sampler_ref.py -k min_p"]),
+    ("bias-after-repeat-penalty", "src/sample/sample.c",
+     "    for (int32_t i = 0; i < p->n_logit_bias; i++) {\n        int32_t id = p->logit_bias[i].id;\n        if (id >= 0 && id < V) mod[id] += p->logit_bias[i].bias;\n    }\n    if (!toks) return;\n    const float r = p->repeat_penalty;\n    if (r != 0.0f && r != 1.0f && p->repeat_last_n != 0) {\n        int32_t from = p->repeat_last_n < 0 || p->repeat_last_n > n_toks ? 0 : n_toks - p->repeat_last_n;\n        for (int32_t i = from; i < n_toks; i++) cnt[toks[i]] = 0;\n        for (int32_t i = from; i < n_toks; i++) {\n            int32_t t = toks[i];\n            if (cnt[t]) continue;\n            cnt[t] = 1;\n            mod[t] = mod[t] <= 0.0f ? mod[t] * r : mod[t] / r;\n        }\n    }\n",
+     "    const float r = p->repeat_penalty;\n    if (toks && r != 0.0f && r != 1.0f && p->repeat_last_n != 0) {\n        int32_t from = p->repeat_last_n < 0 || p->repeat_last_n > n_toks ? 0 : n_toks - p->repeat_last_n;\n        for (int32_t i = from; i < n_toks; i++) cnt[toks[i]] = 0;\n        for (int32_t i = from; i < n_toks; i++) {\n            int32_t t = toks[i];\n            if (cnt[t]) continue;\n            cnt[t] = 1;\n            mod[t] = mod[t] <= 0.0f ? mod[t] * r : mod[t] / r;\n        }\n    }\n    for (int32_t i = 0; i < p->n_logit_bias; i++) {\n        int32_t id = p->logit_bias[i].id;\n        if (id >= 0 && id < V) mod[id] += p->logit_bias[i].bias;\n    }\n    if (!toks) return;\n",
+     "the repeat penalty scales the raw logit and the bias is added after it (the recipe biases first)",
+     ["python3 -m pytest -q -x tests/python/test_sampler_ref.py -k 'combined or logit_bias'"]),
+    ("masked-drops-modifiers", "src/sample/sample.c",
+     "        logits = mod;\n    }\n    return sample_core(p, logits, n_vocab, (uint64_t)n_toks, scratch, mask);",
+     "        (void)mod;\n    }\n    return sample_core(p, logits, n_vocab, (uint64_t)n_toks, scratch, mask);",
+     "under a grammar the logit bias and penalties are computed and then not used",
+     ["python3 -m pytest -q -x tests/python/test_sampler_ref.py -k constrained"]),
 ]
 
 
