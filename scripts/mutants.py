@@ -296,6 +296,10 @@ MUTANTS = [
      "        (void)mod;\n    }\n    return sample_core(p, logits, n_vocab, (uint64_t)n_toks, scratch, mask);",
      "under a grammar the logit bias and penalties are computed and then not used",
      ["python3 -m pytest -q -x tests/python/test_sampler_ref.py -k constrained"]),
+    ("json-depth-unbounded", "src/server/request.c",
+     "if (s->top >= LS_SRV_JSON_DEPTH) {", "if (0) {",
+     "a request body may nest past 64 levels (the strict reader's path stack overflows; cJSON recurses 1,000 deep)",
+     [HOSTILE_K + "trailing_data"]),
 ]
 
 
