@@ -300,6 +300,18 @@ MUTANTS = [
      "if (s->top >= LS_SRV_JSON_DEPTH) {", "if (0) {",
      "a request body may nest past 64 levels (the strict reader's path stack overflows; cJSON recurses 1,000 deep)",
      [HOSTILE_K + "trailing_data"]),
+    ("many-choices-ignore-shutdown", "src/server/jobs.c",
+     "bool cut = __atomic_load_n(&s->shutting_down, __ATOMIC_ACQUIRE);", "bool cut = false;",
+     "a request with n > 1 parses every choice past the end of the grace period (its client reads an empty reply)",
+     [HOSTILE_K + "sigterm_while_many_choices"]),
+    ("many-choices-ignore-gone", "src/server/jobs.c",
+     "if (cut || gone_before_submit(s, c, j0)) {", "if (cut) {",
+     "a request with n > 1 parses every choice after its client left",
+     [HOSTILE_K + "client_gone_while_many_choices"]),
+    ("shutdown-no-reply-wait", "src/server/server.c",
+     "            if (handling == 0 || now_ms() > replies_by) break;", "            break;",
+     "at the end of the grace period MHD closes the connections while handlers still owe their 503",
+     [HOSTILE_K + "sigterm_while_many_choices"]),
 ]
 
 
