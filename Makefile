@@ -241,7 +241,7 @@ build-fuzz/fuzz_request: tests/fuzz/fuzz_request.c src/server/request.c src/util
 	clang $(FUZZ_FLAGS) -pthread -o $@ $^ -lcjson
 build-fuzz/fuzz_chat: tests/fuzz/fuzz_chat.c src/tokenizer/chat.c src/tokenizer/jinja.c src/util/err.c src/util/alloc.c
 	@mkdir -p build-fuzz
-	clang $(FUZZ_FLAGS) -o $@ $^ -lcjson -lm
+	clang $(FUZZ_FLAGS) -pthread -o $@ $^ -lcjson -lm
 build-fuzz/fuzz_grammar: tests/fuzz/fuzz_grammar.c src/sample/grammar.c src/sample/json_schema.c src/util/err.c src/util/alloc.c
 	@mkdir -p build-fuzz
 	clang $(FUZZ_FLAGS) -pthread -o $@ $^ -lcjson

@@ -733,11 +733,24 @@ static enum MHD_Result generate_many(server *s, struct MHD_Connection *c, conn *
         job_unref(j0);
         return ls_srv_send_error(s, c, 503, "server_busy", "the request queue is full; retry later", "1");
     }
+    /* Each choice parses the body again (a schema converts, a long prompt tokenizes): up
+     * to 16 times one request's parse.  Between choices, the end of the shutdown grace
+     * period answers 503 and a client that left stops the work, so neither waits for all
+     * of them. */
     int32_t made = 1;
-    while (made < n_all && (js[made] = job_new(s, c, cn, chat, path, j0, made, &res))) made++;
-    if (made < n_all) { /* job_new answered the error */
-        for (int32_t k = 0; k < made; k++) job_unref(js[k]);
-        return res;
+    for (; made < n_all; made++) {
+        bool cut = __atomic_load_n(&s->shutting_down, __ATOMIC_ACQUIRE);
+        if (cut || gone_before_submit(s, c, j0)) {
+            for (int32_t k = 0; k < made; k++) job_unref(js[k]);
+            if (!cut) return MHD_NO;
+            ls_srv_error(&err, LS_E_INVALID, "the server shut down before this request could start; retry it on "
+                                             "another replica");
+            return send_submit_error(s, c, 503, &err);
+        }
+        if (!(js[made] = job_new(s, c, cn, chat, path, j0, made, &res))) { /* job_new answered the error */
+            for (int32_t k = 0; k < made; k++) job_unref(js[k]);
+            return res;
+        }
     }
     for (int32_t k = 1; k < n_all; k++) memcpy(js[k]->id, j0->id, sizeof j0->id); /* one response: one id */
     group *g = NULL;

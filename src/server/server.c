@@ -314,7 +314,7 @@ int ls_server_run(const ls_server_params *p, ls_err *err) {
     __atomic_store_n(&s->draining, true, __ATOMIC_RELEASE);
     lfd = MHD_quiesce_daemon(d);
     if (lfd != MHD_INVALID_SOCKET) shutdown(lfd, SHUT_RDWR);
-    double deadline = now_ms() + 1000.0 * p->timeout_s;
+    double deadline = now_ms() + 1000.0 * p->timeout_s, replies_by = 0;
     for (;;) {
         pthread_mutex_lock(&s->mu);
         int live = s->live, busy = s->busy;
@@ -326,7 +326,20 @@ int ls_server_run(const ls_server_params *p, ls_err *err) {
         }
         pthread_mutex_unlock(&s->mu);
         if (s->router) live += ls_srv_router_live(s->router, cut);
-        if (live == 0 && (busy == 0 || cut)) break;
+        if (live == 0 && busy == 0) break;
+        if (live == 0 && cut) {
+            /* Every cancelled request's handler still owes its reply (a 503, a stream's
+             * last chunk): MHD_stop_daemon would close the connection under it, and the
+             * client would read an empty reply.  Wait until no request is being handled,
+             * for at most LS_SRV_REPLY_GRACE_MS; a head or body still arriving (a
+             * trickling client) owes nothing and is not waited for. */
+            if (!replies_by) replies_by = now_ms() + LS_SRV_REPLY_GRACE_MS;
+            pthread_mutex_lock(&s->cmu);
+            int handling = 0;
+            for (const sock *k = s->socks; k; k = k->next) handling += !k->cut && k->phase == SK_HANDLING;
+            pthread_mutex_unlock(&s->cmu);
+            if (handling == 0 || now_ms() > replies_by) break;
+        }
         if (cut && s->e) {
             ls_engine_cancel_all(s->e);
             pthread_mutex_lock(&s->mu);

@@ -65,6 +65,10 @@ typedef struct {
 /* Where a connection's current request is (the reaper's deadlines). */
 enum { SK_HEAD = 0, SK_BODY, SK_HANDLING };
 
+/* At shutdown, after the grace period's cancellations: how long the handlers of the
+ * cancelled requests get to write their replies before the connections are closed. */
+#define LS_SRV_REPLY_GRACE_MS 1000.0
+
 /* One TCP connection (MHD's socket context, from MHD_OPTION_NOTIFY_CONNECTION): the
  * reaper's head and body deadlines, and the access-log fields of the request on it.  The
  * log fields are written by the connection's own thread only; fd, phase, the deadline

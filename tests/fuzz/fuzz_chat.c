@@ -10,7 +10,12 @@
  * Any other input is a conversation rendered by every hand-written family: split at 0x01
  * bytes into messages, each message's first byte picking its role.  A success holds every
  * user message's text (trimmed of surrounding whitespace, as some families' templates
- * trim it); a failure says why. */
+ * trim it); a failure says why.
+ *
+ * The server renders templates on its connection threads, so each input runs on a thread
+ * with their 2 MiB stack (src/server/server.c; libFuzzer's own has 8 MiB): a template
+ * whose parse or render recursed too deep for the server crashes here too. */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,7 +85,14 @@ static void fuzz_template(const char *src, size_t len, char *rest) {
     }
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+typedef struct {
+    const uint8_t *data;
+    size_t size;
+} input;
+
+static void *one(void *p) {
+    const uint8_t *data = ((input *)p)->data;
+    size_t size = ((input *)p)->size;
     static const char *fams[] = {"chatml", "llama2", "llama3", "mistral", "gemma", "phi3", "zephyr", "qwen3"};
     char *buf = malloc(size + 1);
     memcpy(buf, data, size);
@@ -90,7 +102,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         char *rest = len < size ? buf + len + 1 : buf + size;
         fuzz_template(buf, len, rest);
         free(buf);
-        return 0;
+        return NULL;
     }
     ls_chat_msg msgs[64];
     size_t n = split_messages(buf, msgs, 64);
@@ -119,5 +131,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         ls_chat_template_free(&t);
     }
     free(buf);
+    return NULL;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    input in = {data, size};
+    pthread_attr_t a;
+    pthread_t th;
+    if (pthread_attr_init(&a) || pthread_attr_setstacksize(&a, (size_t)2 << 20)) __builtin_trap();
+    if (pthread_create(&th, &a, one, &in)) __builtin_trap();
+    pthread_join(th, NULL);
+    pthread_attr_destroy(&a);
     return 0;
 }

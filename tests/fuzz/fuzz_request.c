@@ -2,14 +2,47 @@
  * (server/request.c), for chat and text completions, with every chat template
  * family.  Never a crash; a rejection always names what was wrong.  Each body is parsed
  * on a thread with the server's 2 MiB connection-thread stack (libFuzzer's own has
- * 8 MiB), so a grammar or schema that nests too deep for the server crashes here too. */
+ * 8 MiB), so a grammar or schema that nests too deep for the server crashes here too.
+ *
+ * The same bytes are also read as a model's output by the tool-call parser
+ * (server/tools.c, ls_srv_tools_parse), in both formats, against the rule stated above
+ * it: no calls means the whole text is content (Hermes); calls are well-formed objects;
+ * the content beside Hermes calls is a prefix of the text, and generic calls have none. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "server/request.h"
+#include "server/tools.h"
 #include "tokenizer/chat.h"
+
+static void tool_calls(const char *text, size_t len) {
+    for (int f = 0; f < 2; f++) {
+        char *content = NULL;
+        cJSON *calls = NULL;
+        ls_status st = ls_srv_tools_parse(text, len, f ? LS_TOOLS_HERMES : LS_TOOLS_GENERIC, "fz", &content, &calls);
+        if (st == LS_E_NOMEM) continue;
+        if (st != LS_OK) __builtin_trap();
+        if (!calls && !content) __builtin_trap();
+        if (f && !calls && memcmp(content, text, len)) __builtin_trap(); /* not a call: all of it is content */
+        if (f && calls && content && (strlen(content) > len || memcmp(content, text, strlen(content))))
+            __builtin_trap();
+        if (!f && calls && content) __builtin_trap();
+        const cJSON *c;
+        cJSON_ArrayForEach(c, calls) {
+            const cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
+            if (!cJSON_IsString(cJSON_GetObjectItemCaseSensitive(c, "id")) ||
+                !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(fn, "name")) ||
+                !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(fn, "arguments")))
+                __builtin_trap();
+        }
+        free(content);
+        cJSON_Delete(calls);
+    }
+}
 
 static ls_status render(void *ud, const ls_chat_msg *msgs, size_t n, const ls_chat_opts *opts, char **out, ls_err *err) {
     ls_chat_vars v = LS_CHAT_VARS_INIT;
@@ -52,6 +85,7 @@ static void *one(void *p) {
         ls_srv_req_free(&r);
     }
     ls_chat_template_free(&t);
+    tool_calls((const char *)data + 1, size - 1);
     return NULL;
 }
 

@@ -231,13 +231,16 @@ def test_access_log_and_latency_metrics(srv):
     m0 = srv.metrics()
     st, out, h = srv.post("/v1/completions", COMPLETION)
     assert st == 200 and h["x-request-id"] == out["id"]
-    time.sleep(0.3)
-    line = [x for x in srv.logtext().splitlines() if f"id={out['id']}" in x and " POST " in x]
-    assert line, srv.logtext()[-2000:]
+    deadline = time.time() + 10  # the access log line is written once the reply is sent
+    while not (line := [x for x in srv.logtext().splitlines() if f"id={out['id']}" in x and " POST " in x]):
+        assert time.time() < deadline, srv.logtext()[-2000:]
+        time.sleep(0.05)
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z 127\.0\.0\.1 POST /v1/completions 200 "
                         r"tokens=\d+\+8 ms=\d+ id=cmpl-[0-9a-f]+", line[-1]), line[-1]
-    time.sleep(1.1)  # the tokens-per-second gauge counts whole seconds
-    m = srv.metrics()
+    deadline = time.time() + 9  # the tokens-per-second gauge counts whole seconds of the last 10
+    while (m := srv.metrics())["lockstep_generation_tokens_per_second"] == 0:
+        assert time.time() < deadline, "the tokens of the last 10 s never reached the gauge"
+        time.sleep(0.1)
     for name in ("queue_seconds", "time_to_first_token_seconds", "time_per_output_token_seconds",
                  "e2e_request_seconds"):
         full = f"lockstep_{name}"
@@ -273,8 +276,11 @@ def test_connection_limit_is_503_json(srv6):
             c = socket.socket(socket.AF_INET6)
             c.connect(("::1", srv6.port))
             socks.append(c)
-        time.sleep(0.5)
-        st, h, body = srv6.req("GET", "/v1/models")
+        deadline = time.time() + 10  # until the server has accepted the 25 (20 of them count)
+        while (r := srv6.req("GET", "/v1/models"))[0] != 503:
+            assert time.time() < deadline, "25 open connections never reached the limit of 20"
+            time.sleep(0.05)
+        st, h, body = r
         assert st == 503 and h.get("retry-after") == "1" and "limit 20" in is_openai_error(body)["message"]
     finally:
         for c in socks:
@@ -379,6 +385,10 @@ def test_stream_queued_past_timeout_is_kept_alive(model_path):
             "prompt": "Hello", "max_tokens": 6, "ignore_eos": True, "stream": True, "n": 2})))
         one.start()
         two.start()
+        deadline = time.time() + 30  # both streams queued (3 sequences) behind the long one
+        while s.metrics()["lockstep_requests_in_flight"] < 4:
+            assert time.time() < deadline
+            time.sleep(0.02)
         time.sleep(2.5)  # both streams wait 2.5 x --timeout for the slot
         hold.close()     # the long request is cancelled and frees it
         for t in (one, two):
