@@ -467,10 +467,22 @@ ls_status ls_engine_submit(ls_engine *e, const ls_request *rq, uint64_t *id, ls_
         if (!e->gvocab) e->gvocab = ls_grammar_vocab_new(e->n_vocab, gv_bytes, gv_eog, (void *)e->m, err);
         bool have = e->gvocab != NULL;
         pthread_mutex_unlock(&e->mu);
-        if (!have) {
+        /* The first token's mask, here on the caller's thread: a grammar that compiles but
+         * whose mask goes over its work budget at the start is the request's fault, refused
+         * now rather than ended by the engine with an error after admission. */
+        uint32_t *m0 = have ? ls_malloc(ls_grammar_mask_words(e->n_vocab) * sizeof *m0) : NULL;
+        int32_t n0 = m0 ? ls_grammar_mask(gst, e->gvocab, m0) : -1;
+        free(m0);
+        if (n0 < 0) {
             ls_grammar_state_free(gst);
             ls_grammar_free(gram);
-            return LS_E_NOMEM;
+            if (n0 == LS_GRAMMAR_MASK_OVER)
+                return ls_err_set(err, LS_E_INVALID,
+                                  "the grammar is too ambiguous: the tokens allowed at its start take over the work "
+                                  "budget of %lld steps to find (make its alternatives and repetitions less nested)",
+                                  (long long)LS_GRAMMAR_MASK_WORK);
+            return have ? ls_err_set(err, LS_E_NOMEM, "out of memory computing the grammar's first token mask")
+                        : LS_E_NOMEM;
         }
     }
     seq *s = seq_new(e, r);
@@ -983,7 +995,7 @@ ls_status ls_engine_step(ls_engine *e, int32_t *n_rows_out, ls_err *err) {
                 const uint32_t *mask = NULL;
                 if (s->gst) {
                     int32_t n_ok = ls_grammar_mask(s->gst, e->gvocab, e->gmask);
-                    if (n_ok <= 0) { /* 0: nothing can follow (done); -1: over the mask's work budget */
+                    if (n_ok <= 0) { /* 0: nothing can follow (done); < 0: out of memory or over the mask's work budget */
                         seq_finish(e, s, n_ok == 0 ? LS_FINISH_STOP : LS_FINISH_ERROR, -1, s->n_toks, NULL);
                         alive = false;
                         break;

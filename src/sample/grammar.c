@@ -1259,8 +1259,8 @@ nomem:
  * nodes cost a lookup.  Bounded: past MEMO_SETS sets or a full table it computes
  * directly (the same sets: a cache, not a different computation). */
 #define MEMO_SETS 1024
-/* The work budget of one mask (the sum of its code points' stack steps, see ubuf). */
-#define MASK_WORK ((int64_t)1 << 26)
+/* The work budget of one mask (the sum of its code points' stack steps, see ubuf): grammar.h. */
+#define MASK_WORK LS_GRAMMAR_MASK_WORK
 #define MEMO_SLOTS (1u << 15)
 
 typedef struct {
@@ -1277,6 +1277,7 @@ typedef struct {
     ubuf tmp;
     int64_t work; /* left of MASK_WORK */
     bool oom;     /* out of memory or past a budget: the mask fails */
+    bool over;    /* ... and it was the budget */
     sset scratch;
     sset *sets; /* interned */
     uint64_t *hashes;
@@ -1342,6 +1343,7 @@ static void walk(walker *w, int32_t node, const sset *cur, int32_t cur_id, uint3
                 w->work -= WORK_PER_CP - w->tmp.work;
                 if (!ok || w->work < 0) {
                     w->oom = true;
+                    w->over = ok || w->tmp.over; /* the mask's budget, or one code point's */
                     return;
                 }
                 next = lv;
@@ -1363,6 +1365,7 @@ static void walk(walker *w, int32_t node, const sset *cur, int32_t cur_id, uint3
             bool possible = partial_possible(w->g, cur, ncp, nrem, &w->work);
             if (w->work < 0) {
                 w->oom = true;
+                w->over = true;
                 return;
             }
             if (!possible) continue;
@@ -1406,7 +1409,7 @@ int32_t ls_grammar_mask(const ls_grammar_state *s, const ls_grammar_vocab *v, ui
     free(w.tmp.fr);
     if (w.oom) { /* out of memory or over budget: the mask is incomplete, so nothing may be sampled from it */
         memset(mask, 0, ls_grammar_mask_words(v->n_vocab) * sizeof *mask);
-        return -1;
+        return w.over ? LS_GRAMMAR_MASK_OVER : -1;
     }
     if (ls_grammar_complete(s))
         for (int32_t i = 0; i < v->n_vocab; i++)

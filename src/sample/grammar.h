@@ -71,9 +71,12 @@ static inline bool ls_grammar_mask_get(const uint32_t *mask, int32_t id) { retur
  * bytes the grammar accepts from s (its last UTF-8 sequence may stay incomplete if some
  * continuation could match), and the end-of-generation tokens only when s is complete.
  * When s is final only end-of-generation tokens are allowed (none after one was
- * accepted).  Returns how many are allowed (0: nothing can follow), or -1 when the mask
- * could not be computed (out of memory, or over its work budget): the request must end with
- * an error, not as if the grammar had finished. */
+ * accepted).  Returns how many are allowed (0: nothing can follow), or a negative value
+ * when the mask could not be computed: -1 out of memory, LS_GRAMMAR_MASK_OVER over its
+ * work budget (LS_GRAMMAR_MASK_WORK steps); the request must end with an error, not as
+ * if the grammar had finished. */
+#define LS_GRAMMAR_MASK_OVER (-2)
+#define LS_GRAMMAR_MASK_WORK ((int64_t)1 << 26)
 int32_t ls_grammar_mask(const ls_grammar_state *s, const ls_grammar_vocab *v, uint32_t *mask);
 /* Accepts token id (which the mask allowed): its bytes, or for an end-of-generation
  * token the end (the state becomes final).  false (state unchanged) if not allowed. */

@@ -482,8 +482,8 @@ static void test_limits_named_and_fast(void **st) {
 }
 
 /* At decode time a grammar whose every step is ambiguous cannot wedge the engine: the
- * mask stops at its work budget, allows nothing and says so (-1: the request ends with an
- * error, not as a finished grammar), quickly. */
+ * mask stops at its work budget, allows nothing and says so (LS_GRAMMAR_MASK_OVER: the
+ * request ends with an error, not as a finished grammar), quickly. */
 static const char *const QVOC[] = {"q", "qy", "y", "x", "yx", ""};
 static size_t qvoc_bytes(void *ud, int32_t id, char *buf, size_t cap) {
     (void)ud;
@@ -517,7 +517,7 @@ static void test_mask_is_bounded(void **st) {
     g = compile(buf);
     s = ls_grammar_state_new(g);
     double t0 = now_s();
-    assert_int_equal(ls_grammar_mask(s, v, mask), -1);
+    assert_int_equal(ls_grammar_mask(s, v, mask), LS_GRAMMAR_MASK_OVER); /* the budget, not out of memory */
     assert_int_equal(mask[0], 0u);
     assert_true(now_s() - t0 < 2.0);
     ls_grammar_state_free(s);
@@ -851,6 +851,11 @@ static void test_engine_parity_alone_batched_speculative(void **st) {
     uint64_t id;
     assert_int_equal(ls_engine_submit(e, &q, &id, &err), LS_E_INVALID);
     assert_non_null(strstr(err.msg, "grammar line 1"));
+    /* one that compiles but whose first token mask goes over its work budget, too: a request
+     * error naming the budget (the server's 400), not an out-of-memory ending after admission */
+    q.grammar = "root ::= (\"a\"{0,1000}){0,1000}";
+    assert_int_equal(ls_engine_submit(e, &q, &id, &err), LS_E_INVALID);
+    assert_non_null(strstr(err.msg, "work budget"));
     ls_engine_stats es = LS_ENGINE_STATS_INIT;
     ls_engine_get_stats(e2, &es);
     assert_true(es.preemptions > 0);
