@@ -258,9 +258,9 @@ static void *par_worker(void *arg) {
                 continue;
             }
         }
-        /* (at the load, unless the panel copy will be read from them soon: a CPU with AVX2 builds it) */
-        if (repacked(t) && (P->prep || !ls_isa_supported(LS_ISA_AVX2) || !ls_wmat_prepare_bytes(m->mats[i], LS_ISA_AVX2)))
-        {
+        /* (at the load, only where creation built the matrix's layout, MXFP4's group records:
+         * the panel types' copy is built from the file's pages by ls_model_prepare) */
+        if (repacked(t) && (P->prep || !ls_wmat_prepare_bytes(m->mats[i], LS_ISA_SCALAR))) {
             gguf_release(m->gguf, t->data, t->nbytes); /* a no-op outside the file's mapping */
             if (m->mtp_gguf) gguf_release(m->mtp_gguf, t->data, t->nbytes);
         }
@@ -289,8 +289,8 @@ static void par_run(ls_par *P) {
     pthread_mutex_destroy(&P->mu);
 }
 
-/* Builds every listed matrix (the kernels' group records) and stores each where the
- * model keeps it. */
+/* Creates every listed matrix (MXFP4's group records are built here; the other quantized
+ * types' panel copy at ls_model_prepare) and stores each where the model keeps it. */
 static ls_status build_matrices(ls_model *m, ls_err *err) {
     ls_par P = {.m = m};
     par_run(&P);
@@ -304,15 +304,15 @@ static ls_status build_matrices(ls_model *m, ls_err *err) {
     return LS_OK;
 }
 
-/* What the ISA's kernels need beyond the group records (AVX-512, AVX-VNNI, AVX2: a panel
- * copy of the quantized matrices but MXFP4, one copy shared by the three: a second of them finds it
- * built and needs 0 bytes), built on first use of that ISA with this model, for every
+/* What the ISA's kernels need beyond what the load built (the panel copy of the quantized
+ * matrices but MXFP4, their one repacked layout, shared by every ISA: the second ISA finds
+ * it built and needs 0 bytes), built on first use of an ISA with this model, for every
  * matrix, in one arena of 2 MiB pages where the kernel grants them: the weights stream
  * from L3 or DRAM once per step, and with 4 KiB pages every 4 KiB of panel costs a TLB
  * miss (a nested page walk in a VM).  Measured (one process, a model of each kind, their
  * engines interleaved, 2 threads, 80-250 positions, six runs): decode steps at B = 1
- * 0.87-1.00x, at B = 8 0.88-0.98x the time with 4 KiB pages.  An ISA that is never used
- * costs nothing (the scalar level: no panel copy at all). */
+ * 0.87-1.00x, at B = 8 0.88-0.98x the time with 4 KiB pages.  A model that never runs
+ * (info, tokenize) builds none of it. */
 ls_status ls_model_prepare(const ls_model *cm, ls_isa isa, ls_err *err) {
     ls_model *m = (ls_model *)cm; /* a lazily built cache, guarded by prep_mu: the model stays logically const */
     ls_status st = LS_OK;

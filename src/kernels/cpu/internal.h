@@ -138,10 +138,11 @@ typedef struct ls_wtype_s {
     ls_rec (*layout)(uint32_t L); /* a group record of L units (NULL for float types) */
     void (*decode)(const uint8_t *blk, ls_unit *un); /* one ggml block -> block / 32 units */
     void (*put_scales)(const ls_rec *r, uint32_t l, const ls_unit *un, uint8_t *rec); /* into lane l */
-    /* Step 2 of the recipe for unit l of a record: u its 32 codes, q the activation
-     * block's 32 codes, dx and sx its scale and scaled sum (the scalar definition). */
-    float (*unit_c)(const ls_rec *r, uint32_t l, const uint8_t *rec, const int16_t *u, const int16_t *q, float dx,
-                    float sx);
+    void (*get_scales)(const ls_rec *r, uint32_t l, const uint8_t *rec, ls_unit *un); /* out of lane l */
+    /* Step 2 of the recipe for one unit: f its raw scale fields, u its 32 codes, q the
+     * activation block's 32 codes, dx and sx its scale and scaled sum (the scalar
+     * definition). */
+    float (*unit_c)(const ls_unit *f, const int16_t *u, const int16_t *q, float dx, float sx);
     ls_mm_fn mm[LS_ISA_COUNT]; /* the kernels, indexed by ls_isa */
 } ls_wtype;
 /* The row of a type with a matmul kernel, or NULL. */
@@ -149,6 +150,10 @@ const ls_wtype *ls_wtype_get(uint32_t type);
 /* Decodes ggml block blk of weight row n (from the matrix's source data) into its
  * units (1, or 8 for K-quants). */
 void ls_wmat_decode_block(const ls_wmat *w, int64_t n, int64_t blk, ls_unit *un);
+/* Reads unit b of weight row n back out of the panel copy: its codes and raw scale
+ * fields, as ls_wmat_decode_block gave them to ls_panel_build (the scalar kernels' reader
+ * of the panel types). */
+void ls_panel_unit(const ls_wmat *w, int64_t n, int64_t b, ls_unit *un);
 
 /* Activation-quantization scratch, one row: transposed int8 q (K bytes, same plane
  * order as BYTE weights), then per unit: dx (float), sx (float), sq = sum q (int32),
@@ -190,8 +195,8 @@ void ls_quantize_x_row(const float *x, int64_t K, void *row_out);
 void ls_quantize_x_row_avx512(const float *x, int64_t K, void *row_out, uint8_t *xp);
 /* The same with AVX2 (same bits), also writing the tile-packed records when xp is not NULL. */
 void ls_quantize_x_row_avx2(const float *x, int64_t K, void *row_out, uint8_t *xp);
-/* The prepare hook of the AVX-512, AVX-VNNI and AVX2 entries (wmat.c): the panel copy
- * (struct ls_wmat), one layout shared by the three (built once per matrix). */
+/* The prepare hook of every ISA's entry (wmat.c): the panel copy (struct ls_wmat), one
+ * layout shared by all of them (built once per matrix). */
 size_t ls_panel_bytes(const ls_wmat *w);
 void ls_panel_build(ls_wmat *w, void *mem);
 
@@ -223,8 +228,8 @@ typedef struct {
      * tile-packed records, written only where packs_rows (else NULL). */
     void (*quantize_row)(const float *x, int64_t K, void *row_out, uint8_t *xp);
     bool packs_rows;        /* the multi-row kernel reads the tile-packed activation copy */
-    /* The ISA's own weight layout beyond the group records (AVX-512, AVX-VNNI, AVX2: the
-     * shared panel copy), built once per matrix by ls_wmat_prepare: its size for w (0: none
+    /* The weight layout beyond the group records (every ISA: the shared panel copy of the
+     * panel types), built once per matrix by ls_wmat_prepare: its size for w (0: none
      * needed) and the builder, into mem of that size (64-byte aligned). */
     size_t (*prepare_bytes)(const ls_wmat *w);
     void (*prepare)(ls_wmat *w, void *mem);

@@ -837,7 +837,7 @@ AI void ls_yp_mm(const uint32_t type, const ls_mm_job *job, int64_t n0, int64_t 
     const int64_t M = job->M;
     LS_ASSERT(w->panel); /* ls_wmat_prepare built it */
     const int64_t P0 = n0 / 16, P1 = (n1 + 15) / 16;
-    if (!job->xp) { /* one row at a time from the xq layout (M = 1, the narrow pin) */
+    if (M == 1 && !LS_YP_B5(type) && type != LS_TYPE_Q6_K) { /* one row from the xq layout */
         for (int64_t m = 0; m < M; m++) {
             ls_xq x = ls_xq_row(job->xq, w->K, m);
             float *yr[1] = {job->y + m * w->N};
@@ -849,6 +849,7 @@ AI void ls_yp_mm(const uint32_t type, const ls_mm_job *job, int64_t n0, int64_t 
         }
         return;
     }
+    LS_ASSERT(job->xp); /* ls_matmul_multi_rows packs the activations */
     int64_t pblk = (int64_t)(256 * 1024 / w->panel_bytes);
     if (pblk < 1) pblk = 1;
     for (int64_t q0 = P0; q0 < P1; q0 += pblk) {
@@ -925,11 +926,7 @@ AI void ls_yp_mm_call(const uint32_t type, const ls_mm_job *job, int64_t n0, int
 }
 
 AI void ls_y_mm_type(const uint32_t type, const ls_mm_job *job, int64_t n0, int64_t n1) {
-    if (type == LS_TYPE_Q4_1 || type == LS_TYPE_Q8_0) { /* the panel copy: every M */
-        ls_yp_mm_call(type, job, n0, n1);
-        return;
-    }
-    if (ls_panel_m2_only(type) && job->M >= 2 && job->xp && job->w->panel) { /* panel copy: multi-row tiles (M = 1 stays on the group records) */
+    if (ls_panel_type(type)) { /* the panel copy (the type's only layout), every M */
         ls_yp_mm_call(type, job, n0, n1);
         return;
     }

@@ -765,7 +765,7 @@ AI void ls_z_panel_tile(const uint32_t type, const int R, const ls_wmat *w, int6
 AI void ls_z_panel_mm(const uint32_t type, const ls_mm_job *job, int64_t n0, int64_t n1) {
     const ls_wmat *w = job->w;
     const int64_t M = job->M;
-    LS_ASSERT(job->xp); /* ls_matmul_multi_rows packs the activations for M >= 2 */
+    LS_ASSERT(job->xp); /* ls_matmul_multi_rows packs the activations */
     int64_t pblk = (int64_t)(256 * 1024 / w->panel_bytes);
     if (pblk < 1) pblk = 1;
     int64_t P0 = n0 / 16, P1 = (n1 + 15) / 16;
@@ -854,16 +854,12 @@ AI void ls_z_panel_mm_call(const uint32_t type, const ls_mm_job *job, int64_t n0
 
 AI void ls_z_mm_type(const uint32_t type, const ls_mm_job *job, int64_t n0, int64_t n1) {
     int64_t M = job->M;
-    if (type == LS_TYPE_Q4_1 || type == LS_TYPE_Q8_0) { /* panel copy: every M */
-        LS_ASSERT(job->w->panel); /* ls_wmat_prepare(w, LS_ISA_AVX512) built it */
-        if (M == 1)
+    if (ls_panel_type(type)) { /* the panel copy (the type's only layout), every M */
+        LS_ASSERT(job->w->panel); /* ls_wmat_prepare built it */
+        if (M == 1 && (type == LS_TYPE_Q4_1 || type == LS_TYPE_Q8_0))
             ls_z_panel_rows1(type, job, n0, n1);
         else
             ls_z_panel_mm_call(type, job, n0, n1);
-        return;
-    }
-    if (ls_panel_m2_only(type) && M >= 2 && job->xp && job->w->panel) { /* panel copy: multi-row tiles (M = 1 stays on the group records) */
-        ls_z_panel_mm_call(type, job, n0, n1);
         return;
     }
     int64_t nblk = n1 - n0;
