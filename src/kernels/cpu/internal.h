@@ -1,6 +1,9 @@
 /* internal.h - shared by the CPU kernel files only (not part of the contract).
  *
- * Repacked weight layout (quantized types), see docs/numerics.md:
+ * Repacked weight layouts, see docs/numerics.md: the panel copy (struct ls_wmat) for the
+ * panel types (LS_PANEL_TYPE_LIST), the group records below for MXFP4; a matrix holds one.
+ *
+ * Group records (MXFP4):
  *   A row of K elements is nb = K/32 "units" of 32 elements (the recipe's blocks b).
  *   Units are grouped 16 at a time (group G holds units 16G..16G+15; the last group
  *   holds L = nb - 16*G < 16 units when nb is not a multiple of 16).  A group is a
@@ -47,14 +50,14 @@ struct ls_wmat {
     size_t row_bytes;       /* stride between rows in data */
     ls_rec rec16, rec_tail; /* record layouts for a full group and for the last group */
     int tail;               /* units in the last group (nb % 16), 0 if none */
-    const uint8_t *data;    /* repacked rows (owned) or the caller's data (float types) */
+    const uint8_t *data;    /* group records (owned; MXFP4), the caller's data (float types), else NULL */
     const uint8_t *src;     /* the caller's ggml-layout rows (must outlive the matrix) */
     size_t src_row_bytes;
     void *owned;
     unsigned prepared;      /* bit isa: ls_wmat_prepare ran for that ISA */
     void *prep_owned;       /* what ls_wmat_prepare allocated itself (mem NULL), freed with the matrix */
-    /* Panel copy (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K; built by the prepare of
-     * the first of AVX-512, AVX-VNNI, AVX2 to use the matrix, read by all three; else NULL):
+    /* Panel copy (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K: their only repacked
+     * layout; built by the first ls_wmat_prepare, of any ISA, read by every ISA; else NULL):
      * rows in panels of 16 (the last one zero-padded); panel P is panel_bytes long at
      * panel + P * panel_bytes and holds, for unit b = 0..nb-1, the codes of its 16 rows at
      * b * pcode (planes of 16 lanes x 4 bytes, lane r = row 16P + r: NIB (Q4_0, Q4_1, Q4_K)
@@ -111,9 +114,8 @@ typedef void (*ls_mm_fn)(const ls_mm_job *job, int64_t n0, int64_t n1);
     void ls_mm_##nm##_avx512(const ls_mm_job *job, int64_t n0, int64_t n1);
 LS_WTYPE_LIST(LS_DECL_MM)
 
-/* The types with a panel copy (struct ls_wmat, wmat.c), read by the AVX-512, AVX-VNNI and
- * AVX2 kernels: Q4_1 and Q8_0 at every M, the others at M >= 2 (M = 1 stays on the group
- * records).  Each ISA file makes one panel kernel per entry. */
+/* The types with a panel copy (struct ls_wmat, wmat.c), their one repacked layout, read by
+ * every ISA's kernels at every M.  Each SIMD file makes one panel kernel per entry. */
 #define LS_PANEL_TYPE_LIST(X)                                                                  \
     X(LS_TYPE_Q4_0, q4_0) X(LS_TYPE_Q4_1, q4_1) X(LS_TYPE_Q5_0, q5_0) X(LS_TYPE_Q5_1, q5_1)     \
     X(LS_TYPE_Q8_0, q8_0) X(LS_TYPE_Q4_K, q4_k) X(LS_TYPE_Q5_K, q5_k) X(LS_TYPE_Q6_K, q6_k)
@@ -125,10 +127,6 @@ static inline bool ls_panel_type(uint32_t type) {
     }
 }
 #undef LS_PANEL_CASE_TRUE
-/* A panel type whose panel serves M >= 2 only. */
-static inline bool ls_panel_m2_only(uint32_t type) {
-    return ls_panel_type(type) && type != LS_TYPE_Q4_1 && type != LS_TYPE_Q8_0;
-}
 
 /* A weight type's row (wtypes.c): everything about it that is not SIMD code. */
 typedef struct ls_wtype_s {

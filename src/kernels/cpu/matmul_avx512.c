@@ -1,14 +1,16 @@
 /* matmul_avx512.c - the canonical matmul recipe with AVX-512 + VNNI.
  *
- * A group record (16 units) fills one zmm of int32 lanes: lane l = unit l.  One
+ * The panel types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) read the panel copy
+ * at every M (ls_z_panel*, below; lanes = 16 weight rows): Q4_1 and Q8_0 at M = 1 with a
+ * one-row kernel of their own over the xq layout, every other case with the panel tiles
+ * (M = 1: a tile of one row) over the tile-packed activations.  The rest of this header
+ * is the group-record path, which MXFP4 and the float types use:
+ * a group record (16 units) fills one zmm of int32 lanes: lane l = unit l.  One
  * vpdpbusd per 4-element slot accumulates all 16 units' exact integer dot products
  * at once (u8 weight codes x s8 activations), so isum_b comes out lane-wise with no
  * horizontal reduction.  Groups alternate between two accumulators: S[0] holds
  * recipe groups g = 0..15, S[1] g = 16..31 (unit b = 16G + l lands in g = b mod 32).
  * The last, partial group (L < 16 units) uses masked loads and a masked add.
- * Q4_1 and Q8_0 use the panel copy instead (ls_z_panel*, below; lanes = 16 weight rows),
- * and so do Q4_0, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K for M >= 2 (the multi-row tiles; M = 1
- * stays on the narrow path).
  * Paths: narrow (one row, two columns interleaved), wide (tiles of 4 rows sharing each
  * weight group), GEMM (wide tiles inside column blocks that stay in L2).  All run
  * the same per-row instruction sequence, hence the same bits as the scalar code. */
@@ -421,7 +423,7 @@ AI void ls_z_tile_f(const uint32_t type, const int R, const ls_wmat *w, const ui
     for (int i = 0; i < R; i++) yr[i][n] = ls_z_tree16(acc[i]);
 }
 
-/* ---- single-row path over the panel copy (Q4_1, Q8_0; see internal.h) ----------
+/* ---- single-row path over the panel copy (Q4_1, Q8_0 at M = 1; see internal.h) ----
  * Lane r = weight row 16P + r.  A unit's integer dot products for the 16 rows are 8
  * vpdpbusd against the unit's 4-byte activation chunks broadcast; c_b is lane-wise the
  * scalar step 2 (d, m per lane; dx, sx broadcast).  S_g = (+0 + c_g) + c_{g+32} + ... in
