@@ -553,6 +553,19 @@ static void test_parity_long_k(void **state) {
             parity_case(ktypes[ti], Kk[ki], ki == 1 ? 47 : 33, 17, 7800 + (uint64_t)(ti * 10 + ki));
 }
 
+/* ls_wmat_prepare_ex's done calls, recorded: each piece must start where the last ended. */
+typedef struct {
+    const uint8_t *next;
+    int calls;
+} src_done_rec;
+static void src_done_check(void *ctx, const void *p, size_t n) {
+    src_done_rec *r = ctx;
+    assert_ptr_equal(p, r->next);
+    assert_true(n > 0);
+    r->next = (const uint8_t *)p + n;
+    r->calls++;
+}
+
 /* One repacked layout per matrix: a panel type's creation builds nothing, and preparing
  * it for every ISA builds the panel copy once, and nothing else (ls_wmat_repacked_bytes is
  * exactly its size); the panel holds every unit's codes and raw scale fields as the ggml
@@ -597,6 +610,23 @@ static void test_wmat_one_copy(void **state) {
                 }
         }
         ls_wmat_free(w);
+        /* the build hands back its source rows in order, all of them, ~1 MiB at a time */
+        const int64_t Nb = 4100; /* 1.1-2.5 MB of rows */
+        uint8_t *wb = make_weights(type, Nb, K, 9200 + ti, NULL);
+        uint64_t nbytes = 0;
+        assert_int_equal(ls_type_nbytes(type, (uint64_t)(Nb * K), &nbytes, NULL), LS_OK);
+        w = ls_wmat_create(type, Nb, K, wb, NULL);
+        assert_non_null(w);
+        src_done_rec rec = {wb, 0};
+        assert_int_equal(ls_wmat_prepare_ex(w, LS_ISA_SCALAR, NULL, src_done_check, &rec, NULL), LS_OK);
+        if (ls_panel_type(type)) {
+            assert_ptr_equal(rec.next, wb + nbytes);
+            assert_true(rec.calls >= 2 && (uint64_t)rec.calls <= nbytes / (1u << 20) + 1);
+        } else {
+            assert_int_equal(rec.calls, 0); /* MXFP4: nothing built at prepare */
+        }
+        ls_wmat_free(w);
+        free(wb);
         free(wq);
     }
 }

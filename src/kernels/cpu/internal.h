@@ -76,6 +76,11 @@ struct ls_wmat {
      * the recipe's c_b does). */
     uint8_t *panel;
     size_t panel_bytes, pcode;
+    /* During ls_wmat_prepare_ex only: where the build hands back the source rows it has
+     * read (ls_panel_build, in row order), and the first byte not handed back yet. */
+    ls_src_done_fn src_done;
+    void *src_done_ctx;
+    const uint8_t *src_next;
 };
 
 /* One decoded unit of 32 elements: unsigned codes and its raw scale fields. */

@@ -106,6 +106,13 @@ ls_wmat *ls_wmat_create(uint32_t type, int64_t N, int64_t K, const void *data, l
  * the matrix.  Preparing again for the same ISA is a no-op. */
 size_t ls_wmat_prepare_bytes(const ls_wmat *w, ls_isa isa);
 ls_status ls_wmat_prepare(ls_wmat *w, ls_isa isa, void *mem, ls_err *err);
+/* The same, calling done(ctx, p, n) as the build finishes reading the source rows: the
+ * pieces [p, p + n) come in row order, each once, about 1 MiB each (all but the last end on
+ * a 4 KiB boundary), and cover the rows the build read (a model gives a file's pages back
+ * with it, so a large matrix's file pages and its new copy are not resident together).
+ * done is not called when nothing is built. */
+typedef void (*ls_src_done_fn)(void *ctx, const void *p, size_t n);
+ls_status ls_wmat_prepare_ex(ls_wmat *w, ls_isa isa, void *mem, ls_src_done_fn done, void *ctx, ls_err *err);
 bool ls_wmat_prepared(const ls_wmat *w, ls_isa isa);
 /* ls_wmat_prepare (mem NULL) for every ISA this CPU supports: for tests and benchmarks
  * that use one matrix with several ISAs. */

@@ -202,6 +202,14 @@ void ls_panel_build(ls_wmat *w, void *mem) {
                 if (w->type == LS_TYPE_Q4_1 || w->type == LS_TYPE_Q5_1) ls_w16p(dp + 32 * (size_t)w->nb + 2 * r, x->m);
             }
         }
+        if (w->src_done) { /* rows 0..n are read: hand back whole 4 KiB pieces, about 1 MiB at a time */
+            const uintptr_t end = (uintptr_t)(w->src + (size_t)(n + 1) * w->src_row_bytes);
+            const uintptr_t cut = n + 1 == w->N ? end : end & ~(uintptr_t)4095;
+            if (cut >= (uintptr_t)w->src_next + ((size_t)1 << 20) || (n + 1 == w->N && cut > (uintptr_t)w->src_next)) {
+                w->src_done(w->src_done_ctx, w->src_next, (size_t)(cut - (uintptr_t)w->src_next));
+                w->src_next = (const uint8_t *)cut;
+            }
+        }
     }
 }
 
@@ -252,6 +260,10 @@ size_t ls_wmat_prepare_bytes(const ls_wmat *w, ls_isa isa) {
 }
 
 ls_status ls_wmat_prepare(ls_wmat *w, ls_isa isa, void *mem, ls_err *err) {
+    return ls_wmat_prepare_ex(w, isa, mem, NULL, NULL, err);
+}
+
+ls_status ls_wmat_prepare_ex(ls_wmat *w, ls_isa isa, void *mem, ls_src_done_fn done, void *ctx, ls_err *err) {
     if (ls_wmat_prepared(w, isa)) return LS_OK;
     const ls_kvtab *vt = ls_kvtab_for(isa);
     size_t b = ls_wmat_prepare_bytes(w, isa);
@@ -263,7 +275,12 @@ ls_status ls_wmat_prepare(ls_wmat *w, ls_isa isa, void *mem, ls_err *err) {
                 return ls_err_set(err, LS_E_NOMEM, "out of memory preparing a %lld x %lld matrix for %s (%zu bytes)",
                                   (long long)w->N, (long long)w->K, ls_isa_name(isa), b);
         }
+        w->src_done = done;
+        w->src_done_ctx = ctx;
+        w->src_next = w->src;
         vt->prepare(w, mem);
+        w->src_done = NULL;
+        w->src_done_ctx = NULL;
     }
     w->prepared |= 1u << isa;
     return LS_OK;
