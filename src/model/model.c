@@ -213,9 +213,12 @@ static ls_status add_matrix(ls_model *m, const gguf_tensor *t, uint64_t N, uint6
 
 /* ---- building the weights on every core ---------------------------------------
  * Each matrix is built by one thread, whole (its bytes do not depend on the thread
- * count or the order: the repack is a permutation of the file's bytes).  Then the
- * pages of the file it was read from are given back (gguf_release): the repacked copy
- * replaces them, and the process holds one copy of the weights, not the file's too. */
+ * count or the order: the repack is a permutation of the file's bytes).  The pages of
+ * the file it was read from are given back (gguf_release) as the build goes, about 1 MiB
+ * at a time (a panel build: ls_wmat_prepare_ex), and whole when it is done: the repacked
+ * copy replaces them, and the process holds one copy of the weights, not the file's too,
+ * nor a large matrix's file pages beside its new copy (a 262144 x 640 Q8_0 output head:
+ * 178 MB). */
 typedef struct {
     ls_model *m;
     bool prep;          /* ls_model_prepare's pass (else the load's) */
@@ -232,6 +235,14 @@ static bool repacked(const gguf_tensor *t) {
     return t->type != LS_TYPE_F32 && t->type != LS_TYPE_F16 && t->type != LS_TYPE_BF16; /* those are read in place */
 }
 
+/* Gives back the file pages of [p, p + n) (ls_wmat_prepare_ex's done: the source rows a
+ * panel build has read, while it builds the rest). */
+static void give_back(void *ctx, const void *p, size_t n) {
+    const ls_model *m = ctx;
+    gguf_release(m->gguf, p, n); /* a no-op outside the file's mapping */
+    if (m->mtp_gguf) gguf_release(m->mtp_gguf, p, n);
+}
+
 static void *par_worker(void *arg) {
     ls_par *P = arg;
     ls_model *m = P->m;
@@ -244,7 +255,7 @@ static void *par_worker(void *arg) {
         if (i >= m->n_mats) return NULL;
         const gguf_tensor *t = m->mat_src[i];
         if (P->prep) { /* cannot fail: every byte it needs is in the arena */
-            LS_ASSERT(ls_wmat_prepare(m->mats[i], P->isa, b ? P->arena + off : NULL, NULL) == LS_OK);
+            LS_ASSERT(ls_wmat_prepare_ex(m->mats[i], P->isa, b ? P->arena + off : NULL, give_back, m, NULL) == LS_OK);
         } else {
             ls_err e;
             m->mats[i] = ls_wmat_create(t->type, (int64_t)t->ne[1], (int64_t)t->ne[0], t->data, &e);
@@ -258,9 +269,9 @@ static void *par_worker(void *arg) {
                 continue;
             }
         }
-        /* (at the load, unless the panel copy will be read from them soon: a CPU with AVX2 builds it) */
-        if (repacked(t) && (P->prep || !ls_isa_supported(LS_ISA_AVX2) || !ls_wmat_prepare_bytes(m->mats[i], LS_ISA_AVX2)))
-        {
+        /* (at the load, only where creation built the matrix's layout, MXFP4's group records:
+         * the panel types' copy is built from the file's pages by ls_model_prepare) */
+        if (repacked(t) && (P->prep || !ls_wmat_prepare_bytes(m->mats[i], LS_ISA_SCALAR))) {
             gguf_release(m->gguf, t->data, t->nbytes); /* a no-op outside the file's mapping */
             if (m->mtp_gguf) gguf_release(m->mtp_gguf, t->data, t->nbytes);
         }
@@ -289,8 +300,8 @@ static void par_run(ls_par *P) {
     pthread_mutex_destroy(&P->mu);
 }
 
-/* Builds every listed matrix (the kernels' group records) and stores each where the
- * model keeps it. */
+/* Creates every listed matrix (MXFP4's group records are built here; the other quantized
+ * types' panel copy at ls_model_prepare) and stores each where the model keeps it. */
 static ls_status build_matrices(ls_model *m, ls_err *err) {
     ls_par P = {.m = m};
     par_run(&P);
@@ -304,15 +315,15 @@ static ls_status build_matrices(ls_model *m, ls_err *err) {
     return LS_OK;
 }
 
-/* What the ISA's kernels need beyond the group records (AVX-512, AVX-VNNI, AVX2: a panel
- * copy of the quantized matrices but MXFP4, one copy shared by the three: a second of them finds it
- * built and needs 0 bytes), built on first use of that ISA with this model, for every
+/* What the ISA's kernels need beyond what the load built (the panel copy of the quantized
+ * matrices but MXFP4, their one repacked layout, shared by every ISA: the second ISA finds
+ * it built and needs 0 bytes), built on first use of an ISA with this model, for every
  * matrix, in one arena of 2 MiB pages where the kernel grants them: the weights stream
  * from L3 or DRAM once per step, and with 4 KiB pages every 4 KiB of panel costs a TLB
  * miss (a nested page walk in a VM).  Measured (one process, a model of each kind, their
  * engines interleaved, 2 threads, 80-250 positions, six runs): decode steps at B = 1
- * 0.87-1.00x, at B = 8 0.88-0.98x the time with 4 KiB pages.  An ISA that is never used
- * costs nothing (the scalar level: no panel copy at all). */
+ * 0.87-1.00x, at B = 8 0.88-0.98x the time with 4 KiB pages.  A model that never runs
+ * (info, tokenize) builds none of it. */
 ls_status ls_model_prepare(const ls_model *cm, ls_isa isa, ls_err *err) {
     ls_model *m = (ls_model *)cm; /* a lazily built cache, guarded by prep_mu: the model stays logically const */
     ls_status st = LS_OK;

@@ -553,8 +553,86 @@ static void test_parity_long_k(void **state) {
             parity_case(ktypes[ti], Kk[ki], ki == 1 ? 47 : 33, 17, 7800 + (uint64_t)(ti * 10 + ki));
 }
 
-/* The multi-row panel tiles of the types whose panels serve M >= 2 only (Q6_K, Q5_0, Q4_0,
- * Q5_1, Q5_K; M = 1 stays on the group records): M = 2..64 covers tiles of every width at
+/* ls_wmat_prepare_ex's done calls, recorded: each piece must start where the last ended. */
+typedef struct {
+    const uint8_t *next;
+    int calls;
+} src_done_rec;
+static void src_done_check(void *ctx, const void *p, size_t n) {
+    src_done_rec *r = ctx;
+    assert_ptr_equal(p, r->next);
+    assert_true(n > 0);
+    r->next = (const uint8_t *)p + n;
+    r->calls++;
+}
+
+/* One repacked layout per matrix: a panel type's creation builds nothing, and preparing
+ * it for every ISA builds the panel copy once, and nothing else (ls_wmat_repacked_bytes is
+ * exactly its size); the panel holds every unit's codes and raw scale fields as the ggml
+ * blocks decode them (what the scalar reference reads back, ls_panel_unit).  MXFP4 keeps
+ * its group records and gets no panel. */
+static void test_wmat_one_copy(void **state) {
+    (void)state;
+    const uint32_t types[] = {LS_TYPE_Q4_0, LS_TYPE_Q4_1, LS_TYPE_Q5_0, LS_TYPE_Q5_1, LS_TYPE_Q8_0,
+                              LS_TYPE_Q4_K, LS_TYPE_Q5_K, LS_TYPE_Q6_K, LS_TYPE_MXFP4};
+    const int64_t N = 37;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const uint32_t type = types[ti];
+        const int64_t K = type_block(type) == 256 ? 512 : 576, upb = type_block(type) / 32;
+        uint8_t *wq = make_weights(type, N, K, 9100 + ti, NULL);
+        ls_wmat *w = ls_wmat_create(type, N, K, wq, NULL);
+        assert_non_null(w);
+        const size_t created = ls_wmat_repacked_bytes(w);
+        if (ls_panel_type(type))
+            assert_int_equal(created, 0);
+        else
+            assert_true(created >= (size_t)N * (size_t)(K / 32) * 17); /* MXFP4: 17 bytes per unit */
+        assert_int_equal(ls_wmat_prepare_all(w, NULL), LS_OK);
+        for (int isa = LS_ISA_SCALAR; isa <= LS_ISA_AVX512; isa++)
+            if (ls_isa_supported((ls_isa)isa)) {
+                assert_true(ls_wmat_prepared(w, (ls_isa)isa));
+                assert_int_equal(ls_wmat_prepare_bytes(w, (ls_isa)isa), 0);
+            }
+        const size_t held = ls_wmat_repacked_bytes(w);
+        if (!ls_panel_type(type)) {
+            assert_int_equal(held, created);
+        } else {
+            assert_true(held > 0);
+            assert_int_equal(held, ls_panel_bytes(w));
+            for (int64_t n = 0; n < N; n++)
+                for (int64_t blk = 0; blk < K / 32 / upb; blk++) {
+                    ls_unit un[8], pu;
+                    ls_wmat_decode_block(w, n, blk, un);
+                    for (int64_t t = 0; t < upb; t++) {
+                        ls_panel_unit(w, n, blk * upb + t, &pu);
+                        assert_memory_equal(&pu, &un[t], sizeof pu);
+                    }
+                }
+        }
+        ls_wmat_free(w);
+        /* the build hands back its source rows in order, all of them, ~1 MiB at a time */
+        const int64_t Nb = 4100; /* 1.1-2.5 MB of rows */
+        uint8_t *wb = make_weights(type, Nb, K, 9200 + ti, NULL);
+        uint64_t nbytes = 0;
+        assert_int_equal(ls_type_nbytes(type, (uint64_t)(Nb * K), &nbytes, NULL), LS_OK);
+        w = ls_wmat_create(type, Nb, K, wb, NULL);
+        assert_non_null(w);
+        src_done_rec rec = {wb, 0};
+        assert_int_equal(ls_wmat_prepare_ex(w, LS_ISA_SCALAR, NULL, src_done_check, &rec, NULL), LS_OK);
+        if (ls_panel_type(type)) {
+            assert_ptr_equal(rec.next, wb + nbytes);
+            assert_true(rec.calls >= 2 && (uint64_t)rec.calls <= nbytes / (1u << 20) + 1);
+        } else {
+            assert_int_equal(rec.calls, 0); /* MXFP4: nothing built at prepare */
+        }
+        ls_wmat_free(w);
+        free(wb);
+        free(wq);
+    }
+}
+
+/* The multi-row panel tiles of the panel types other than Q4_1 and Q8_0 (Q6_K, Q5_0, Q4_0,
+ * Q5_1, Q5_K; M = 1 is the one-row tile): M = 2..64 covers tiles of every width at
  * each level (AVX-512: up to 12 rows, 6 for Q6_K; AVX2: up to 4, 6 for Q5_0; AVX-VNNI: up
  * to 4; AVX-512 pairs units for nibble codes in tiles of up to 3 rows), a tile after a full
  * packed tile of 12 and the tails of both; K has one unit per recipe group (256, 512,
@@ -988,6 +1066,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_pool),
         cmocka_unit_test(test_pool_dyn),
         cmocka_unit_test(test_wmat_errors),
+        cmocka_unit_test(test_wmat_one_copy),
         cmocka_unit_test(test_matmul_accuracy),
         cmocka_unit_test(test_expf_accuracy),
         cmocka_unit_test(test_ops_accuracy),

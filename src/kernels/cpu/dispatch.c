@@ -13,8 +13,8 @@ static void ls_quantize_row_plain(const float *x, int64_t K, void *row_out, uint
 #define LS_ROWOPS(sfx) \
     ls_rmsnorm_row_##sfx, ls_swiglu_row_##sfx, ls_rope_row_##sfx, ls_attn_head_##sfx, ls_expf_n_##sfx
 
-static const ls_kvtab ls_vt_scalar = {LS_ISA_SCALAR, ls_quantize_row_plain, false, NULL, NULL, LS_ROWOPS(scalar),
-                                      NULL, 0};
+static const ls_kvtab ls_vt_scalar = {LS_ISA_SCALAR, ls_quantize_row_plain, false, ls_panel_bytes, ls_panel_build,
+                                      LS_ROWOPS(scalar), NULL, 0};
 static const ls_kvtab ls_vt_avx2 = {LS_ISA_AVX2,    ls_quantize_x_row_avx2, true, ls_panel_bytes, ls_panel_build,
                                     LS_ROWOPS(avx2), ls_attn_block_avx2,     64};
 /* AVX-VNNI: the AVX2 row operations and quantizer; only the matmul kernels differ. */

@@ -1,6 +1,9 @@
 /* internal.h - shared by the CPU kernel files only (not part of the contract).
  *
- * Repacked weight layout (quantized types), see docs/numerics.md:
+ * Repacked weight layouts, see docs/numerics.md: the panel copy (struct ls_wmat) for the
+ * panel types (LS_PANEL_TYPE_LIST), the group records below for MXFP4; a matrix holds one.
+ *
+ * Group records (MXFP4):
  *   A row of K elements is nb = K/32 "units" of 32 elements (the recipe's blocks b).
  *   Units are grouped 16 at a time (group G holds units 16G..16G+15; the last group
  *   holds L = nb - 16*G < 16 units when nb is not a multiple of 16).  A group is a
@@ -47,14 +50,14 @@ struct ls_wmat {
     size_t row_bytes;       /* stride between rows in data */
     ls_rec rec16, rec_tail; /* record layouts for a full group and for the last group */
     int tail;               /* units in the last group (nb % 16), 0 if none */
-    const uint8_t *data;    /* repacked rows (owned) or the caller's data (float types) */
+    const uint8_t *data;    /* group records (owned; MXFP4), the caller's data (float types), else NULL */
     const uint8_t *src;     /* the caller's ggml-layout rows (must outlive the matrix) */
     size_t src_row_bytes;
     void *owned;
     unsigned prepared;      /* bit isa: ls_wmat_prepare ran for that ISA */
     void *prep_owned;       /* what ls_wmat_prepare allocated itself (mem NULL), freed with the matrix */
-    /* Panel copy (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K; built by the prepare of
-     * the first of AVX-512, AVX-VNNI, AVX2 to use the matrix, read by all three; else NULL):
+    /* Panel copy (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K: their only repacked
+     * layout; built by the first ls_wmat_prepare, of any ISA, read by every ISA; else NULL):
      * rows in panels of 16 (the last one zero-padded); panel P is panel_bytes long at
      * panel + P * panel_bytes and holds, for unit b = 0..nb-1, the codes of its 16 rows at
      * b * pcode (planes of 16 lanes x 4 bytes, lane r = row 16P + r: NIB (Q4_0, Q4_1, Q4_K)
@@ -73,6 +76,11 @@ struct ls_wmat {
      * the recipe's c_b does). */
     uint8_t *panel;
     size_t panel_bytes, pcode;
+    /* During ls_wmat_prepare_ex only: where the build hands back the source rows it has
+     * read (ls_panel_build, in row order), and the first byte not handed back yet. */
+    ls_src_done_fn src_done;
+    void *src_done_ctx;
+    const uint8_t *src_next;
 };
 
 /* One decoded unit of 32 elements: unsigned codes and its raw scale fields. */
@@ -111,9 +119,8 @@ typedef void (*ls_mm_fn)(const ls_mm_job *job, int64_t n0, int64_t n1);
     void ls_mm_##nm##_avx512(const ls_mm_job *job, int64_t n0, int64_t n1);
 LS_WTYPE_LIST(LS_DECL_MM)
 
-/* The types with a panel copy (struct ls_wmat, wmat.c), read by the AVX-512, AVX-VNNI and
- * AVX2 kernels: Q4_1 and Q8_0 at every M, the others at M >= 2 (M = 1 stays on the group
- * records).  Each ISA file makes one panel kernel per entry. */
+/* The types with a panel copy (struct ls_wmat, wmat.c), their one repacked layout, read by
+ * every ISA's kernels at every M.  Each SIMD file makes one panel kernel per entry. */
 #define LS_PANEL_TYPE_LIST(X)                                                                  \
     X(LS_TYPE_Q4_0, q4_0) X(LS_TYPE_Q4_1, q4_1) X(LS_TYPE_Q5_0, q5_0) X(LS_TYPE_Q5_1, q5_1)     \
     X(LS_TYPE_Q8_0, q8_0) X(LS_TYPE_Q4_K, q4_k) X(LS_TYPE_Q5_K, q5_k) X(LS_TYPE_Q6_K, q6_k)
@@ -125,10 +132,6 @@ static inline bool ls_panel_type(uint32_t type) {
     }
 }
 #undef LS_PANEL_CASE_TRUE
-/* A panel type whose panel serves M >= 2 only. */
-static inline bool ls_panel_m2_only(uint32_t type) {
-    return ls_panel_type(type) && type != LS_TYPE_Q4_1 && type != LS_TYPE_Q8_0;
-}
 
 /* A weight type's row (wtypes.c): everything about it that is not SIMD code. */
 typedef struct ls_wtype_s {
@@ -138,10 +141,11 @@ typedef struct ls_wtype_s {
     ls_rec (*layout)(uint32_t L); /* a group record of L units (NULL for float types) */
     void (*decode)(const uint8_t *blk, ls_unit *un); /* one ggml block -> block / 32 units */
     void (*put_scales)(const ls_rec *r, uint32_t l, const ls_unit *un, uint8_t *rec); /* into lane l */
-    /* Step 2 of the recipe for unit l of a record: u its 32 codes, q the activation
-     * block's 32 codes, dx and sx its scale and scaled sum (the scalar definition). */
-    float (*unit_c)(const ls_rec *r, uint32_t l, const uint8_t *rec, const int16_t *u, const int16_t *q, float dx,
-                    float sx);
+    void (*get_scales)(const ls_rec *r, uint32_t l, const uint8_t *rec, ls_unit *un); /* out of lane l */
+    /* Step 2 of the recipe for one unit: f its raw scale fields, u its 32 codes, q the
+     * activation block's 32 codes, dx and sx its scale and scaled sum (the scalar
+     * definition). */
+    float (*unit_c)(const ls_unit *f, const int16_t *u, const int16_t *q, float dx, float sx);
     ls_mm_fn mm[LS_ISA_COUNT]; /* the kernels, indexed by ls_isa */
 } ls_wtype;
 /* The row of a type with a matmul kernel, or NULL. */
@@ -149,6 +153,10 @@ const ls_wtype *ls_wtype_get(uint32_t type);
 /* Decodes ggml block blk of weight row n (from the matrix's source data) into its
  * units (1, or 8 for K-quants). */
 void ls_wmat_decode_block(const ls_wmat *w, int64_t n, int64_t blk, ls_unit *un);
+/* Reads unit b of weight row n back out of the panel copy: its codes and raw scale
+ * fields, as ls_wmat_decode_block gave them to ls_panel_build (the scalar kernels' reader
+ * of the panel types). */
+void ls_panel_unit(const ls_wmat *w, int64_t n, int64_t b, ls_unit *un);
 
 /* Activation-quantization scratch, one row: transposed int8 q (K bytes, same plane
  * order as BYTE weights), then per unit: dx (float), sx (float), sq = sum q (int32),
@@ -190,8 +198,8 @@ void ls_quantize_x_row(const float *x, int64_t K, void *row_out);
 void ls_quantize_x_row_avx512(const float *x, int64_t K, void *row_out, uint8_t *xp);
 /* The same with AVX2 (same bits), also writing the tile-packed records when xp is not NULL. */
 void ls_quantize_x_row_avx2(const float *x, int64_t K, void *row_out, uint8_t *xp);
-/* The prepare hook of the AVX-512, AVX-VNNI and AVX2 entries (wmat.c): the panel copy
- * (struct ls_wmat), one layout shared by the three (built once per matrix). */
+/* The prepare hook of every ISA's entry (wmat.c): the panel copy (struct ls_wmat), one
+ * layout shared by all of them (built once per matrix). */
 size_t ls_panel_bytes(const ls_wmat *w);
 void ls_panel_build(ls_wmat *w, void *mem);
 
@@ -223,8 +231,8 @@ typedef struct {
      * tile-packed records, written only where packs_rows (else NULL). */
     void (*quantize_row)(const float *x, int64_t K, void *row_out, uint8_t *xp);
     bool packs_rows;        /* the multi-row kernel reads the tile-packed activation copy */
-    /* The ISA's own weight layout beyond the group records (AVX-512, AVX-VNNI, AVX2: the
-     * shared panel copy), built once per matrix by ls_wmat_prepare: its size for w (0: none
+    /* The weight layout beyond the group records (every ISA: the shared panel copy of the
+     * panel types), built once per matrix by ls_wmat_prepare: its size for w (0: none
      * needed) and the builder, into mem of that size (64-byte aligned). */
     size_t (*prepare_bytes)(const ls_wmat *w);
     void (*prepare)(ls_wmat *w, void *mem);

@@ -90,19 +90,29 @@ typedef struct {
 
 /* ---- weight matrices ------------------------------------------------------ */
 /* W is N rows of K elements in ggml layout (row n at data + n*row_bytes).
- * Creation repacks quantized types into the group records every ISA reads (owned by the
- * ls_wmat); `data` must outlive it either way. */
+ * Creation repacks MXFP4 into the group records every ISA reads (owned by the ls_wmat);
+ * the other quantized types get their one repacked layout, the panel copy, from
+ * ls_wmat_prepare; float types are read in place.  `data` must outlive the matrix either
+ * way. */
 ls_wmat *ls_wmat_create(uint32_t type, int64_t N, int64_t K, const void *data, ls_err *err);
-/* An ISA's own layout beyond the group records (ISA table, dispatch.c: AVX-512, AVX-VNNI
- * and AVX2 share a panel copy of the Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K
- * matrices).  It must run once for each ISA a matrix is used
- * with, before the first such call (ls_matmul asserts it), and not concurrently with
- * calls on the matrix.  prepare_bytes: what it needs (a multiple of 64; 0: nothing).
+/* The layout the kernels read beyond what creation built: the panel copy of the Q4_0,
+ * Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K matrices, one copy read by every ISA (the
+ * first prepare builds it, the others find it built).  It must run once for each ISA a
+ * matrix is used with, before the first such call (ls_matmul asserts it), and not
+ * concurrently with calls on the matrix.  prepare_bytes: what it needs (a multiple of 64;
+ * 0: nothing).
  * mem: that many bytes, 64-byte aligned, owned by the caller and outliving the matrix
  * (a model puts every panel in one arena of huge pages), or NULL to allocate them with
  * the matrix.  Preparing again for the same ISA is a no-op. */
 size_t ls_wmat_prepare_bytes(const ls_wmat *w, ls_isa isa);
 ls_status ls_wmat_prepare(ls_wmat *w, ls_isa isa, void *mem, ls_err *err);
+/* The same, calling done(ctx, p, n) as the build finishes reading the source rows: the
+ * pieces [p, p + n) come in row order, each once, about 1 MiB each (all but the last end on
+ * a 4 KiB boundary), and cover the rows the build read (a model gives a file's pages back
+ * with it, so a large matrix's file pages and its new copy are not resident together).
+ * done is not called when nothing is built. */
+typedef void (*ls_src_done_fn)(void *ctx, const void *p, size_t n);
+ls_status ls_wmat_prepare_ex(ls_wmat *w, ls_isa isa, void *mem, ls_src_done_fn done, void *ctx, ls_err *err);
 bool ls_wmat_prepared(const ls_wmat *w, ls_isa isa);
 /* ls_wmat_prepare (mem NULL) for every ISA this CPU supports: for tests and benchmarks
  * that use one matrix with several ISAs. */
@@ -113,6 +123,10 @@ int64_t ls_wmat_rows(const ls_wmat *w);
 int64_t ls_wmat_cols(const ls_wmat *w);
 uint32_t ls_wmat_type(const ls_wmat *w);
 const void *ls_wmat_src_row(const ls_wmat *w, int64_t n); /* row n in ggml layout */
+/* The bytes of repacked weights w holds (its group records and its panel copy, owned or
+ * in a caller's memory; 0 for float types, read in place): one layout per matrix, so
+ * a prepared panel-type matrix holds exactly its panel copy. */
+size_t ls_wmat_repacked_bytes(const ls_wmat *w);
 
 /* Scratch needed by ls_matmul for up to M rows of K columns (any supported type). */
 size_t ls_matmul_scratch_bytes(int64_t M, int64_t K);

@@ -135,7 +135,7 @@ static void ls_mm_range(const ls_mm_call *c, int i, int64_t n0, int64_t n1) {
         one.M = 1;
         one.x = jb->x + m * K;
         one.xq = jb->xq ? (const uint8_t *)jb->xq + (size_t)m * ls_xq_row_bytes(K) : NULL;
-        one.xp = NULL;
+        one.xp_row0 = jb->xp_row0 + m; /* (xp: the call's packed rows, this row among them) */
         one.y = jb->y + m * N;
         mm(&one, n0, n1);
     }
@@ -189,7 +189,7 @@ void ls_matmul_multi_rows(const ls_kctx *kc, int n, const ls_wmat *const *w, con
     if (quant && builtin) { /* the canonical families read quantized activations */
         LS_ASSERT(kc->scratch && kc->scratch_bytes >= ls_matmul_scratch_bytes(M, w[0]->K));
         c.scratch = (void *)(((uintptr_t)kc->scratch + 63) & ~(uintptr_t)63);
-        if (M >= 2 && c.vt->packs_rows) /* the multi-row panel kernel reads the packed copy */
+        if (c.vt->packs_rows) /* the panel tiles read the packed copy (M = 1 too) */
             c.xp = (uint8_t *)(((uintptr_t)c.scratch + (size_t)M * ls_xq_row_bytes(w[0]->K) + 128 + 63) &
                                ~(uintptr_t)63);
         for (int i = 0; i < n; i++) {

@@ -1,6 +1,7 @@
 /* matmul_avx2.c - the canonical matmul recipe with AVX2 + FMA + F16C.
  *
- * Same record layout as the AVX-512 kernel; a group of 16 units is processed as
+ * The panel types read the panel copy (below, "the panel copy"); MXFP4 reads the group
+ * records, the same record layout as the AVX-512 kernel; a group of 16 units is processed as
  * two halves of 8 lanes (one ymm of int32 lanes each).  Unit b = 16G + 8h + l
  * lands in recipe group g = b mod 32, i.e. accumulator S[(2G + h) mod 4], lane l.
  * Integer dot products use vpmaddubsw (u8 x s8 -> s16 pairs) and vpmaddwd with
@@ -304,8 +305,9 @@ AI void ls_y_tile_f(const uint32_t type, const int R, const ls_wmat *w, const ui
  * The same layout as the AVX-512 kernels read: a panel of 16 weight rows, per unit b its
  * codes as planes of 16 lanes x 4 bytes (lane r = row 16P + r), then the rows' fp16 d (and
  * m; Q4_K: sc, mn and the super-block d, dmin; its nibble codes are read as Q4_1's; the
- * other types' below, ls_yp_byte_sums, ls_yp_byte_c).  Q4_1 and Q8_0 use it at every M, the others
- * (Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) for M >= 2 only.  Here a panel is two halves of 8 lanes (h = 0: rows
+ * other types' below, ls_yp_byte_sums, ls_yp_byte_c), the panel types' only layout, read at
+ * every M: M = 1 of the nibble types and Q8_0 reads the activations' xq layout, everything
+ * else the tile-packed copy (M = 1: a tile of one row).  Here a panel is two halves of 8 lanes (h = 0: rows
  * 0..7, bytes 0..31 of each 64-byte plane; h = 1: rows 8..15).  One unit's integer dot products for the 16 rows come out
  * lane-wise: AVX-VNNI, one vpdpbusd per slot and half against the activation's 4-byte
  * chunk broadcast; AVX2, vpmaddubsw of the nibble operands (Q8_0's byte codes u = w + 128
@@ -315,7 +317,7 @@ AI void ls_y_tile_f(const uint32_t type, const int R, const ls_wmat *w, const ui
  * broadcast); S_g = (+0 + c_g) + c_{g+32} + ... in increasing b; the 32-leaf tree is
  * formed as the groups complete (a binary counter of pending left subtrees), vertical adds
  * only, so every lane is its row's scalar recipe.  Tiles of up to LS_YP_R activation rows
- * share each loaded weight operand (rows from the tile-packed activation copy, M >= 2);
+ * share each loaded weight operand (rows from the tile-packed activation copy);
  * M >= 2 runs column blocks of ~256 KiB of panels with every row tile passing over each;
  * the next panel is prefetched while one is computed. */
 #ifndef LS_YP_R /* at most 6 */
@@ -837,7 +839,7 @@ AI void ls_yp_mm(const uint32_t type, const ls_mm_job *job, int64_t n0, int64_t 
     const int64_t M = job->M;
     LS_ASSERT(w->panel); /* ls_wmat_prepare built it */
     const int64_t P0 = n0 / 16, P1 = (n1 + 15) / 16;
-    if (!job->xp) { /* one row at a time from the xq layout (M = 1, the narrow pin) */
+    if (M == 1 && !LS_YP_B5(type) && type != LS_TYPE_Q6_K) { /* one row from the xq layout */
         for (int64_t m = 0; m < M; m++) {
             ls_xq x = ls_xq_row(job->xq, w->K, m);
             float *yr[1] = {job->y + m * w->N};
@@ -849,6 +851,7 @@ AI void ls_yp_mm(const uint32_t type, const ls_mm_job *job, int64_t n0, int64_t 
         }
         return;
     }
+    LS_ASSERT(job->xp); /* ls_matmul_multi_rows packs the activations */
     int64_t pblk = (int64_t)(256 * 1024 / w->panel_bytes);
     if (pblk < 1) pblk = 1;
     for (int64_t q0 = P0; q0 < P1; q0 += pblk) {
@@ -925,11 +928,7 @@ AI void ls_yp_mm_call(const uint32_t type, const ls_mm_job *job, int64_t n0, int
 }
 
 AI void ls_y_mm_type(const uint32_t type, const ls_mm_job *job, int64_t n0, int64_t n1) {
-    if (type == LS_TYPE_Q4_1 || type == LS_TYPE_Q8_0) { /* the panel copy: every M */
-        ls_yp_mm_call(type, job, n0, n1);
-        return;
-    }
-    if (ls_panel_m2_only(type) && job->M >= 2 && job->xp && job->w->panel) { /* panel copy: multi-row tiles (M = 1 stays on the group records) */
+    if (ls_panel_type(type)) { /* the panel copy (the type's only layout), every M */
         ls_yp_mm_call(type, job, n0, n1);
         return;
     }

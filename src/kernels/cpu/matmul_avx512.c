@@ -1,14 +1,16 @@
 /* matmul_avx512.c - the canonical matmul recipe with AVX-512 + VNNI.
  *
- * A group record (16 units) fills one zmm of int32 lanes: lane l = unit l.  One
+ * The panel types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) read the panel copy
+ * at every M (ls_z_panel*, below; lanes = 16 weight rows): Q4_1 and Q8_0 at M = 1 with a
+ * one-row kernel of their own over the xq layout, every other case with the panel tiles
+ * (M = 1: a tile of one row) over the tile-packed activations.  The rest of this header
+ * is the group-record path, which MXFP4 and the float types use:
+ * a group record (16 units) fills one zmm of int32 lanes: lane l = unit l.  One
  * vpdpbusd per 4-element slot accumulates all 16 units' exact integer dot products
  * at once (u8 weight codes x s8 activations), so isum_b comes out lane-wise with no
  * horizontal reduction.  Groups alternate between two accumulators: S[0] holds
  * recipe groups g = 0..15, S[1] g = 16..31 (unit b = 16G + l lands in g = b mod 32).
  * The last, partial group (L < 16 units) uses masked loads and a masked add.
- * Q4_1 and Q8_0 use the panel copy instead (ls_z_panel*, below; lanes = 16 weight rows),
- * and so do Q4_0, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K for M >= 2 (the multi-row tiles; M = 1
- * stays on the narrow path).
  * Paths: narrow (one row, two columns interleaved), wide (tiles of 4 rows sharing each
  * weight group), GEMM (wide tiles inside column blocks that stay in L2).  All run
  * the same per-row instruction sequence, hence the same bits as the scalar code. */
@@ -421,7 +423,7 @@ AI void ls_z_tile_f(const uint32_t type, const int R, const ls_wmat *w, const ui
     for (int i = 0; i < R; i++) yr[i][n] = ls_z_tree16(acc[i]);
 }
 
-/* ---- single-row path over the panel copy (Q4_1, Q8_0; see internal.h) ----------
+/* ---- single-row path over the panel copy (Q4_1, Q8_0 at M = 1; see internal.h) ----
  * Lane r = weight row 16P + r.  A unit's integer dot products for the 16 rows are 8
  * vpdpbusd against the unit's 4-byte activation chunks broadcast; c_b is lane-wise the
  * scalar step 2 (d, m per lane; dx, sx broadcast).  S_g = (+0 + c_g) + c_{g+32} + ... in
@@ -765,7 +767,7 @@ AI void ls_z_panel_tile(const uint32_t type, const int R, const ls_wmat *w, int6
 AI void ls_z_panel_mm(const uint32_t type, const ls_mm_job *job, int64_t n0, int64_t n1) {
     const ls_wmat *w = job->w;
     const int64_t M = job->M;
-    LS_ASSERT(job->xp); /* ls_matmul_multi_rows packs the activations for M >= 2 */
+    LS_ASSERT(job->xp); /* ls_matmul_multi_rows packs the activations */
     int64_t pblk = (int64_t)(256 * 1024 / w->panel_bytes);
     if (pblk < 1) pblk = 1;
     int64_t P0 = n0 / 16, P1 = (n1 + 15) / 16;
@@ -854,16 +856,12 @@ AI void ls_z_panel_mm_call(const uint32_t type, const ls_mm_job *job, int64_t n0
 
 AI void ls_z_mm_type(const uint32_t type, const ls_mm_job *job, int64_t n0, int64_t n1) {
     int64_t M = job->M;
-    if (type == LS_TYPE_Q4_1 || type == LS_TYPE_Q8_0) { /* panel copy: every M */
-        LS_ASSERT(job->w->panel); /* ls_wmat_prepare(w, LS_ISA_AVX512) built it */
-        if (M == 1)
+    if (ls_panel_type(type)) { /* the panel copy (the type's only layout), every M */
+        LS_ASSERT(job->w->panel); /* ls_wmat_prepare built it */
+        if (M == 1 && (type == LS_TYPE_Q4_1 || type == LS_TYPE_Q8_0))
             ls_z_panel_rows1(type, job, n0, n1);
         else
             ls_z_panel_mm_call(type, job, n0, n1);
-        return;
-    }
-    if (ls_panel_m2_only(type) && M >= 2 && job->xp && job->w->panel) { /* panel copy: multi-row tiles (M = 1 stays on the group records) */
-        ls_z_panel_mm_call(type, job, n0, n1);
         return;
     }
     int64_t nblk = n1 - n0;

@@ -1,5 +1,6 @@
 /* matmul_scalar.c - the canonical matmul recipe in plain C: the definition.
- * Every step is written out as in docs/numerics.md; -ffp-contract=off keeps each
+ * It reads the same repacked layout as the SIMD kernels (the panel copy; MXFP4's group
+ * records), one unit at a time.  Every step is written out as in docs/numerics.md; -ffp-contract=off keeps each
  * * and + a separately rounded operation, and fmaf() is the only fused one. */
 #include <math.h>
 
@@ -49,22 +50,35 @@ static void ls_xq_natural(const ls_wmat *w, const ls_xq *xr, int8_t *nat) {
     }
 }
 
+/* Unit b of weight row n: its codes u[32] and raw scale fields f, from the panel copy
+ * (the panel types) or the group records (MXFP4). */
+static void ls_weight_unit(const ls_wmat *w, int64_t n, int64_t b, ls_unit *f, int16_t u[32]) {
+    if (w->panel) {
+        ls_panel_unit(w, n, b, f);
+        for (int i = 0; i < 32; i++) u[i] = f->u[i];
+        return;
+    }
+    int64_t G = b / LS_GROUP;
+    bool full = (G + 1) * LS_GROUP <= w->nb;
+    const ls_rec *r = full ? &w->rec16 : &w->rec_tail;
+    uint32_t L = full ? LS_GROUP : (uint32_t)w->tail, l = (uint32_t)(b % LS_GROUP);
+    const uint8_t *rec = w->data + (size_t)n * w->row_bytes + (size_t)G * w->rec16.size;
+    ls_unit_codes(w->st, r, L, l, rec, u);
+    w->wt->get_scales(r, l, rec, f);
+}
+
 /* Output n of rows 0..M-1 of a quantized matrix: steps 2-4.  Each weight unit's codes
  * are decoded once for all the rows; row m's sums S[m][g] take the units in order b. */
-static void ls_dot_q_scalar(const ls_wmat *w, const uint8_t *wrow, int64_t M, const ls_xq *xr, const int8_t *nat,
-                            float *S, float *y, int64_t ldy) {
+static void ls_dot_q_scalar(const ls_wmat *w, int64_t n, int64_t M, const ls_xq *xr, const int8_t *nat, float *S,
+                            float *y, int64_t ldy) {
     for (int64_t i = 0; i < M * LS_NGRP; i++) S[i] = 0.0f;
     for (int64_t b = 0; b < w->nb; b++) {
-        int64_t G = b / LS_GROUP;
-        bool full = (G + 1) * LS_GROUP <= w->nb;
-        const ls_rec *r = full ? &w->rec16 : &w->rec_tail;
-        uint32_t L = full ? LS_GROUP : (uint32_t)w->tail, l = (uint32_t)(b % LS_GROUP);
-        const uint8_t *rec = wrow + (size_t)G * w->rec16.size;
+        ls_unit f;
         int16_t u[32], q[32];
-        ls_unit_codes(w->st, r, L, l, rec, u);
+        ls_weight_unit(w, n, b, &f, u);
         for (int64_t m = 0; m < M; m++) { /* c_b (step 2: the type's row) */
             ls_unit_q(w, &xr[m], nat ? nat + m * w->nb * 32 : NULL, b, q);
-            float c = w->wt->unit_c(r, l, rec, u, q, xr[m].dx[b], xr[m].sx[b]);
+            float c = w->wt->unit_c(&f, u, q, xr[m].dx[b], xr[m].sx[b]);
             S[m * LS_NGRP + b % LS_NGRP] = S[m * LS_NGRP + b % LS_NGRP] + c;
         }
     }
@@ -123,8 +137,7 @@ static void ls_mm_scalar(const ls_mm_job *job, int64_t n0, int64_t n1) {
             if (!in_place) ls_xq_natural(w, &xr[m], nat + m * rowb);
         }
         for (int64_t n = n0; n < n1; n++)
-            ls_dot_q_scalar(w, w->data + (size_t)n * w->row_bytes, ms, xr, in_place ? NULL : nat, S,
-                            job->y + m0 * w->N + n, w->N);
+            ls_dot_q_scalar(w, n, ms, xr, in_place ? NULL : nat, S, job->y + m0 * w->N + n, w->N);
     }
 }
 

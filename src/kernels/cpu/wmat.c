@@ -1,6 +1,7 @@
-/* wmat.c - weight matrices: validation and repacking of ggml blocks into the group
- * records described in internal.h (the per-type parts are the type's row in
- * wtypes.c), and the per-ISA prepare step.  Repacking is a lossless permutation of
+/* wmat.c - weight matrices: validation and repacking of ggml blocks into the layouts
+ * described in internal.h: the panel copy for the panel types (built by the prepare step),
+ * the group records for MXFP4 (built here; the per-type parts are the type's row in
+ * wtypes.c).  Repacking is a lossless permutation of
  * each block's integer codes and scale fields; nothing is rounded here. */
 #include <stdlib.h>
 
@@ -78,7 +79,9 @@ ls_wmat *ls_wmat_create(uint32_t type, int64_t N, int64_t K, const void *data, l
         return w;
     }
     w->nb = K / 32;
-    w->tail = (int)(w->nb % LS_GROUP);
+    w->tail = (int)(w->nb % LS_GROUP); /* (also the activations' last group) */
+    if (ls_panel_type(type)) /* the panel copy is its one repacked layout (ls_wmat_prepare builds it) */
+        return w;
     w->rec16 = wt->layout(LS_GROUP);
     w->rec_tail = w->tail ? wt->layout((uint32_t)w->tail) : (ls_rec){0};
     w->row_bytes = (size_t)(w->nb / LS_GROUP) * w->rec16.size + (w->tail ? w->rec_tail.size : 0);
@@ -116,9 +119,9 @@ ls_wmat *ls_wmat_create(uint32_t type, int64_t N, int64_t K, const void *data, l
     return w;
 }
 
-/* ---- the panel copy (internal.h), read by the AVX-512, AVX-VNNI and AVX2 kernels alike
- * (one layout: the 256-bit kernels take a 16-row panel as two halves of 8 lanes), so a
- * matrix holds at most one copy whichever of these ISAs use it.  Codes are nibble planes
+/* ---- the panel copy (internal.h), read by the scalar, AVX2, AVX-VNNI and AVX-512 kernels
+ * alike (one layout: the 256-bit kernels take a 16-row panel as two halves of 8 lanes), the
+ * panel types' only repacked layout: a matrix holds one copy whichever ISAs use it.  Codes are nibble planes
  * (Q4_0, Q4_1, Q4_K) or byte planes (Q5_0, Q5_1, Q8_0, Q5_K, Q6_K: the unsigned code u as
  * one byte); the per-type part is what follows the codes: the scale fields of the 16 rows. */
 /* Bytes of one panel unit's codes (NIB: 4 planes of 64 bytes, BYTE: 8). */
@@ -199,12 +202,57 @@ void ls_panel_build(ls_wmat *w, void *mem) {
                 if (w->type == LS_TYPE_Q4_1 || w->type == LS_TYPE_Q5_1) ls_w16p(dp + 32 * (size_t)w->nb + 2 * r, x->m);
             }
         }
+        if (w->src_done) { /* rows 0..n are read: hand back whole 4 KiB pieces, about 1 MiB at a time */
+            const uintptr_t end = (uintptr_t)(w->src + (size_t)(n + 1) * w->src_row_bytes);
+            const uintptr_t cut = n + 1 == w->N ? end : end & ~(uintptr_t)4095;
+            if (cut >= (uintptr_t)w->src_next + ((size_t)1 << 20) || (n + 1 == w->N && cut > (uintptr_t)w->src_next)) {
+                w->src_done(w->src_done_ctx, w->src_next, (size_t)(cut - (uintptr_t)w->src_next));
+                w->src_next = (const uint8_t *)cut;
+            }
+        }
     }
 }
 
-/* What preparing w for isa still needs: 0 when the ISA needs nothing beyond the group
- * records, or when the layout it needs is already built (the panel copy is shared by the
- * ISAs that read it). */
+void ls_panel_unit(const ls_wmat *w, int64_t n, int64_t b, ls_unit *x) {
+    const uint8_t *p = w->panel + (size_t)(n / 16) * w->panel_bytes;
+    const size_t r = (size_t)(n % 16);
+    const uint8_t *codes = p + (size_t)b * w->pcode;
+    memset(x, 0, sizeof *x);
+    if (w->pcode == 512) {
+        for (int s = 0; s < 8; s++)
+            for (int j = 0; j < 4; j++) x->u[4 * s + j] = codes[64 * s + 4 * r + j];
+    } else {
+        for (int q = 0; q < 4; q++)
+            for (int j = 0; j < 4; j++) {
+                uint8_t v = codes[64 * q + 4 * r + j];
+                x->u[4 * q + j] = v & 0xF;
+                x->u[16 + 4 * q + j] = v >> 4;
+            }
+    }
+    const uint8_t *dp = p + (size_t)w->nb * w->pcode + 32 * (size_t)b;
+    const uint8_t *sp = p + (size_t)w->nb * (w->pcode + 32); /* the super-block fields (K-quants) */
+    const size_t blk = (size_t)(b / 8);
+    switch (w->type) {
+    case LS_TYPE_Q4_K: case LS_TYPE_Q5_K:
+        x->sc = dp[r];
+        x->mn = dp[16 + r];
+        x->d = ls_k_rd16(sp + 64 * blk + 2 * r);
+        x->dmin = ls_k_rd16(sp + 64 * blk + 32 + 2 * r);
+        break;
+    case LS_TYPE_Q6_K:
+        x->sc6[0] = (int8_t)dp[2 * r];
+        x->sc6[1] = (int8_t)dp[2 * r + 1];
+        x->d = ls_k_rd16(sp + 32 * blk + 2 * r);
+        break;
+    case LS_TYPE_Q4_1: case LS_TYPE_Q5_1:
+        x->m = ls_k_rd16(dp + 32 * (size_t)w->nb + 2 * r);
+        /* fall through */
+    default: x->d = ls_k_rd16(dp + 2 * r); break;
+    }
+}
+
+/* What preparing w for isa still needs: the panel copy, for a panel type whose copy is
+ * not built yet (one copy, read by every ISA: the scalar kernels read it too); else 0. */
 size_t ls_wmat_prepare_bytes(const ls_wmat *w, ls_isa isa) {
     const ls_kvtab *vt = ls_kvtab_for(isa);
     if (!vt->prepare_bytes || (vt->prepare == ls_panel_build && w->panel)) return 0;
@@ -212,6 +260,10 @@ size_t ls_wmat_prepare_bytes(const ls_wmat *w, ls_isa isa) {
 }
 
 ls_status ls_wmat_prepare(ls_wmat *w, ls_isa isa, void *mem, ls_err *err) {
+    return ls_wmat_prepare_ex(w, isa, mem, NULL, NULL, err);
+}
+
+ls_status ls_wmat_prepare_ex(ls_wmat *w, ls_isa isa, void *mem, ls_src_done_fn done, void *ctx, ls_err *err) {
     if (ls_wmat_prepared(w, isa)) return LS_OK;
     const ls_kvtab *vt = ls_kvtab_for(isa);
     size_t b = ls_wmat_prepare_bytes(w, isa);
@@ -223,7 +275,12 @@ ls_status ls_wmat_prepare(ls_wmat *w, ls_isa isa, void *mem, ls_err *err) {
                 return ls_err_set(err, LS_E_NOMEM, "out of memory preparing a %lld x %lld matrix for %s (%zu bytes)",
                                   (long long)w->N, (long long)w->K, ls_isa_name(isa), b);
         }
+        w->src_done = done;
+        w->src_done_ctx = ctx;
+        w->src_next = w->src;
         vt->prepare(w, mem);
+        w->src_done = NULL;
+        w->src_done_ctx = NULL;
     }
     w->prepared |= 1u << isa;
     return LS_OK;
@@ -250,3 +307,6 @@ int64_t ls_wmat_rows(const ls_wmat *w) { return w->N; }
 uint32_t ls_wmat_type(const ls_wmat *w) { return w->type; }
 const void *ls_wmat_src_row(const ls_wmat *w, int64_t n) { return w->src + (size_t)n * w->src_row_bytes; }
 int64_t ls_wmat_cols(const ls_wmat *w) { return w->K; }
+size_t ls_wmat_repacked_bytes(const ls_wmat *w) {
+    return (w->owned ? (size_t)w->N * w->row_bytes : 0) + (w->panel ? ls_panel_bytes(w) : 0);
+}

@@ -2,7 +2,7 @@
  * everything about the type that is not SIMD code (internal.h, ls_wtype):
  *   - its group-record layout (the per-unit scale fields, then the integer codes),
  *   - how one ggml block decodes into units (codes and raw scale fields),
- *   - where a unit's scale fields go in a record,
+ *   - where a unit's scale fields go in a record, and how they are read back,
  *   - step 2 of the canonical recipe for one unit, in plain C (the definition that
  *     the AVX2 and AVX-512 kernels reproduce; docs/numerics.md),
  *   - the per-ISA matmul entry points (each ISA file instantiates its kernels per type).
@@ -144,9 +144,28 @@ static void put_q6_k(const ls_rec *r, uint32_t l, const ls_unit *un, uint8_t *re
     rec[r->sc + 2 * l + 1] = (uint8_t)un->sc6[1];
 }
 
-/* ---- step 2 of the recipe, per type: c_b from the unit's codes u, the activation
- * block's codes q and its dx, sx (docs/numerics.md, the c_b column; each line one
- * rounding, in the order written) ------------------------------------------------ */
+/* ---- a unit's scale fields out of lane l of a record (the inverse of put_*) --------- */
+static void get_d(const ls_rec *r, uint32_t l, const uint8_t *rec, ls_unit *un) { un->d = ls_k_rd16(rec + r->d + 2 * l); }
+static void get_dm(const ls_rec *r, uint32_t l, const uint8_t *rec, ls_unit *un) {
+    un->d = ls_k_rd16(rec + r->d + 2 * l);
+    un->m = ls_k_rd16(rec + r->m + 2 * l);
+}
+static void get_e(const ls_rec *r, uint32_t l, const uint8_t *rec, ls_unit *un) { un->e = rec[r->e + l]; }
+static void get_kq(const ls_rec *r, uint32_t l, const uint8_t *rec, ls_unit *un) {
+    un->d = ls_k_rd16(rec + r->dk + 2 * (l / 8));
+    un->dmin = ls_k_rd16(rec + r->dmk + 2 * (l / 8));
+    un->sc = rec[r->sc + l];
+    un->mn = rec[r->mn + l];
+}
+static void get_q6_k(const ls_rec *r, uint32_t l, const uint8_t *rec, ls_unit *un) {
+    un->d = ls_k_rd16(rec + r->dk + 2 * (l / 8));
+    un->sc6[0] = (int8_t)rec[r->sc + 2 * l];
+    un->sc6[1] = (int8_t)rec[r->sc + 2 * l + 1];
+}
+
+/* ---- step 2 of the recipe, per type: c_b from the unit's codes u and raw scale fields
+ * f, the activation block's codes q and its dx, sx (docs/numerics.md, the c_b column;
+ * each line one rounding, in the order written) ------------------------------------ */
 /* Codes are int16 (|u - off| <= 255, |q| <= 128: every product and the 32-term sum are
  * exact in int32), so the compiler may form the sum with pmaddwd at any ISA: integer
  * arithmetic, the same value in any order. */
@@ -155,67 +174,67 @@ static int32_t isum_off(const int16_t *u, const int16_t *q, int off) {
     for (int i = 0; i < 32; i++) s += (int16_t)(u[i] - off) * q[i];
     return s;
 }
-static float c_d(const ls_rec *r, uint32_t l, const uint8_t *rec, int32_t isum, float dx) {
-    float d = ls_k_fp16(ls_k_rd16(rec + r->d + 2 * l));
+static float c_d(const ls_unit *f, int32_t isum, float dx) {
+    float d = ls_k_fp16(f->d);
     return (d * dx) * (float)isum;
 }
-static float c_q4_0(const ls_rec *r, uint32_t l, const uint8_t *rec, const int16_t *u, const int16_t *q, float dx, float sx) {
+static float c_q4_0(const ls_unit *f, const int16_t *u, const int16_t *q, float dx, float sx) {
     (void)sx;
-    return c_d(r, l, rec, isum_off(u, q, 8), dx);
+    return c_d(f, isum_off(u, q, 8), dx);
 }
-static float c_q5_0(const ls_rec *r, uint32_t l, const uint8_t *rec, const int16_t *u, const int16_t *q, float dx, float sx) {
+static float c_q5_0(const ls_unit *f, const int16_t *u, const int16_t *q, float dx, float sx) {
     (void)sx;
-    return c_d(r, l, rec, isum_off(u, q, 16), dx);
+    return c_d(f, isum_off(u, q, 16), dx);
 }
-static float c_q8_0(const ls_rec *r, uint32_t l, const uint8_t *rec, const int16_t *u, const int16_t *q, float dx, float sx) {
+static float c_q8_0(const ls_unit *f, const int16_t *u, const int16_t *q, float dx, float sx) {
     (void)sx;
-    return c_d(r, l, rec, isum_off(u, q, 128), dx);
+    return c_d(f, isum_off(u, q, 128), dx);
 }
-static float c_mxfp4(const ls_rec *r, uint32_t l, const uint8_t *rec, const int16_t *u, const int16_t *q, float dx, float sx) {
+static float c_mxfp4(const ls_unit *f, const int16_t *u, const int16_t *q, float dx, float sx) {
     (void)sx;
     int32_t isum = 0;
     for (int i = 0; i < 32; i++) isum += ls_kvalues_mxfp4[u[i]] * q[i];
-    float d = ls_k_e8m0_half(rec[r->e + l]);
+    float d = ls_k_e8m0_half(f->e);
     return (d * dx) * (float)isum;
 }
-static float c_q4_1(const ls_rec *r, uint32_t l, const uint8_t *rec, const int16_t *u, const int16_t *q, float dx, float sx) {
+static float c_q4_1(const ls_unit *f, const int16_t *u, const int16_t *q, float dx, float sx) {
     int32_t isum = isum_off(u, q, 0);
-    float d = ls_k_fp16(ls_k_rd16(rec + r->d + 2 * l));
-    float m = ls_k_fp16(ls_k_rd16(rec + r->m + 2 * l));
+    float d = ls_k_fp16(f->d);
+    float m = ls_k_fp16(f->m);
     return fmaf(d * dx, (float)isum, m * sx);
 }
-static float c_kq(const ls_rec *r, uint32_t l, const uint8_t *rec, const int16_t *u, const int16_t *q, float dx, float sx) {
-    int32_t isum = isum_off(u, q, 0) * rec[r->sc + l];
-    float d = ls_k_fp16(ls_k_rd16(rec + r->dk + 2 * (l / 8)));
-    float dmin = ls_k_fp16(ls_k_rd16(rec + r->dmk + 2 * (l / 8)));
-    float mt = dmin * (float)rec[r->mn + l];
+static float c_kq(const ls_unit *f, const int16_t *u, const int16_t *q, float dx, float sx) {
+    int32_t isum = isum_off(u, q, 0) * f->sc;
+    float d = ls_k_fp16(f->d);
+    float dmin = ls_k_fp16(f->dmin);
+    float mt = dmin * (float)f->mn;
     return fmaf(d * dx, (float)isum, (-mt) * sx);
 }
-static float c_q6_k(const ls_rec *r, uint32_t l, const uint8_t *rec, const int16_t *u, const int16_t *q, float dx, float sx) {
+static float c_q6_k(const ls_unit *f, const int16_t *u, const int16_t *q, float dx, float sx) {
     (void)sx;
     int32_t s0 = 0, s1 = 0;
     for (int i = 0; i < 16; i++) s0 += (int16_t)(u[i] - 32) * q[i];
     for (int i = 16; i < 32; i++) s1 += (int16_t)(u[i] - 32) * q[i];
-    int32_t isum = (int8_t)rec[r->sc + 2 * l] * s0 + (int8_t)rec[r->sc + 2 * l + 1] * s1;
-    float d = ls_k_fp16(ls_k_rd16(rec + r->dk + 2 * (l / 8)));
+    int32_t isum = f->sc6[0] * s0 + f->sc6[1] * s1;
+    float d = ls_k_fp16(f->d);
     return (d * dx) * (float)isum;
 }
 
 /* ---- the table --------------------------------------------------------------------- */
 #define LS_MM_ROW(nm) {ls_mm_##nm##_scalar, ls_mm_##nm##_avx2, ls_mm_##nm##_avxvnni, ls_mm_##nm##_avx512}
 static const ls_wtype ls_wtypes[] = {
-    {LS_TYPE_F32, LS_ST_FLOAT, 1, NULL, NULL, NULL, NULL, LS_MM_ROW(f32)},
-    {LS_TYPE_F16, LS_ST_FLOAT, 1, NULL, NULL, NULL, NULL, LS_MM_ROW(f16)},
-    {LS_TYPE_BF16, LS_ST_FLOAT, 1, NULL, NULL, NULL, NULL, LS_MM_ROW(bf16)},
-    {LS_TYPE_Q4_0, LS_ST_NIB, 32, lay_q4_0, dec_q4_0, put_d, c_q4_0, LS_MM_ROW(q4_0)},
-    {LS_TYPE_Q4_1, LS_ST_NIB, 32, lay_q4_1, dec_q4_1, put_dm, c_q4_1, LS_MM_ROW(q4_1)},
-    {LS_TYPE_Q5_0, LS_ST_BYTE, 32, lay_q8_0, dec_q5_0, put_d, c_q5_0, LS_MM_ROW(q5_0)},
-    {LS_TYPE_Q5_1, LS_ST_BYTE, 32, lay_q5_1, dec_q5_1, put_dm, c_q4_1, LS_MM_ROW(q5_1)},
-    {LS_TYPE_Q8_0, LS_ST_BYTE, 32, lay_q8_0, dec_q8_0, put_d, c_q8_0, LS_MM_ROW(q8_0)},
-    {LS_TYPE_Q4_K, LS_ST_NIB, 256, lay_q4_k, dec_q4_k, put_kq, c_kq, LS_MM_ROW(q4_k)},
-    {LS_TYPE_Q5_K, LS_ST_BYTE, 256, lay_q5_k, dec_q5_k, put_kq, c_kq, LS_MM_ROW(q5_k)},
-    {LS_TYPE_Q6_K, LS_ST_Q6, 256, lay_q6_k, dec_q6_k, put_q6_k, c_q6_k, LS_MM_ROW(q6_k)},
-    {LS_TYPE_MXFP4, LS_ST_NIB, 32, lay_mxfp4, dec_mxfp4, put_e, c_mxfp4, LS_MM_ROW(mxfp4)},
+    {LS_TYPE_F32, LS_ST_FLOAT, 1, NULL, NULL, NULL, NULL, NULL, LS_MM_ROW(f32)},
+    {LS_TYPE_F16, LS_ST_FLOAT, 1, NULL, NULL, NULL, NULL, NULL, LS_MM_ROW(f16)},
+    {LS_TYPE_BF16, LS_ST_FLOAT, 1, NULL, NULL, NULL, NULL, NULL, LS_MM_ROW(bf16)},
+    {LS_TYPE_Q4_0, LS_ST_NIB, 32, lay_q4_0, dec_q4_0, put_d, get_d, c_q4_0, LS_MM_ROW(q4_0)},
+    {LS_TYPE_Q4_1, LS_ST_NIB, 32, lay_q4_1, dec_q4_1, put_dm, get_dm, c_q4_1, LS_MM_ROW(q4_1)},
+    {LS_TYPE_Q5_0, LS_ST_BYTE, 32, lay_q8_0, dec_q5_0, put_d, get_d, c_q5_0, LS_MM_ROW(q5_0)},
+    {LS_TYPE_Q5_1, LS_ST_BYTE, 32, lay_q5_1, dec_q5_1, put_dm, get_dm, c_q4_1, LS_MM_ROW(q5_1)},
+    {LS_TYPE_Q8_0, LS_ST_BYTE, 32, lay_q8_0, dec_q8_0, put_d, get_d, c_q8_0, LS_MM_ROW(q8_0)},
+    {LS_TYPE_Q4_K, LS_ST_NIB, 256, lay_q4_k, dec_q4_k, put_kq, get_kq, c_kq, LS_MM_ROW(q4_k)},
+    {LS_TYPE_Q5_K, LS_ST_BYTE, 256, lay_q5_k, dec_q5_k, put_kq, get_kq, c_kq, LS_MM_ROW(q5_k)},
+    {LS_TYPE_Q6_K, LS_ST_Q6, 256, lay_q6_k, dec_q6_k, put_q6_k, get_q6_k, c_q6_k, LS_MM_ROW(q6_k)},
+    {LS_TYPE_MXFP4, LS_ST_NIB, 32, lay_mxfp4, dec_mxfp4, put_e, get_e, c_mxfp4, LS_MM_ROW(mxfp4)},
 };
 
 const ls_wtype *ls_wtype_get(uint32_t type) {
