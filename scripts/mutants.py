@@ -216,6 +216,15 @@ MUTANTS = [
      "    if (memcmp(want.ptr, m->sha256, 64) != 0 && want.ptr[0] == 'x')",
      "an MTP module in its own file is attached to whatever model loads it, not only the one it was fitted to",
      ["python3 -m pytest -q -x tests/python/test_fit_mtp.py -k refused"]),
+    ("fit-gemma-rope-base", "tools/fit_mtp.py",
+     'self.rope_base, self.rope_scale = float(m["rope_base"]), float(m["rope_freq_scale"])',
+     'self.rope_base, self.rope_scale = (10000.0 if m["arch"] == "gemma3" else float(m["rope_base"])), '
+     'float(m["rope_freq_scale"])',
+     "the fitter gives gemma3's MTP block the local layers' RoPE base (10000), not the global one lockstep uses",
+     ["python3 -m pytest -q -x tests/python/test_fit_mtp.py -k gemma"]),
+    ("fit-gemma-post-norms", "tools/fit_mtp.py",
+     "x = x + (rmsnorm(o, self.post_attn_norm, self.eps) if self.gemma else o)", "x = x + o",
+     "the fitter leaves out gemma3's post-attention norm", ["python3 -m pytest -q -x tests/python/test_fit_mtp.py -k gemma"]),
 ]
 
 
