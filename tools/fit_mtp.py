@@ -190,6 +190,15 @@ def rmsnorm(x, w, eps):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
 
 
+def int8_act(x):
+    """x as lockstep's matmuls see it: quantized to int8 per block of 32 (scale amax/127,
+    rounded to nearest), back to floats; the check's second forward uses it."""
+    b = x.reshape(-1, 32)
+    d = b.abs().amax(1, keepdim=True) / 127
+    q = torch.round(b / torch.where(d > 0, d, torch.ones_like(d)))
+    return (q * d).reshape(x.shape)
+
+
 FAMILIES = ("llama", "mistral", "gemma3")
 
 
@@ -208,6 +217,7 @@ class MTP(torch.nn.Module):
         self.rope_base, self.rope_scale = float(m["rope_base"]), float(m["rope_freq_scale"])
         self.gemma = m["arch"] == "gemma3"
         self.gelu = m.get("act") == "gelu_tanh"
+        self.qact = False  # the check: each matmul's input quantized as lockstep quantizes it (int8_act)
         blk = "blk.%d." % (self.L - 1)
         P = lambda a: torch.nn.Parameter(torch.from_numpy(np.array(a, dtype=np.float32)))
         W = lambda n: data.weight(blk + n)
@@ -267,9 +277,10 @@ class MTP(torch.nn.Module):
         (spec.c): row j, at position j + 1, continues the module's own output at row j with
         the token after, and attends the earlier call's rows 0..j and itself."""
         B, T, E = h.shape
+        Q = int8_act if self.qact else (lambda t: t)
         e = self.embed[tok_next] * self.embd_scale
-        x = torch.cat([rmsnorm(e, self.enorm, self.eps), rmsnorm(h, self.hnorm, self.eps)], dim=-1) @ self.eh_proj.T
-        n = rmsnorm(x, self.attn_norm, self.eps)
+        x = Q(torch.cat([rmsnorm(e, self.enorm, self.eps), rmsnorm(h, self.hnorm, self.eps)], dim=-1)) @ self.eh_proj.T
+        n = Q(rmsnorm(x, self.attn_norm, self.eps))
         q = (n @ self.wq.T).view(B, T, self.H, self.D)
         k = (n @ self.wk.T).view(B, T, self.Hkv, self.D)
         v = (n @ self.wv.T).view(B, T, self.Hkv, self.D)
@@ -293,17 +304,18 @@ class MTP(torch.nn.Module):
             s2 = (qh * kh).sum(-1, keepdim=True) / math.sqrt(self.D)  # itself
             w = torch.softmax(torch.cat([s1, s2], dim=-1), dim=-1)
             a = w[..., :T] @ vp + w[..., T:] * vh
-        o = a.transpose(1, 2).reshape(B, T, self.H * self.D) @ self.wo.T
+        o = Q(a.transpose(1, 2).reshape(B, T, self.H * self.D)) @ self.wo.T
         x = x + (rmsnorm(o, self.post_attn_norm, self.eps) if self.gemma else o)
-        n = rmsnorm(x, self.ffn_norm, self.eps)
+        n = Q(rmsnorm(x, self.ffn_norm, self.eps))
         g = n @ self.w_gate.T
         g = torch.nn.functional.gelu(g, approximate="tanh") if self.gelu else torch.nn.functional.silu(g)
-        o = (g * (n @ self.w_up.T)) @ self.w_down.T
+        o = Q(g * (n @ self.w_up.T)) @ self.w_down.T
         x = x + (rmsnorm(o, self.post_ffn_norm, self.eps) if self.gemma else o)
         return x, k, v
 
     def logits(self, x):
-        return rmsnorm(x, self.out_norm, self.eps) @ self.head.T
+        n = rmsnorm(x, self.out_norm, self.eps)
+        return (int8_act(n) if self.qact else n) @ self.head.T
 
 
 def batches(data, idx, max_rows, rng):
@@ -403,8 +415,10 @@ def evaluate(model, data, idx, max_rows, loss_rows=128):
 def check_module(a, model):
     """lockstep's forward of the written module against this fit's, on held-out answers: the
     share of positions where their top tokens agree (1 but for near-ties: lockstep quantizes
-    activations to int8 per block of 32), and where lockstep's agrees with the model's own
-    next token there (the first draft's acceptance at temperature 0 on such text)."""
+    activations to int8 per block of 32; the fit's forward with its matmuls' inputs so
+    quantized too (int8_act) should agree at nearly every position), and where lockstep's
+    agrees with the model's own next token there (the first draft's acceptance at
+    temperature 0 on such text)."""
     d = a.out + ".check"
     cmd = [a.lockstep, "mtp-data", "-m", a.model, "--module", a.out, "--prompts", a.check_prompts, "--out", d,
            "--max-prompts", str(a.check_max_prompts), "-n", str(a.n_predict), "--temp", str(a.temp),
@@ -413,22 +427,27 @@ def check_module(a, model):
     subprocess.run(cmd, check=True)
     data = Data(d)
     c_top = np.fromfile(os.path.join(d, "mtp_top1.i32"), dtype="<i4")
-    t_top, teacher = [], []
+    t_top, q_top, teacher = [], [], []
     with torch.no_grad():
         for s in range(len(data.lens)):
             tok, h, ht, mask = make_batch(data, [s])
             x = model(tok, h)[0][mask]
             t_top.append(model.logits(x).argmax(-1).numpy())
             teacher.append(model.logits(ht[mask]).argmax(-1).numpy())
-    t_top, teacher = np.concatenate(t_top), np.concatenate(teacher)
+            model.qact = True
+            q_top.append(model.logits(model(tok, h)[0][mask]).argmax(-1).numpy())
+            model.qact = False
+    t_top, q_top, teacher = np.concatenate(t_top), np.concatenate(q_top), np.concatenate(teacher)
     if len(t_top) != len(c_top):
         sys.exit("fit_mtp: the check has %d rows from lockstep, %d here" % (len(c_top), len(t_top)))
     r = {"rows": int(len(c_top)), "lockstep_vs_torch_top1": float((c_top == t_top).mean()),
          "lockstep_vs_model_top1": float((c_top == teacher).mean()),
-         "torch_vs_model_top1": float((t_top == teacher).mean())}
-    print("fit_mtp: check on %d held-out positions: lockstep's top token = this fit's at %.3f; = the model's "
-          "next at %.3f (this fit's: %.3f)" % (r["rows"], r["lockstep_vs_torch_top1"], r["lockstep_vs_model_top1"],
-                                              r["torch_vs_model_top1"]), file=sys.stderr)
+         "torch_vs_model_top1": float((t_top == teacher).mean()),
+         "lockstep_vs_torch_int8_top1": float((c_top == q_top).mean())}
+    print("fit_mtp: check on %d held-out positions: lockstep's top token = this fit's at %.3f (with lockstep's "
+          "int8 activations: %.3f); = the model's next at %.3f (this fit's: %.3f)" %
+          (r["rows"], r["lockstep_vs_torch_top1"], r["lockstep_vs_torch_int8_top1"], r["lockstep_vs_model_top1"],
+           r["torch_vs_model_top1"]), file=sys.stderr)
     return r
 
 
