@@ -4,6 +4,8 @@ tokens per verify, and the decode speed of `--spec mtp` against plain decoding, 
 held-out chat prompts (tools/mtp_prompts_heldout.txt: prompts the fit never saw).
 
   python3 bench/mtp_bench.py --module mtp/SmolLM2-135M-Instruct.Q4_1.mtp.gguf --out bench/results/mtp-cpu
+  python3 bench/mtp_bench.py --model models/gemma-3-270m-q4_k_m.gguf --module mtp/gemma-3-270m-q4_k_m.mtp.gguf \
+      --raw --prompts tools/mtp_prompts_raw_heldout.txt --out bench/results/mtp-cpu-gemma
 
 1. acceptance: each prompt at temperature 0 and at 0.8 (seeded), plain and with --spec mtp;
    the two answers must be the same tokens (else it stops: parity broken);
@@ -27,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run(a, prompt, temp, spec, isa, draft_max, fixed=False):
-    cmd = [str(a.lockstep), "run", "-m", a.model, "--chat", prompt, "-n", str(a.n), "--temp", str(temp),
+    cmd = [str(a.lockstep), "run", "-m", a.model, "-p" if a.raw else "--chat", prompt, "-n", str(a.n), "--temp", str(temp),
            "--seed", str(a.seed), "-t", str(a.threads), "--json", "--no-probe"]
     if spec:
         cmd += ["--spec", "mtp", "--draft-model", a.module, "--draft-max", str(draft_max),
@@ -52,6 +54,9 @@ def main():
     ap.add_argument("--module", default="mtp/SmolLM2-135M-Instruct.Q4_1.mtp.gguf")
     ap.add_argument("--lockstep", default=str(ROOT / "build/lockstep"))
     ap.add_argument("--prompts", default=str(ROOT / "tools/mtp_prompts_heldout.txt"))
+    ap.add_argument("--raw", action="store_true",
+                    help="the prompts are raw text (-p), not chat messages (--chat): a pretrained model such as "
+                         "Gemma 3 270M with tools/mtp_prompts_raw_heldout.txt")
     ap.add_argument("--n-prompts", type=int, default=8, help="prompts for the acceptance part")
     ap.add_argument("--speed-prompts", type=int, default=4)
     ap.add_argument("--reps", type=int, default=3)
@@ -68,7 +73,7 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     prompts = [l.strip() for l in open(a.prompts) if l.strip()]
     log = open(out / "runs.jsonl", "w")
-    summary = {"model": a.model, "module": a.module, "n": a.n, "threads": a.threads, "draft_max": a.draft_max,
+    summary = {"model": a.model, "module": a.module, "raw": a.raw, "n": a.n, "threads": a.threads, "draft_max": a.draft_max,
                "p_min": a.p_min, "seed": a.seed, "acceptance": {}, "speed": {}}
 
     # 1. acceptance (and parity) per temperature: the module's own, with a fixed chain of

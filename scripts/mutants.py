@@ -321,6 +321,15 @@ MUTANTS = [
      "            if (handling == 0 || now_ms() > replies_by) break;", "            break;",
      "at the end of the grace period MHD closes the connections while handlers still owe their 503",
      [HOSTILE_K + "sigterm_while_many_choices"]),
+    ("fit-gemma-rope-base", "tools/fit_mtp.py",
+     'self.rope_base, self.rope_scale = float(m["rope_base"]), float(m["rope_freq_scale"])',
+     'self.rope_base, self.rope_scale = (10000.0 if m["arch"] == "gemma3" else float(m["rope_base"])), '
+     'float(m["rope_freq_scale"])',
+     "the fitter gives gemma3's MTP block the local layers' RoPE base (10000), not the global one lockstep uses",
+     ["python3 -m pytest -q -x tests/python/test_fit_mtp.py -k gemma"]),
+    ("fit-gemma-post-norms", "tools/fit_mtp.py",
+     "x = x + (rmsnorm(o, self.post_attn_norm, self.eps) if self.gemma else o)", "x = x + o",
+     "the fitter leaves out gemma3's post-attention norm", ["python3 -m pytest -q -x tests/python/test_fit_mtp.py -k gemma"]),
 ]
 
 

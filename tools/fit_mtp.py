@@ -20,7 +20,15 @@ self-distillation, and writes it as a small GGUF file that `lockstep run/serve -
      matrices in Q8_0 (or F16), naming the model's sha256 (lockstep.mtp.target_sha256).
 
 Runs on PyTorch (Debian's python3-torch, CPU) under /usr/bin/python3.  Families: llama
-(and mistral); others are refused.
+(and mistral) and gemma3; others are refused.  gemma3's block as lockstep computes it: the
+embedding times sqrt(n_embd), RMSNorms that multiply by the stored weight (the GGUF file
+holds Gemma's 1 + w), per-head q/k RMSNorm before RoPE, NeoX RoPE, post-attention and
+post-FFN RMSNorms on each branch's output, GeGLU with tanh GELU, attention scale
+1/sqrt(head_dim), and for the module's block (index n_layer) the global layers' settings:
+the file's RoPE base (not the local layers' 10000) and no sliding window; the head is the
+tied embedding.  The head's 262,144-token vocabulary makes the loss the costly part: it
+runs in chunks of rows (--loss-rows), the target's distribution recomputed from the stored
+hidden states each time.
 """
 import argparse
 import json
@@ -198,8 +206,20 @@ def rmsnorm(x, w, eps):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
 
 
+def int8_act(x):
+    """x as lockstep's matmuls see it: quantized to int8 per block of 32 (scale amax/127,
+    rounded to nearest), back to floats; the check's second forward uses it."""
+    b = x.reshape(-1, 32)
+    d = b.abs().amax(1, keepdim=True) / 127
+    q = torch.round(b / torch.where(d > 0, d, torch.ones_like(d)))
+    return (q * d).reshape(x.shape)
+
+
+FAMILIES = ("llama", "mistral", "gemma3")
+
+
 class MTP(torch.nn.Module):
-    """The module as lockstep's MTP forward computes it (llama family)."""
+    """The module as lockstep's MTP forward computes it (llama/mistral, gemma3)."""
 
     def __init__(self, data):
         super().__init__()
@@ -208,7 +228,12 @@ class MTP(torch.nn.Module):
         self.F, self.eps, self.L = int(m["n_ff"]), float(m["norm_eps"]), int(m["n_layer"])
         self.embd_scale = float(m["embd_scale"])
         self.rope_dim, self.neox = int(m["rope_dim"]), bool(m["rope_neox"])
+        # the module's block is not a sliding-window layer (src/model/model.c, ls_plan_build): it
+        # uses the file's RoPE base (gemma3's global one) and attends all its rows
         self.rope_base, self.rope_scale = float(m["rope_base"]), float(m["rope_freq_scale"])
+        self.gemma = m["arch"] == "gemma3"
+        self.gelu = m.get("act") == "gelu_tanh"
+        self.qact = False  # the check: each matmul's input quantized as lockstep quantizes it (int8_act)
         blk = "blk.%d." % (self.L - 1)
         P = lambda a: torch.nn.Parameter(torch.from_numpy(np.array(a, dtype=np.float32)))
         W = lambda n: data.weight(blk + n)
@@ -232,6 +257,11 @@ class MTP(torch.nn.Module):
         self.wv = P(W("attn_v.weight").reshape(-1, E))
         self.wo = P(W("attn_output.weight").reshape(E, -1))
         self.ffn_norm = P(W("ffn_norm.weight").reshape(E))
+        if self.gemma:  # the stored weights as they are (the file holds 1 + w): lockstep multiplies by them
+            self.q_norm = P(W("attn_q_norm.weight").reshape(self.D))
+            self.k_norm = P(W("attn_k_norm.weight").reshape(self.D))
+            self.post_attn_norm = P(W("post_attention_norm.weight").reshape(E))
+            self.post_ffn_norm = P(W("post_ffw_norm.weight").reshape(E))
         self.w_gate = P(W("ffn_gate.weight").reshape(-1, E))
         self.w_up = P(W("ffn_up.weight").reshape(-1, E))
         self.w_down = P(W("ffn_down.weight").reshape(E, -1))
@@ -263,12 +293,15 @@ class MTP(torch.nn.Module):
         (spec.c): row j, at position j + 1, continues the module's own output at row j with
         the token after, and attends the earlier call's rows 0..j and itself."""
         B, T, E = h.shape
+        Q = int8_act if self.qact else (lambda t: t)
         e = self.embed[tok_next] * self.embd_scale
-        x = torch.cat([rmsnorm(e, self.enorm, self.eps), rmsnorm(h, self.hnorm, self.eps)], dim=-1) @ self.eh_proj.T
-        n = rmsnorm(x, self.attn_norm, self.eps)
+        x = Q(torch.cat([rmsnorm(e, self.enorm, self.eps), rmsnorm(h, self.hnorm, self.eps)], dim=-1)) @ self.eh_proj.T
+        n = Q(rmsnorm(x, self.attn_norm, self.eps))
         q = (n @ self.wq.T).view(B, T, self.H, self.D)
         k = (n @ self.wk.T).view(B, T, self.Hkv, self.D)
         v = (n @ self.wv.T).view(B, T, self.Hkv, self.D)
+        if self.gemma:  # RMSNorm of each head, before RoPE
+            q, k = rmsnorm(q, self.q_norm, self.eps), rmsnorm(k, self.k_norm, self.eps)
         pos = torch.arange(T, device=h.device) + (1 if prev is not None else 0)
         q, k = self.rope(q, pos), self.rope(k, pos)
         g = self.H // self.Hkv  # query head j reads kv head j // g
@@ -287,13 +320,18 @@ class MTP(torch.nn.Module):
             s2 = (qh * kh).sum(-1, keepdim=True) / math.sqrt(self.D)  # itself
             w = torch.softmax(torch.cat([s1, s2], dim=-1), dim=-1)
             a = w[..., :T] @ vp + w[..., T:] * vh
-        x = x + a.transpose(1, 2).reshape(B, T, self.H * self.D) @ self.wo.T
-        n = rmsnorm(x, self.ffn_norm, self.eps)
-        x = x + (torch.nn.functional.silu(n @ self.w_gate.T) * (n @ self.w_up.T)) @ self.w_down.T
+        o = Q(a.transpose(1, 2).reshape(B, T, self.H * self.D)) @ self.wo.T
+        x = x + (rmsnorm(o, self.post_attn_norm, self.eps) if self.gemma else o)
+        n = Q(rmsnorm(x, self.ffn_norm, self.eps))
+        g = n @ self.w_gate.T
+        g = torch.nn.functional.gelu(g, approximate="tanh") if self.gelu else torch.nn.functional.silu(g)
+        o = Q(g * (n @ self.w_up.T)) @ self.w_down.T
+        x = x + (rmsnorm(o, self.post_ffn_norm, self.eps) if self.gemma else o)
         return x, k, v
 
     def logits(self, x):
-        return rmsnorm(x, self.out_norm, self.eps) @ self.head.T
+        n = rmsnorm(x, self.out_norm, self.eps)
+        return (int8_act(n) if self.qact else n) @ self.head.T
 
 
 def to_device(model, dev):
@@ -339,35 +377,61 @@ def make_batch(data, seqs):
     return tuple(torch.from_numpy(a).to(DEV) for a in (tok, h, ht, mask))
 
 
-def kl_top1(model, x, ht):
-    with torch.no_grad():
-        tl = torch.log_softmax(model.logits(ht), dim=-1)
-    sl = torch.log_softmax(model.logits(x), dim=-1)
-    return (tl.exp() * (tl - sl)).sum(-1).mean(), (sl.argmax(-1) == tl.argmax(-1)).float().mean()
+def kl_chunks(model, x, ht, rows, grad):
+    """The mean over x's rows of KL(target || module) and of top-1 agreement, where the
+    target's distribution is head(final_norm(ht)), computed chunk by chunk of `rows` rows
+    (a 262,144-token head makes whole batches' logits gigabytes).  With grad, also the
+    gradient of the mean KL with respect to x (the head and the final norm are frozen)."""
+    N = x.shape[0]
+    xd = x.detach()
+    gx = torch.zeros_like(xd) if grad else None
+    tot, agree = 0.0, 0.0
+    for a in range(0, N, rows):
+        with torch.no_grad():
+            tl = torch.log_softmax(model.logits(ht[a:a + rows]), dim=-1)
+        xc = xd[a:a + rows].clone().requires_grad_(True) if grad else xd[a:a + rows]
+        with torch.set_grad_enabled(grad):
+            sl = torch.log_softmax(model.logits(xc), dim=-1)
+            kl = (tl.exp() * (tl - sl)).sum()
+        if grad:
+            (kl / N).backward()
+            gx[a:a + rows] = xc.grad
+        tot += float(kl)
+        agree += float((sl.detach().argmax(-1) == tl.argmax(-1)).sum())
+        del tl, sl, kl
+    return tot / max(N, 1), agree / max(N, 1), gx
 
 
-def step_loss(model, batch, chain=1):
+def step_loss(model, batch, chain=1, loss_rows=128, train=False):
     """KL for the token after next; with chain 2 also for the one after that, the module
-    continuing its own output (the second draft of a chain), the two losses added."""
+    continuing its own output (the second draft of a chain), the two losses added.  With
+    train, the gradients are in the module's parameters on return."""
     tok, h, ht, mask = batch
     x, k, v = model(tok, h)
-    kl, top1 = kl_top1(model, x[mask], ht[mask])
+    xm = x[mask]
+    kl, top1, gx = kl_chunks(model, xm, ht[mask], loss_rows, train)
+    outs, grads = [xm], [gx]
     if chain >= 2 and tok.shape[1] > 1:
         # chained row j: the module's output at row j with t_(j+2), predicting t_(j+3)
         m2 = mask[:, 1:]
         x2, _, _ = model(tok[:, 1:], x[:, :-1], prev=(k[:, :-1], v[:, :-1]))
-        kl2, _ = kl_top1(model, x2[m2], ht[:, 1:][m2])
-        kl = kl + kl2
+        x2m = x2[m2]
+        kl2, _, g2 = kl_chunks(model, x2m, ht[:, 1:][m2], loss_rows, train)
+        kl += kl2
+        outs.append(x2m)
+        grads.append(g2)
+    if train:
+        torch.autograd.backward(outs, grads)
     return kl, top1, int(mask.sum())
 
 
-def evaluate(model, data, idx, max_rows):
+def evaluate(model, data, idx, max_rows, loss_rows=128):
     tot, agree, n = 0.0, 0.0, 0
     with torch.no_grad():
         for seqs in batches(data, idx, max_rows, np.random.default_rng(0)):
-            kl, top1, r = step_loss(model, make_batch(data, seqs))
-            tot += float(kl) * r
-            agree += float(top1) * r
+            kl, top1, r = step_loss(model, make_batch(data, seqs), loss_rows=loss_rows)
+            tot += kl * r
+            agree += top1 * r
             n += r
     return tot / max(n, 1), agree / max(n, 1)
 
@@ -375,32 +439,39 @@ def evaluate(model, data, idx, max_rows):
 def check_module(a, model):
     """lockstep's forward of the written module against this fit's, on held-out answers: the
     share of positions where their top tokens agree (1 but for near-ties: lockstep quantizes
-    activations to int8 per block of 32), and where lockstep's agrees with the model's own
-    next token there (the first draft's acceptance at temperature 0 on such text)."""
+    activations to int8 per block of 32; the fit's forward with its matmuls' inputs so
+    quantized too (int8_act) should agree at nearly every position), and where lockstep's
+    agrees with the model's own next token there (the first draft's acceptance at
+    temperature 0 on such text)."""
     d = a.out + ".check"
     cmd = [a.lockstep, "mtp-data", "-m", a.model, "--module", a.out, "--prompts", a.check_prompts, "--out", d,
            "--max-prompts", str(a.check_max_prompts), "-n", str(a.n_predict), "--temp", str(a.temp),
-           "--seed", str(a.seed + 1000), "-t", str(a.threads)]
+           "--seed", str(a.seed + 1000), "-t", str(a.threads)] + (["--raw"] if a.raw else [])
     print("fit_mtp: " + " ".join(cmd), file=sys.stderr)
     subprocess.run(cmd, check=True)
     data = Data(d)
     c_top = np.fromfile(os.path.join(d, "mtp_top1.i32"), dtype="<i4")
-    t_top, teacher = [], []
+    t_top, q_top, teacher = [], [], []
     with torch.no_grad():
         for s in range(len(data.lens)):
             tok, h, ht, mask = make_batch(data, [s])
             x = model(tok, h)[0][mask]
             t_top.append(model.logits(x).argmax(-1).cpu().numpy())
             teacher.append(model.logits(ht[mask]).argmax(-1).cpu().numpy())
-    t_top, teacher = np.concatenate(t_top), np.concatenate(teacher)
+            model.qact = True
+            q_top.append(model.logits(model(tok, h)[0][mask]).argmax(-1).cpu().numpy())
+            model.qact = False
+    t_top, q_top, teacher = np.concatenate(t_top), np.concatenate(q_top), np.concatenate(teacher)
     if len(t_top) != len(c_top):
         sys.exit("fit_mtp: the check has %d rows from lockstep, %d here" % (len(c_top), len(t_top)))
     r = {"rows": int(len(c_top)), "lockstep_vs_torch_top1": float((c_top == t_top).mean()),
          "lockstep_vs_model_top1": float((c_top == teacher).mean()),
-         "torch_vs_model_top1": float((t_top == teacher).mean())}
-    print("fit_mtp: check on %d held-out positions: lockstep's top token = this fit's at %.3f; = the model's "
-          "next at %.3f (this fit's: %.3f)" % (r["rows"], r["lockstep_vs_torch_top1"], r["lockstep_vs_model_top1"],
-                                              r["torch_vs_model_top1"]), file=sys.stderr)
+         "torch_vs_model_top1": float((t_top == teacher).mean()),
+         "lockstep_vs_torch_int8_top1": float((c_top == q_top).mean())}
+    print("fit_mtp: check on %d held-out positions: lockstep's top token = this fit's at %.3f (with lockstep's "
+          "int8 activations: %.3f); = the model's next at %.3f (this fit's: %.3f)" %
+          (r["rows"], r["lockstep_vs_torch_top1"], r["lockstep_vs_torch_int8_top1"], r["lockstep_vs_model_top1"],
+           r["torch_vs_model_top1"]), file=sys.stderr)
     return r
 
 
@@ -412,6 +483,9 @@ def main():
                     "none); repeat it to join several folders of the same model's data")
     ap.add_argument("--prompts", default=os.path.join(HERE, "mtp_prompts.txt"))
     ap.add_argument("--max-prompts", type=int, default=0, help="0: all")
+    ap.add_argument("--raw", action="store_true",
+                    help="the prompts are raw text, not chat messages (a pretrained model: no chat template); "
+                         "the check's prompts too")
     ap.add_argument("--n-predict", type=int, default=192)
     ap.add_argument("--temp", type=float, default=0.8)
     ap.add_argument("--seed", type=int, default=1)
@@ -420,6 +494,8 @@ def main():
     ap.add_argument("--minutes", type=float, default=0, help="stop after this much training time (0: no limit)")
     ap.add_argument("--batch-rows", type=int, default=256)
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--loss-rows", type=int, default=128,
+                    help="rows per chunk of the loss (the head's logits of this many rows at a time)")
     ap.add_argument("--init", help="start from this module (one this tool wrote for the same model)")
     ap.add_argument("--chain", type=int, choices=[1, 2], default=1,
                     help="2: also train the second draft of a chain (the module continuing its own output)")
@@ -447,13 +523,15 @@ def main():
                "-n", str(a.n_predict), "--temp", str(a.temp), "--seed", str(a.seed), "-t", str(a.threads)]
         if a.max_prompts:
             cmd += ["--max-prompts", str(a.max_prompts)]
+        if a.raw:
+            cmd += ["--raw"]
         print("fit_mtp: " + " ".join(cmd), file=sys.stderr)
         subprocess.run(cmd, check=True)
     t_data = time.time() - t_start
     data = Data(data_dirs)
     m = data.meta
-    if m["arch"] not in ("llama", "mistral"):
-        sys.exit("fit_mtp: architecture '%s' is not supported yet (llama, mistral)" % m["arch"])
+    if m["arch"] not in FAMILIES:
+        sys.exit("fit_mtp: architecture '%s' is not supported yet (%s)" % (m["arch"], ", ".join(FAMILIES)))
     if m["rope_yarn"] or m["rope_freqs"]:
         sys.exit("fit_mtp: YaRN and rope_freqs are not supported yet")
     rng = np.random.default_rng(a.seed)
@@ -470,6 +548,9 @@ def main():
                  "attn_norm": "attn_norm.weight", "wq": "attn_q.weight", "wk": "attn_k.weight", "wv": "attn_v.weight",
                  "wo": "attn_output.weight", "ffn_norm": "ffn_norm.weight", "w_gate": "ffn_gate.weight",
                  "w_up": "ffn_up.weight", "w_down": "ffn_down.weight"}
+        if model.gemma:
+            names.update({"q_norm": "attn_q_norm.weight", "k_norm": "attn_k_norm.weight",
+                          "post_attn_norm": "post_attention_norm.weight", "post_ffn_norm": "post_ffw_norm.weight"})
         with torch.no_grad():
             for attr, nm in names.items():
                 getattr(model, attr).copy_(torch.from_numpy(w[pre + nm]).reshape(getattr(model, attr).shape))
@@ -481,9 +562,10 @@ def main():
         return min(1.0, (s + 1) / 20) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * prog)))
     record = {"model": os.path.basename(a.model), "model_sha256": m["model_sha256"], "tokens": int(m["n_tokens"]),
               "chain": a.chain, "init": os.path.basename(a.init) if a.init else None, "seqs": int(m["n_seqs"]),
+              "raw": a.raw,
               "val_seqs": int(n_val), "threads": a.threads, "evals": []}
     if n_val:
-        kl0, top0 = evaluate(model, data, val, a.batch_rows)
+        kl0, top0 = evaluate(model, data, val, a.batch_rows, a.loss_rows)
         print("fit_mtp: start: val KL %.3f, top-1 agreement %.3f" % (kl0, top0), file=sys.stderr)
         record["evals"].append({"step": 0, "val_kl": kl0, "val_top1": top0})
     step, t0 = 0, time.time()
@@ -492,9 +574,8 @@ def main():
         for seqs in batches(data, train, a.batch_rows, rng):
             for g in opt.param_groups:
                 g["lr"] = a.lr * sched(step, time.time() - t0)
-            kl, top1, r = step_loss(model, make_batch(data, seqs), a.chain)
             opt.zero_grad()
-            kl.backward()
+            kl, top1, r = step_loss(model, make_batch(data, seqs), a.chain, a.loss_rows, train=True)
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             opt.step()
             step += 1
@@ -502,7 +583,7 @@ def main():
                 print("fit_mtp: step %d/%d: KL %.3f top-1 %.3f (%d rows, %.1f s)" %
                       (step, a.steps, float(kl), float(top1), r, time.time() - t0), file=sys.stderr)
             if n_val and step % a.eval_every == 0:
-                kl_v, top_v = evaluate(model, data, val, a.batch_rows)
+                kl_v, top_v = evaluate(model, data, val, a.batch_rows, a.loss_rows)
                 print("fit_mtp: step %d: val KL %.3f, top-1 agreement %.3f" % (step, kl_v, top_v), file=sys.stderr)
                 record["evals"].append({"step": step, "val_kl": kl_v, "val_top1": top_v})
             if step >= a.steps or (a.minutes and time.time() - t0 > 60 * a.minutes):
@@ -516,7 +597,7 @@ def main():
             w = p.detach().cpu().numpy()
             p.copy_(torch.from_numpy(q8_0_roundtrip(w) if a.type == "q8_0" else w.astype(np.float16).astype(np.float32)))
     if n_val:
-        kl_v, top_v = evaluate(model, data, val, a.batch_rows)
+        kl_v, top_v = evaluate(model, data, val, a.batch_rows, a.loss_rows)
         print("fit_mtp: final (%s): val KL %.3f, top-1 agreement %.3f" % (a.type, kl_v, top_v), file=sys.stderr)
         record["final"] = {"step": step, "val_kl": kl_v, "val_top1": top_v, "type": a.type}
     record.update({"steps": step, "train_s": round(t_train, 1), "data_s": round(t_data, 1),
@@ -541,6 +622,13 @@ def main():
         (pre + "ffn_up.weight", g(model.w_up), mt),
         (pre + "ffn_down.weight", g(model.w_down), mt),
     ]
+    if model.gemma:
+        tensors += [
+            (pre + "attn_q_norm.weight", g(model.q_norm), T_F32),
+            (pre + "attn_k_norm.weight", g(model.k_norm), T_F32),
+            (pre + "post_attention_norm.weight", g(model.post_attn_norm), T_F32),
+            (pre + "post_ffw_norm.weight", g(model.post_ffn_norm), T_F32),
+        ]
     U, F, S = GGUF_U32, GGUF_F32, GGUF_STR
     kvs = [
         ("general.architecture", S, arch),
@@ -555,6 +643,8 @@ def main():
         (arch + ".attention.layer_norm_rms_epsilon", F, float(m["norm_eps"])),
         (arch + ".rope.freq_base", F, float(m["rope_base"])),
         (arch + ".context_length", U, int(m["n_ctx_train"])),
+        (arch + ".attention.key_length", U, int(m["head_dim"])),
+        (arch + ".attention.value_length", U, int(m["head_dim"])),
         ("lockstep.mtp.target_sha256", S, m["model_sha256"]),
         ("lockstep.mtp.target_name", S, os.path.basename(a.model)),
         ("lockstep.mtp.fit", S, json.dumps({k: v for k, v in record.items() if k != "evals"}, sort_keys=True)),
