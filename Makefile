@@ -235,16 +235,18 @@ FUZZ_TOK_SRC = tests/fuzz/fuzz_tokenizer.c src/tokenizer/tokenizer.c src/util/ut
 build-fuzz/fuzz_tokenizer: $(FUZZ_TOK_SRC)
 	@mkdir -p build-fuzz
 	clang $(FUZZ_FLAGS) -o $@ $^ -lpcre2-8
-build-fuzz/fuzz_request: tests/fuzz/fuzz_request.c src/server/request.c src/util/utf8.c src/server/tools.c src/tokenizer/chat.c src/tokenizer/jinja.c src/sample/grammar.c \
+# the fuzzers that run their inputs on the server's thread stack
+FUZZ_STACK_H = tests/fuzz/server_stack.h src/server/request.h
+build-fuzz/fuzz_request: tests/fuzz/fuzz_request.c $(FUZZ_STACK_H) src/server/request.c src/util/utf8.c src/server/tools.c src/tokenizer/chat.c src/tokenizer/jinja.c src/sample/grammar.c \
                          src/sample/json_schema.c src/util/err.c src/util/alloc.c
 	@mkdir -p build-fuzz
-	clang $(FUZZ_FLAGS) -pthread -o $@ $^ -lcjson
-build-fuzz/fuzz_chat: tests/fuzz/fuzz_chat.c src/tokenizer/chat.c src/tokenizer/jinja.c src/util/err.c src/util/alloc.c
+	clang $(FUZZ_FLAGS) -pthread -o $@ $(filter %.c,$^) -lcjson
+build-fuzz/fuzz_chat: tests/fuzz/fuzz_chat.c $(FUZZ_STACK_H) src/tokenizer/chat.c src/tokenizer/jinja.c src/util/err.c src/util/alloc.c
 	@mkdir -p build-fuzz
-	clang $(FUZZ_FLAGS) -pthread -o $@ $^ -lcjson -lm
-build-fuzz/fuzz_grammar: tests/fuzz/fuzz_grammar.c src/sample/grammar.c src/sample/json_schema.c src/util/err.c src/util/alloc.c
+	clang $(FUZZ_FLAGS) -pthread -o $@ $(filter %.c,$^) -lcjson -lm
+build-fuzz/fuzz_grammar: tests/fuzz/fuzz_grammar.c $(FUZZ_STACK_H) src/sample/grammar.c src/sample/json_schema.c src/util/err.c src/util/alloc.c
 	@mkdir -p build-fuzz
-	clang $(FUZZ_FLAGS) -pthread -o $@ $^ -lcjson
+	clang $(FUZZ_FLAGS) -pthread -o $@ $(filter %.c,$^) -lcjson
 FUZZ_TARGETS = gguf tokenizer request chat grammar
 # One phony target per fuzzer, so `make -j2 fuzz` runs two at a time (each is one
 # process on one core).  Each one's log goes to build-fuzz/<target>.log; its last lines

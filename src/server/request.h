@@ -13,6 +13,8 @@
 
 #include "lockstep.h"
 
+/* each connection thread's stack (server.c); the fuzzers run their inputs on one as large */
+#define LS_SRV_THREAD_STACK ((size_t)2 << 20)
 #define LS_SRV_MAX_STOP 4
 #define LS_SRV_MAX_STOP_LEN 256
 #define LS_SRV_MAX_CHOICES 16  /* n x prompts in one request */

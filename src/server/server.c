@@ -276,7 +276,7 @@ int ls_server_run(const ls_server_params *p, ls_err *err) {
                          MHD_OPTION_NOTIFY_COMPLETED, ls_srv_completed, s, MHD_OPTION_NOTIFY_CONNECTION,
                          ls_srv_notify_conn, s, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)p->timeout_s,
                          MHD_OPTION_CONNECTION_LIMIT, hard, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
-                         MHD_OPTION_THREAD_STACK_SIZE, (size_t)2 << 20, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
+                         MHD_OPTION_THREAD_STACK_SIZE, LS_SRV_THREAD_STACK, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
                          MHD_OPTION_END);
     if (!d) {
         ls_srv_error(err, LS_E_IO, "cannot listen on %s port %d (in use, or not allowed)", shown, p->port);

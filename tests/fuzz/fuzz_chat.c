@@ -15,7 +15,6 @@
  * The server renders templates on its connection threads, so each input runs on a thread
  * with their 2 MiB stack (src/server/server.c; libFuzzer's own has 8 MiB): a template
  * whose parse or render recursed too deep for the server crashes here too. */
-#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +23,7 @@
 
 #include "tokenizer/chat.h"
 #include "tokenizer/jinja.h"
+#include "server_stack.h"
 
 static const char *roles[] = {"system", "user", "assistant"};
 
@@ -85,11 +85,6 @@ static void fuzz_template(const char *src, size_t len, char *rest) {
     }
 }
 
-typedef struct {
-    const uint8_t *data;
-    size_t size;
-} input;
-
 static void *one(void *p) {
     const uint8_t *data = ((input *)p)->data;
     size_t size = ((input *)p)->size;
@@ -135,12 +130,6 @@ static void *one(void *p) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    input in = {data, size};
-    pthread_attr_t a;
-    pthread_t th;
-    if (pthread_attr_init(&a) || pthread_attr_setstacksize(&a, (size_t)2 << 20)) __builtin_trap();
-    if (pthread_create(&th, &a, one, &in)) __builtin_trap();
-    pthread_join(th, NULL);
-    pthread_attr_destroy(&a);
+    on_server_stack(one, data, size);
     return 0;
 }

@@ -10,18 +10,13 @@
  * 255) and what follows it the string to match.  Everything runs on a thread with the
  * server's 2 MiB connection-thread stack (libFuzzer's own has 8 MiB), so a recursion
  * that would overflow the server's stack crashes here too, under ASan's larger frames. */
-#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "sample/grammar.h"
 #include "sample/json_schema.h"
-
-typedef struct {
-    const uint8_t *data;
-    size_t size;
-} input;
+#include "server_stack.h"
 
 static void *one(void *p) {
     const uint8_t *data = ((input *)p)->data;
@@ -67,12 +62,6 @@ static void *one(void *p) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 2) return 0;
-    input in = {data, size};
-    pthread_attr_t a;
-    pthread_t t;
-    if (pthread_attr_init(&a) || pthread_attr_setstacksize(&a, (size_t)2 << 20)) __builtin_trap();
-    if (pthread_create(&t, &a, one, &in)) __builtin_trap();
-    pthread_join(t, NULL);
-    pthread_attr_destroy(&a);
+    on_server_stack(one, data, size);
     return 0;
 }

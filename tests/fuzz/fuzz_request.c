@@ -8,7 +8,6 @@
  * (server/tools.c, ls_srv_tools_parse), in both formats, against the rule stated above
  * it: no calls means the whole text is content (Hermes); calls are well-formed objects;
  * the content beside Hermes calls is a prefix of the text, and generic calls have none. */
-#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +17,7 @@
 #include "server/request.h"
 #include "server/tools.h"
 #include "tokenizer/chat.h"
+#include "server_stack.h"
 
 static void tool_calls(const char *text, size_t len) {
     for (int f = 0; f < 2; f++) {
@@ -49,11 +49,6 @@ static ls_status render(void *ud, const ls_chat_msg *msgs, size_t n, const ls_ch
     v.enable_thinking = opts ? opts->enable_thinking : -1;
     return ls_chat_apply_vars(ud, msgs, n, true, &v, out, err);
 }
-
-typedef struct {
-    const uint8_t *data;
-    size_t size;
-} input;
 
 static void *one(void *p) {
     const uint8_t *data = ((input *)p)->data;
@@ -91,12 +86,6 @@ static void *one(void *p) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
-    input in = {data, size};
-    pthread_attr_t a;
-    pthread_t th;
-    if (pthread_attr_init(&a) || pthread_attr_setstacksize(&a, (size_t)2 << 20)) __builtin_trap();
-    if (pthread_create(&th, &a, one, &in)) __builtin_trap();
-    pthread_join(th, NULL);
-    pthread_attr_destroy(&a);
+    on_server_stack(one, data, size);
     return 0;
 }
