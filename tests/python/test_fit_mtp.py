@@ -85,19 +85,23 @@ def test_tiny_gemma3_fit_is_the_function_lockstep_computes(tiny_gemma_module):
     assert rec["check"]["rows"] > 200 and rec["check"]["lockstep_vs_torch_top1"] >= 0.97, rec["check"]
     # with lockstep's int8 activations in the fit's forward too, only rounding is left
     assert rec["check"]["lockstep_vs_torch_int8_top1"] >= 0.99, rec["check"]
-    r = run_cli("run", "-m", str(model), "-p", "The history of", "-n", "24", "--temp", "0", "--spec", "mtp",
-                "--draft-model", str(out), "--json", "--no-probe")
-    assert r.returncode == 0, r.stderr
-    j = json.loads(r.stdout)
-    assert j["spec"] == "mtp" and j["draft_n"] > 0
-    plain = run_cli("run", "-m", str(model), "-p", "The history of", "-n", "24", "--temp", "0", "--json",
-                    "--no-probe")
-    assert plain.returncode == 0, plain.stderr
-    assert json.loads(plain.stdout)["text"] == j["text"]
+    assert_drafts_keep_plain_text(model, out, "-p", "The history of", "-n", "24")
 
 
 def run_cli(*args, timeout=300):
     return subprocess.run([str(BIN), *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def assert_drafts_keep_plain_text(model, module, *prompt):
+    """`run --spec mtp` with the module drafts, and answers with plain decoding's text (T = 0)."""
+    common = ("run", "-m", str(model), *prompt, "--temp", "0", "--json", "--no-probe")
+    r = run_cli(*common, "--spec", "mtp", "--draft-model", str(module))
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["spec"] == "mtp" and j["draft_n"] > 0
+    plain = run_cli(*common)
+    assert plain.returncode == 0, plain.stderr
+    assert json.loads(plain.stdout)["text"] == j["text"]
 
 
 def test_tiny_fit_makes_a_module_lockstep_runs(tiny_module, model_path):
@@ -107,15 +111,7 @@ def test_tiny_fit_makes_a_module_lockstep_runs(tiny_module, model_path):
     # lockstep's forward of the written module is the fit's function (near-ties aside: an
     # untrained module has many)
     assert rec["check"]["lockstep_vs_torch_top1"] >= 0.8, rec["check"]
-    r = run_cli("run", "-m", str(model_path), "--chat", "Name a colour.", "-n", "16", "--temp", "0",
-                "--spec", "mtp", "--draft-model", str(out), "--json", "--no-probe")
-    assert r.returncode == 0, r.stderr
-    j = json.loads(r.stdout)
-    assert j["spec"] == "mtp" and j["draft_n"] > 0
-    plain = run_cli("run", "-m", str(model_path), "--chat", "Name a colour.", "-n", "16", "--temp", "0", "--json",
-                    "--no-probe")
-    assert plain.returncode == 0, plain.stderr
-    assert json.loads(plain.stdout)["text"] == j["text"]
+    assert_drafts_keep_plain_text(model_path, out, "--chat", "Name a colour.", "-n", "16")
 
 
 def test_module_for_another_model_is_refused(tiny_module, model_path, tmp_path):
