@@ -330,6 +330,23 @@ MUTANTS = [
     ("fit-gemma-post-norms", "tools/fit_mtp.py",
      "x = x + (rmsnorm(o, self.post_attn_norm, self.eps) if self.gemma else o)", "x = x + o",
      "the fitter leaves out gemma3's post-attention norm", ["python3 -m pytest -q -x tests/python/test_fit_mtp.py -k gemma"]),
+    ("mtp-head-vocab-wrong-rows", "src/model/model.c",
+     "(const uint8_t *)t->data + (size_t)m->mtp_vocab[i] * rb, rb);", "(const uint8_t *)t->data + i * rb, rb);",
+     "an MTP head over part of the vocabulary takes the output's first rows, not its tokens' rows",
+     ["build/tests/test_spec test_mtp_head_vocab"]),
+    ("mtp-head-vocab-not-spread", "src/speculative/spec.c",
+     "for (int32_t i = 0; i < d->n_hv; i++) d->logits[d->hv[i]] = d->hvl[i];",
+     "for (int32_t i = 0; i < d->n_hv; i++) d->logits[i] = d->hvl[i];",
+     "the drafter reads a partial head's logits as if they were the first tokens' (its drafts are other tokens)",
+     ["build/tests/test_spec test_mtp_head_vocab"]),
+    ("mtp-head-vocab-unsorted", "src/model/model.c",
+     "(i > 0 && t <= m->mtp_vocab[i - 1])", "(0)",
+     "a head list that repeats or goes down is accepted",
+     ["build/tests/test_spec test_mtp_head_vocab"]),
+    ("fit-head-vocab-least-frequent", "tools/fit_mtp.py",
+     "order = np.lexsort((np.arange(n_vocab), -counts))", "order = np.lexsort((np.arange(n_vocab), counts))",
+     "the fitter's head holds the data's rarest tokens, not its most frequent",
+     ["python3 -m pytest -q -x tests/python/test_fit_mtp.py -k head_vocab"]),
 ]
 
 

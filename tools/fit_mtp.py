@@ -47,7 +47,8 @@ DEV = torch.device("cpu")  # --device: where the module trains
 ROOT = os.path.dirname(HERE)
 
 # ---- GGUF writing (the format: docs/gguf.md; version 3, little-endian) ------------------
-GGUF_U32, GGUF_F32, GGUF_STR, GGUF_U64 = 4, 6, 8, 10
+GGUF_U32, GGUF_I32, GGUF_F32, GGUF_STR, GGUF_ARR, GGUF_U64 = 4, 5, 6, 8, 9, 10
+HEAD_VOCAB_KEY = "lockstep.mtp.head_vocab"
 T_F32, T_F16, T_Q8_0 = 0, 1, 8
 ALIGN = 32
 
@@ -97,7 +98,10 @@ def write_gguf(path, kvs, tensors):
     head = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs))
     for k, t, v in kvs:
         head += _gstr(k) + struct.pack("<I", t)
-        head += _gstr(v) if t == GGUF_STR else struct.pack({GGUF_U32: "<I", GGUF_F32: "<f", GGUF_U64: "<Q"}[t], v)
+        if t == GGUF_ARR:  # of INT32 (token ids)
+            head += struct.pack("<IQ", GGUF_I32, len(v)) + np.asarray(v, dtype="<i4").tobytes()
+        else:
+            head += _gstr(v) if t == GGUF_STR else struct.pack({GGUF_U32: "<I", GGUF_F32: "<f", GGUF_U64: "<Q"}[t], v)
     head += b"".join(infos)
     head += b"\0" * ((-len(head)) % ALIGN)
     tmp = path + ".tmp"
@@ -133,6 +137,9 @@ def read_module(path):
             v = struct.unpack_from({4: "<I", 6: "<f", 10: "<Q"}[t], b, o)[0]
             o += sizes[t]
             align = v if k == "general.alignment" else align
+        elif t == GGUF_ARR and struct.unpack_from("<I", b, o)[0] == GGUF_I32:
+            n, = struct.unpack_from("<Q", b, o + 4)
+            o += 12 + 4 * n
         else:
             sys.exit("fit_mtp: %s: metadata type %d is not one this tool writes" % (path, t))
     infos = []
@@ -161,6 +168,71 @@ def read_module(path):
             sys.exit("fit_mtp: %s: tensor type %d is not one this tool writes" % (path, t))
         out[name] = a.reshape(shape).astype(np.float32)
     return out, sha
+
+
+# ---- a head over part of the vocabulary (lockstep.mtp.head_vocab) ----------------------
+def head_vocab(tokens, n, n_vocab):
+    """The n tokens the model writes most often in `tokens` (ties: the lower id), ascending.
+    The module's head then covers only these: a draft costs less (the head is most of a small
+    module's bytes), and a token outside them is never drafted (verification is unchanged)."""
+    counts = np.bincount(np.asarray(tokens, dtype=np.int64), minlength=n_vocab)[:n_vocab]
+    order = np.lexsort((np.arange(n_vocab), -counts))  # by count, descending; then by id
+    return np.sort(order[:min(n, n_vocab)]).astype(np.int64)
+
+
+def coverage(ids, tokens):
+    """The share of `tokens` that `ids` holds."""
+    tokens = np.asarray(tokens, dtype=np.int64)
+    return float(np.isin(tokens, ids).mean()) if len(tokens) else 0.0
+
+
+def set_head_vocab(src, dst, ids):
+    """Copies the GGUF file src to dst with lockstep.mtp.head_vocab set to ids (replaced
+    where src has it): the tensors' bytes and every other key unchanged."""
+    with open(src, "rb") as f:
+        b = f.read()
+    if b[:4] != b"GGUF":
+        sys.exit("fit_mtp: %s is not a GGUF file" % src)
+    ver, nt, nkv = struct.unpack_from("<IQQ", b, 4)
+    o, kept, align = 24, [], ALIGN
+
+    def skip_value(t, o):
+        if t == GGUF_STR:
+            n, = struct.unpack_from("<Q", b, o)
+            return o + 8 + n
+        if t == GGUF_ARR:
+            et, n = struct.unpack_from("<IQ", b, o)
+            o += 12
+            for _ in range(n):
+                o = skip_value(et, o)
+            return o
+        return o + {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}[t]
+    for _ in range(nkv):
+        k0 = o
+        n, = struct.unpack_from("<Q", b, o)
+        k = b[o + 8:o + 8 + n].decode("utf-8")
+        o += 8 + n
+        t, = struct.unpack_from("<I", b, o)
+        o = skip_value(t, o + 4)
+        if k == "general.alignment":
+            align, = struct.unpack_from("<I", b, o - 4)
+        if k != HEAD_VOCAB_KEY:
+            kept.append(b[k0:o])
+    t0 = o
+    for _ in range(nt):
+        n, = struct.unpack_from("<Q", b, o)
+        o += 8 + n
+        nd, = struct.unpack_from("<I", b, o)
+        o += 4 + 8 * nd + 12
+    infos, data = b[t0:o], b[o + (-o) % align:]
+    ids = np.asarray(ids, dtype="<i4")
+    kv = _gstr(HEAD_VOCAB_KEY) + struct.pack("<IIQ", GGUF_ARR, GGUF_I32, len(ids)) + ids.tobytes()
+    head = b"GGUF" + struct.pack("<IQQ", ver, nt, len(kept) + 1) + b"".join(kept) + kv + infos
+    head += b"\0" * ((-len(head)) % align)
+    tmp = dst + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(head + data)
+    os.replace(tmp, dst)
 
 
 # ---- the data of `lockstep mtp-data` ---------------------------------------------------
@@ -436,7 +508,7 @@ def evaluate(model, data, idx, max_rows, loss_rows=128):
     return tot / max(n, 1), agree / max(n, 1)
 
 
-def check_module(a, model):
+def check_module(a, model, ids=None):
     """lockstep's forward of the written module against this fit's, on held-out answers: the
     share of positions where their top tokens agree (1 but for near-ties: lockstep quantizes
     activations to int8 per block of 32; the fit's forward with its matmuls' inputs so
@@ -452,14 +524,18 @@ def check_module(a, model):
     data = Data(d)
     c_top = np.fromfile(os.path.join(d, "mtp_top1.i32"), dtype="<i4")
     t_top, q_top, teacher = [], [], []
+    sub = torch.from_numpy(ids).to(DEV) if ids is not None else None
+
+    def top(logits):  # the module's draft: over its head's tokens only, as lockstep's
+        return (sub[logits[:, sub].argmax(-1)] if sub is not None else logits.argmax(-1)).cpu().numpy()
     with torch.no_grad():
         for s in range(len(data.lens)):
             tok, h, ht, mask = make_batch(data, [s])
             x = model(tok, h)[0][mask]
-            t_top.append(model.logits(x).argmax(-1).cpu().numpy())
+            t_top.append(top(model.logits(x)))
             teacher.append(model.logits(ht[mask]).argmax(-1).cpu().numpy())
             model.qact = True
-            q_top.append(model.logits(model(tok, h)[0][mask]).argmax(-1).cpu().numpy())
+            q_top.append(top(model.logits(model(tok, h)[0][mask])))
             model.qact = False
     t_top, q_top, teacher = np.concatenate(t_top), np.concatenate(q_top), np.concatenate(teacher)
     if len(t_top) != len(c_top):
@@ -505,6 +581,11 @@ def main():
     ap.add_argument("--device", default="cpu", help="where PyTorch trains: cpu, or cuda on a machine with a GPU")
     ap.add_argument("--type", choices=["q8_0", "f16"], default="q8_0", help="the matrices' type in the file")
     ap.add_argument("--log", help="a JSON file with the fit's record")
+    ap.add_argument("--head-vocab", type=int, default=0,
+                    help="the module's head covers only the N tokens the data holds most often "
+                         "(lockstep.mtp.head_vocab; 0: the whole vocabulary)")
+    ap.add_argument("--head-vocab-only", action="store_true",
+                    help="no fit: copy the module --init to -o with --head-vocab's tokens from --data")
     ap.add_argument("--check-prompts", default=os.path.join(HERE, "mtp_prompts_heldout.txt"),
                     help="held-out prompts: lockstep runs the written module over the model's answers to them, "
                          "and its top tokens are compared with this fit's ('' to skip)")
@@ -530,6 +611,19 @@ def main():
     t_data = time.time() - t_start
     data = Data(data_dirs)
     m = data.meta
+    ids = head_vocab(data.tokens, a.head_vocab, int(m["n_vocab"])) if a.head_vocab else None
+    if ids is not None:
+        print("fit_mtp: head over %d of %d tokens: they are %.2f %% of the data's tokens" %
+              (len(ids), int(m["n_vocab"]), 100 * coverage(ids, data.tokens)), file=sys.stderr)
+    if a.head_vocab_only:
+        if not a.init or ids is None:
+            sys.exit("fit_mtp: --head-vocab-only needs --init MODULE and --head-vocab N")
+        _, sha = read_module(a.init)
+        if sha != m["model_sha256"]:
+            sys.exit("fit_mtp: %s was fitted to another model (sha256 %s)" % (a.init, sha))
+        set_head_vocab(a.init, a.out, ids)
+        print("fit_mtp: wrote %s: %s with a head over %d tokens" % (a.out, a.init, len(ids)), file=sys.stderr)
+        return
     if m["arch"] not in FAMILIES:
         sys.exit("fit_mtp: architecture '%s' is not supported yet (%s)" % (m["arch"], ", ".join(FAMILIES)))
     if m["rope_yarn"] or m["rope_freqs"]:
@@ -649,11 +743,14 @@ def main():
         ("lockstep.mtp.target_name", S, os.path.basename(a.model)),
         ("lockstep.mtp.fit", S, json.dumps({k: v for k, v in record.items() if k != "evals"}, sort_keys=True)),
     ]
+    if ids is not None:
+        kvs.append((HEAD_VOCAB_KEY, GGUF_ARR, ids))
+        record["head_vocab"] = {"tokens": int(len(ids)), "data_coverage": coverage(ids, data.tokens)}
     write_gguf(a.out, kvs, tensors)
     print("fit_mtp: wrote %s (%.1f MB): %d steps in %.0f s, data %.0f s" %
           (a.out, os.path.getsize(a.out) / 1e6, step, t_train, t_data), file=sys.stderr)
     if a.check_prompts:
-        record["check"] = check_module(a, model)
+        record["check"] = check_module(a, model, ids)
     if a.log:
         with open(a.log, "w") as f:
             json.dump(record, f, indent=1, sort_keys=True)

@@ -395,6 +395,71 @@ static ls_status load_vector(ls_model *m, const gguf_file *f, const char *name, 
     return LS_OK;
 }
 
+/* ---- an MTP head over part of the vocabulary ---------------------------------
+ * lockstep.mtp.head_vocab (an array of token ids, ascending, no repeats) restricts the
+ * module's head to those tokens: a draft is the best of them.  Verification is what it
+ * always is, so answers do not change; a draft costs less (the head is most of a small
+ * module's bytes).  Without a head of its own the module uses those rows of the model's
+ * output, copied from the file byte for byte: each row's logit is the one the full head
+ * computes, by the same recipe. */
+static ls_status load_mtp_vocab(ls_model *m, const gguf_file *mf, ls_err *err) {
+    static const char key[] = "lockstep.mtp.head_vocab";
+    if (!gguf_find(mf, key)) return LS_OK;
+    const gguf_value *a;
+    ls_err e;
+    if (gguf_get_arr(mf, key, GGUF_VT_COUNT, &a, &e)) return ls_err_set(err, LS_E_FORMAT, "MTP module: %s", e.msg);
+    const uint64_t n = a->v.arr.n, nv = m->hp.n_vocab;
+    if (n == 0 || n > nv)
+        return ls_err_set(err, LS_E_FORMAT, "MTP module: %s has %llu tokens (1 to the vocabulary's %llu)", key,
+                          (unsigned long long)n, (unsigned long long)nv);
+    switch (a->v.arr.elem_type) {
+    case GGUF_VT_INT8: case GGUF_VT_UINT8: case GGUF_VT_INT16: case GGUF_VT_UINT16:
+    case GGUF_VT_INT32: case GGUF_VT_UINT32: case GGUF_VT_INT64: case GGUF_VT_UINT64: break;
+    default:
+        return ls_err_set(err, LS_E_FORMAT, "MTP module: %s is an array of %s, not of token ids", key,
+                          gguf_vtype_name(a->v.arr.elem_type));
+    }
+    if (!(m->mtp_vocab = ls_malloc(n * sizeof *m->mtp_vocab))) return ls_err_set(err, LS_E_NOMEM, "out of memory");
+    for (uint64_t i = 0; i < n; i++) {
+        int64_t t = gguf_arr_i64(a, i);
+        if (t < 0 || (uint64_t)t >= nv || (i > 0 && t <= m->mtp_vocab[i - 1]))
+            return ls_err_set(err, LS_E_FORMAT, "MTP module: %s[%llu] = %lld is %s", key, (unsigned long long)i,
+                              (long long)t, t < 0 || (uint64_t)t >= nv ? "not a token of the vocabulary"
+                                                                        : "not above the id before it");
+        m->mtp_vocab[i] = (int32_t)t;
+    }
+    m->n_mtp_vocab = (int32_t)n;
+    return LS_OK;
+}
+
+static const gguf_tensor *output_src(const ls_model *m) {
+    for (int32_t i = 0; i < m->n_mats; i++)
+        if (m->mat_dst[i] == &m->output) return m->mat_src[i];
+    return NULL;
+}
+
+static uint64_t output_bytes(const ls_model *m) {
+    const gguf_tensor *t = output_src(m);
+    return t ? t->nbytes : 0;
+}
+
+static ls_status gather_head_rows(ls_model *m, ls_err *err) {
+    const gguf_tensor *t = output_src(m);
+    LS_ASSERT(t && t->ne[1] == m->hp.n_vocab);
+    const size_t rb = t->nbytes / t->ne[1], n = (size_t)m->n_mtp_vocab;
+    if (!(m->mtp_head_rows = ls_malloc(n * rb))) return ls_err_set(err, LS_E_NOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++)
+        memcpy((uint8_t *)m->mtp_head_rows + i * rb, (const uint8_t *)t->data + (size_t)m->mtp_vocab[i] * rb, rb);
+    gguf_tensor *h = &m->mtp_head_src;
+    *h = *t;
+    h->ne[1] = n;
+    h->n_elems = n * t->ne[0];
+    h->nbytes = n * rb;
+    h->offset = 0;
+    h->data = m->mtp_head_rows;
+    return add_matrix(m, h, n, t->ne[0], &m->mtp_head, err);
+}
+
 /* ---- the tensor table ------------------------------------------------------
  * Every blk.N tensor a family may have: a matrix (k columns, n rows: ggml's
  * [ne0, ne1] = [k, n]) or a vector of k floats, loaded into the ls_layer field at
@@ -506,8 +571,15 @@ static ls_status load_weights(ls_model *m, ls_err *err) {
         if ((st = load_vector(m, mf, name, E, &m->mtp_head_norm, err))) return st;
         snprintf(name, sizeof name, "blk.%u.nextn.eh_proj.weight", l);
         if ((st = load_matrix(m, mf, name, 2 * E, E, &m->mtp_eh_proj, err))) return st;
+        if ((st = load_mtp_vocab(m, mf, err))) return st;
         snprintf(name, sizeof name, "blk.%u.nextn.shared_head_head.weight", l);
-        if (gguf_find_tensor(mf, name) && (st = load_matrix(m, mf, name, E, hp->n_vocab, &m->mtp_head, err))) return st;
+        const uint64_t nh = m->n_mtp_vocab ? (uint64_t)m->n_mtp_vocab : hp->n_vocab;
+        const bool own_head = gguf_find_tensor(mf, name) || m->n_mtp_vocab; /* (built later: mtp_head is NULL) */
+        if (gguf_find_tensor(mf, name)) {
+            if ((st = load_matrix(m, mf, name, E, nh, &m->mtp_head, err))) return st;
+        } else if (m->n_mtp_vocab && (st = gather_head_rows(m, err))) {
+            return st;
+        }
         snprintf(name, sizeof name, "blk.%u.nextn.embed_tokens.weight", l);
         if (gguf_find_tensor(mf, name)) {
             const gguf_tensor *t;
@@ -518,6 +590,10 @@ static ls_status load_weights(ls_model *m, ls_err *err) {
                                   ei ? ei->name : "?");
             m->mtp_embd = t;
         }
+        /* what a draft reads against what a target step reads: the module's block, eh_proj
+         * and its head (the model's output when it shares it) */
+        uint64_t mod = m->weight_bytes - trunk_bytes + (own_head ? 0 : output_bytes(m));
+        m->mtp_cost = trunk_bytes ? (double)mod / (double)trunk_bytes : 1.0;
         m->weight_bytes = trunk_bytes; /* bytes per token count the trunk only */
     }
     return LS_OK;
@@ -793,6 +869,8 @@ void ls_model_free(ls_model *m) {
     free(m->mtp_enorm);
     free(m->mtp_hnorm);
     free(m->mtp_head_norm);
+    free(m->mtp_vocab);
+    free(m->mtp_head_rows); /* after the matrix built from it */
     if (m->has_tmpl) ls_chat_template_free(&m->tmpl);
     ls_tokenizer_free(m->tok);
     gguf_close(m->gguf);
@@ -812,4 +890,9 @@ const ls_chat_template *ls_model_chat_template(const ls_model *m) { return m->ha
 const char *ls_model_template_error(const ls_model *m) { return m->tmpl_err; }
 uint64_t ls_model_weight_bytes(const ls_model *m) { return m->weight_bytes; }
 bool ls_model_has_mtp(const ls_model *m) { return m->hp.n_nextn > 0 && m->mtp_eh_proj; }
+int32_t ls_model_mtp_vocab(const ls_model *m, const int32_t **ids) {
+    if (ids) *ids = m->mtp_vocab;
+    return m->n_mtp_vocab;
+}
+double ls_model_mtp_cost(const ls_model *m) { return m->mtp_cost; }
 bool ls_model_meta_only(const ls_model *m) { return m->meta_only; }

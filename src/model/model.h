@@ -74,6 +74,11 @@ uint64_t ls_model_weight_bytes(const ls_model *m); /* bytes of weights read per 
  * plus that block's own attention and FFN; optional nextn.embed_tokens and
  * nextn.shared_head_head, else the model's embedding and head are shared). */
 bool ls_model_has_mtp(const ls_model *m);
+/* The tokens the MTP module's head covers (lockstep.mtp.head_vocab), ascending: its
+ * forward's logits are theirs, in that order.  0 (and *ids NULL): the whole vocabulary. */
+int32_t ls_model_mtp_vocab(const ls_model *m, const int32_t **ids);
+/* A draft's weight bytes as a fraction of a target step's (0 without a module). */
+double ls_model_mtp_cost(const ls_model *m);
 /* Loaded with LS_MODEL_LOAD_META: metadata and tokenizer only, no weights to run. */
 bool ls_model_meta_only(const ls_model *m);
 /* Builds the weight layout an ISA's kernels need beyond the common one (kernels.h,

@@ -51,6 +51,14 @@ struct ls_model {
     ls_wmat *mtp_eh_proj;                         /* (n_embd, 2 n_embd) */
     const gguf_tensor *mtp_embd;                  /* nextn.embed_tokens, or NULL: token_embd */
     ls_wmat *mtp_head;                            /* nextn.shared_head_head, or NULL: output */
+    /* lockstep.mtp.head_vocab: the module's head covers only these tokens (ascending ids;
+     * n_mtp_vocab 0: the whole vocabulary).  Without a shared_head_head of its own, the
+     * head is those rows of the model's output, copied byte for byte (mtp_head_rows,
+     * described by mtp_head_src). */
+    int32_t *mtp_vocab, n_mtp_vocab;
+    void *mtp_head_rows;
+    gguf_tensor mtp_head_src;
+    double mtp_cost;                              /* module bytes per draft / trunk bytes per token */
     /* Every matrix above, owned here (freed once, whatever points to it); mat_src[i] is
      * the file's tensor of mats[i] and mat_dst[i] where the model keeps it (valid during
      * the load).  A metadata-only load (LS_MODEL_LOAD_META) lists them, builds none. */

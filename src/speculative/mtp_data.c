@@ -237,11 +237,14 @@ ls_status ls_mtp_data_write(const ls_model *m, const ls_mtp_data_params *pp, ls_
             const int32_t *tables[1] = {mtable};
             ls_batch b = {cnt, toks + i + 1, mpos, mseq, tables, mrow, NULL, hidden + (size_t)i * E, NULL};
             ls_fwd_run(mf, mkv, &b, logits);
+            const int32_t *hv; /* a head over part of the vocabulary: rows of its tokens' logits */
+            const int32_t nh = ls_model_mtp_vocab(m, &hv), w = nh ? nh : nv;
             for (int32_t j = 0; j < cnt; j++) {
-                const float *l = logits + (size_t)j * nv;
+                const float *l = logits + (size_t)j * w;
                 int32_t best = 0;
-                for (int32_t v = 1; v < nv; v++)
+                for (int32_t v = 1; v < w; v++)
                     if (l[v] > l[best]) best = v;
+                if (nh) best = hv[best];
                 if (!write_all(fm1, &best, sizeof best, 1)) {
                     st = ls_err_set(err, LS_E_IO, "cannot write into '%s'", p.out_dir);
                     goto out;

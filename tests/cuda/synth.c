@@ -138,6 +138,18 @@ static gguf_writer *synth_writer(const synth_cfg *c0, uint64_t seed, const gguf_
     const int32_t n_blk = c->n_layer + ((c->feats & SYNTH_MTP) ? 1 : 0);
     gguf_writer_add_u32(w, KEY("block_count"), (uint32_t)n_blk);
     if (c->feats & SYNTH_MTP) gguf_writer_add_u32(w, KEY("nextn_predict_layers"), 1);
+    const int32_t n_hv = (c->feats & SYNTH_MTP_VOCAB) ? (c->n_vocab + 2) / 3 : c->n_vocab;
+    if (c->feats & SYNTH_MTP_VOCAB) {
+        int32_t *hv = malloc((size_t)n_hv * sizeof *hv);
+        if (!hv) {
+            ls_err_set(err, LS_E_NOMEM, "out of memory");
+            gguf_writer_free(w);
+            return NULL;
+        }
+        for (int32_t i = 0; i < n_hv; i++) hv[i] = 3 * i;
+        gguf_writer_add_arr(w, "lockstep.mtp.head_vocab", GGUF_VT_INT32, hv, (uint64_t)n_hv);
+        free(hv);
+    }
     gguf_writer_add_u32(w, KEY("feed_forward_length"), (uint32_t)F);
     gguf_writer_add_u32(w, KEY("attention.head_count"), (uint32_t)c->n_head);
     gguf_writer_add_u32(w, KEY("attention.head_count_kv"), (uint32_t)c->n_head_kv);
@@ -240,7 +252,7 @@ static gguf_writer *synth_writer(const synth_cfg *c0, uint64_t seed, const gguf_
                 st = add_norm(w, name, E, ls + 31 + (uint64_t)i);
             }
             if (c->t_out >= 0) { /* its own head and embedding (F16) */
-                M_("nextn.shared_head_head", 1, c->n_vocab, E, ws, 34)
+                M_("nextn.shared_head_head", 1, n_hv, E, ws, 34)
                 M_("nextn.embed_tokens", 1, c->n_vocab, E, 1.0f, 35)
             }
         }

@@ -45,6 +45,7 @@ enum {
     SYNTH_ROPE_FREQS = 1u << 3, /* rope_freqs.weight: factors 1..8 (llama 3.1+) */
     SYNTH_MTP = 1u << 4,        /* an MTP module after the n_layer blocks (llama.cpp's nextn names; eh_proj
                                  * of t_o, its own F16 head and embedding unless tied: t_out < 0) */
+    SYNTH_MTP_VOCAB = 1u << 5,  /* its head over every third token (lockstep.mtp.head_vocab) */
 };
 
 /* Synthetic files of every family of the architecture table (arch.c), one or more each:

@@ -385,7 +385,8 @@ static void test_mtp(const synth_cfg *c, uint64_t seed) {
         return;
     }
     enum { NS = 3, BPS = NCTX / LS_KV_BLOCK };
-    const int E = c->n_embd, V = c->n_vocab, len = g_quick ? 60 : NCTX - 16;
+    const int32_t n_hv = ls_model_mtp_vocab(m, NULL); /* a head over part of the vocabulary: its width */
+    const int E = c->n_embd, V = n_hv ? n_hv : c->n_vocab, len = g_quick ? 60 : NCTX - 16;
     ls_fwd *cf = ls_fwd_create(m, (ls_fwd_params){.n_rows = 64, .n_ctx = NCTX, .n_threads = 16, .isa = -1, .mtp = true},
                                &err);
     ls_kv_store *ckv = cf ? ls_kv_store_create_shape(1, c->n_head_kv, c->head_dim ? c->head_dim : E / c->n_head,
@@ -530,8 +531,12 @@ int main(int argc, char **argv) {
              -1, 10000.0f, "llama", 0, 0, SYNTH_MTP, 0, 0, 0},
             {"gemma3 + MTP (window 11, Q4_0 eh_proj, its own F16 head and embedding)", 2048, 128, 6, 2, 1, 512, 4096, 8, 8,
              6, 2, 8, 8, 2, 8, 1, 1000000.0f, "gemma3", 256, 11, SYNTH_QK_NORM | SYNTH_POST | SYNTH_MTP, 0, 0, 0},
+            {"llama + MTP, head over every third token (rows of the tied Q8_0 head)", 2048, 256, 2, 4, 2, 512, 4096, 3, 3,
+             3, 8, 3, 3, 3, 8, -1, 10000.0f, "llama", 0, 0, SYNTH_MTP | SYNTH_MTP_VOCAB, 0, 0, 0},
+            {"gemma3 + MTP, its own F16 head over every third token", 2048, 128, 6, 2, 1, 512, 4096, 8, 8, 6, 2, 8, 8, 2, 8,
+             1, 1000000.0f, "gemma3", 256, 11, SYNTH_QK_NORM | SYNTH_POST | SYNTH_MTP | SYNTH_MTP_VOCAB, 0, 0, 0},
         };
-        for (int i = 0; i < (g_quick ? 1 : 2); i++) test_mtp(&mtp[i], 3000 + (uint64_t)i);
+        for (int i = 0; i < (g_quick ? 1 : 4); i++) test_mtp(&mtp[i], 3000 + (uint64_t)i);
     }
     printf("test_cuda: %zu checks, %zu failed; %zu differing bytes of %zu compared (%.1f s) %s\n", g_checks, g_failed,
            g_bytes_diff, g_bytes_cmp, now_s() - t0, g_failed ? "FAIL" : "ok");

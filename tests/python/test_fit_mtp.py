@@ -73,7 +73,7 @@ def tiny_gemma_module(tmp_path_factory):
     prompts.write_text("The history of the printing press begins with\ndef count(xs):\n"
                        "Three colours: red, blue and\nA quick brown fox\n")
     out, rec = _fit(d, model, prompts, "--raw", "--n-predict", "40", "--steps", "4", "--batch-rows", "96",
-                    "--val-frac", "0.25", "--eval-every", "100", "--check-max-prompts", "4")
+                    "--val-frac", "0.25", "--eval-every", "100", "--check-max-prompts", "4", "--head-vocab", "600")
     return model, out, rec
 
 
@@ -86,6 +86,9 @@ def test_tiny_gemma3_fit_is_the_function_lockstep_computes(tiny_gemma_module):
     # with lockstep's int8 activations in the fit's forward too, only rounding is left
     assert rec["check"]["lockstep_vs_torch_int8_top1"] >= 0.99, rec["check"]
     assert_drafts_keep_plain_text(model, out, "-p", "The history of", "-n", "24")
+    # the head over the data's 600 most frequent tokens (the check compares the best of those)
+    assert rec["head_vocab"]["tokens"] == 600 and 0.5 < rec["head_vocab"]["data_coverage"] <= 1.0, rec
+    assert _head_vocab(out) is not None and len(_head_vocab(out)) == 600
 
 
 def run_cli(*args, timeout=300):
@@ -130,3 +133,72 @@ def test_module_for_another_model_is_refused(tiny_module, model_path, tmp_path):
         assert r.returncode == 2 and "architecture 'llama'" in r.stderr, r.stderr
     r = run_cli("run", "-m", str(model_path), "-p", "hi", "-n", "2", "--spec", "mtp")
     assert r.returncode == 2 and "--draft-model" in r.stderr, r.stderr
+
+
+def _gguf_layout(path):
+    """(lockstep.mtp.head_vocab or None, the data section's bytes) of a module file."""
+    import struct
+    b = Path(path).read_bytes()
+    _, nt, nkv = struct.unpack_from("<IQQ", b, 4)
+    o, hv, align = 24, None, 32
+    for _ in range(nkv):
+        n, = struct.unpack_from("<Q", b, o)
+        k = b[o + 8:o + 8 + n].decode()
+        o += 8 + n
+        t, = struct.unpack_from("<I", b, o)
+        o += 4
+        if t == 8:
+            n, = struct.unpack_from("<Q", b, o)
+            o += 8 + n
+        elif t == 9:
+            et, n = struct.unpack_from("<IQ", b, o)
+            assert et == 5, k  # the fitter writes INT32 arrays only
+            if k == "lockstep.mtp.head_vocab":
+                hv = list(struct.unpack_from("<%di" % n, b, o + 12))
+            o += 12 + 4 * n
+        else:
+            if k == "general.alignment":
+                align, = struct.unpack_from("<I", b, o)
+            o += {4: 4, 5: 4, 6: 4, 10: 8}[t]
+    for _ in range(nt):
+        n, = struct.unpack_from("<Q", b, o)
+        nd, = struct.unpack_from("<I", b, o + 8 + n)
+        o += 8 + n + 4 + 8 * nd + 12
+    return hv, b[o + (-o) % align:]
+
+
+def _head_vocab(path):
+    return _gguf_layout(path)[0]
+
+
+def test_head_vocab_only_copies_the_module_and_drafts_stay_in_it(tiny_module, model_path, tmp_path):
+    """--head-vocab-only: the module's bytes with lockstep.mtp.head_vocab added (or
+    replaced); lockstep's module top tokens (`mtp-data --module`) are all among those
+    tokens, and answers stay plain decoding's."""
+    out, rec = tiny_module
+    data = str(out) + ".data"
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+    hv1, hv2 = tmp_path / "hv1.mtp.gguf", tmp_path / "hv2.mtp.gguf"
+    for src, dst, n in ((out, hv1, 300), (hv1, hv2, 200)):  # the second replaces the first's list
+        r = subprocess.run([TORCH_PY, str(FIT), "-m", str(model_path), "--init", str(src), "--data", data,
+                            "--head-vocab", str(n), "--head-vocab-only", "-o", str(dst)],
+                           capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+        assert r.returncode == 0, r.stderr[-3000:]
+    ids = _head_vocab(hv2)
+    assert ids is not None and len(ids) == 200 and ids == sorted(set(ids)) and _head_vocab(out) is None
+    assert hv2.read_bytes().count(b"lockstep.mtp.head_vocab") == 1
+    tokens = [int(t) for t in __import__("numpy").fromfile(os.path.join(data, "tokens.i32"), dtype="<i4")]
+    counts = {}
+    for t in tokens:
+        counts[t] = counts.get(t, 0) + 1
+    top = sorted(counts, key=lambda t: (-counts[t], t))[:200]  # the 200 most frequent, ties to the lower id
+    assert set(top) <= set(ids), "the head holds the data's most frequent tokens"
+    # every tensor byte as it was: the data sections are equal
+    assert _gguf_layout(out)[1] == _gguf_layout(hv2)[1] and len(_gguf_layout(out)[1]) > 1 << 20
+    d = tmp_path / "check"
+    r = run_cli("mtp-data", "-m", str(model_path), "--module", str(hv2), "--prompts", str(ROOT / "tools" / "mtp_prompts_heldout.txt"),
+                "--out", str(d), "--max-prompts", "1", "-n", "24", "--temp", "0.8", "--seed", "3")
+    assert r.returncode == 0, r.stderr
+    top1 = __import__("numpy").fromfile(d / "mtp_top1.i32", dtype="<i4")
+    assert len(top1) > 20 and set(int(t) for t in top1) <= set(ids)
+    assert_drafts_keep_plain_text(model_path, hv2, "--chat", "Name a colour.", "-n", "16")

@@ -22,6 +22,7 @@
 #include "gguf/gguf_write.h"
 #include "sample/grammar.h"
 #include "speculative/spec.h"
+#include "backend/cpu/kv_store.h"
 #include "quick.h"
 
 static uint64_t rng_next(uint64_t *s) { return ls_splitmix64(s); }
@@ -247,13 +248,18 @@ static void copy_kv(gguf_writer *w, const gguf_kv *kv) {
  * current one; the MTP module (eh_proj = [I 0]: the next token's embedding, its block's
  * outputs zero too, the target's output norm) then computes the target's own next logits
  * one position ahead, and its drafts are accepted (up to rounding: a near-tie can flip). */
-static void build_mtp_model(bool copier) {
+/* hv: the module head's tokens (lockstep.mtp.head_vocab, written as an array of elem),
+ * or NULL for the whole vocabulary. */
+static void build_mtp_model_hv(bool copier, const void *hv, uint64_t n_hv, gguf_vtype elem);
+static void build_mtp_model(bool copier) { build_mtp_model_hv(copier, NULL, 0, GGUF_VT_INT32); }
+static void build_mtp_model_hv(bool copier, const void *hv, uint64_t n_hv, gguf_vtype elem) {
     ls_err err;
     gguf_file *f = gguf_open(fx_model_path(), &err);
     assert_non_null(f);
     gguf_writer *w = gguf_writer_create();
     for (uint64_t i = 0; i < gguf_n_kv(f); i++) copy_kv(w, gguf_kv_at(f, i));
     assert_int_equal(gguf_writer_add_u32(w, "llama.nextn_predict_layers", 1), LS_OK);
+    if (hv) assert_int_equal(gguf_writer_add_arr(w, "lockstep.mtp.head_vocab", elem, hv, n_hv), LS_OK);
     uint64_t E = 0;
     for (uint64_t i = 0; i < gguf_n_tensors(f); i++) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
@@ -400,6 +406,137 @@ static void test_mtp_drafts_accepted(void **state) {
     ls_model_free(mm);
 }
 
+/* An MTP head over part of the vocabulary (lockstep.mtp.head_vocab):
+ *  - the module's forward gives, for each of its tokens, the bytes of the logit the
+ *    whole-vocabulary head gives that token (memcmp, every row of 20 positions);
+ *  - the copier module (it predicts the target's next token) over a head that holds the
+ *    plain answer's tokens has most drafts accepted; over one that holds none of them,
+ *    none (a draft is never outside the head), and both answers equal plain decoding
+ *    (tokens and logits, temperature 0 and 0.8);
+ *  - a bad list (descending, repeated, out of the vocabulary, not integers, empty) is a
+ *    load error that names the key. */
+static ls_model *load_hv_model(bool copier, const int32_t *hv, int32_t n) {
+    build_mtp_model_hv(copier, hv, (uint64_t)n, GGUF_VT_INT32);
+    ls_err err;
+    ls_model *mm = ls_model_load(&(ls_model_params){.size = sizeof(ls_model_params), .path = g_mtp_path}, &err);
+    remove(g_mtp_path);
+    if (!mm) fail_msg("MTP model with a head over %d tokens: %s", n, err.msg);
+    return mm;
+}
+
+static void mtp_logits(ls_model *m, int32_t n, const int32_t *tok, const float *hin, float *logits, int32_t V) {
+    ls_err err;
+    const ls_hparams *hp = ls_model_hparams(m);
+    ls_fwd *f = ls_fwd_create(m, (ls_fwd_params){.n_rows = 32, .n_ctx = 64, .n_threads = 1, .isa = -1, .mtp = true}, &err);
+    if (!f) fail_msg("mtp forward: %s", err.msg);
+    ls_kv_store *kv = ls_kv_store_create_shape(1, (int32_t)hp->n_head_kv, (int32_t)(hp->n_embd / hp->n_head), 64 / LS_KV_BLOCK + 1, &err);
+    assert_non_null(kv);
+    int32_t pos[32], seq[32] = {0}, lrow[32], table[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    const int32_t *tables[1] = {table};
+    for (int32_t i = 0; i < n; i++) pos[i] = i, lrow[i] = i;
+    ls_batch b = {n, tok, pos, seq, tables, lrow, NULL, hin, NULL};
+    ls_fwd_run(f, kv, &b, logits);
+    (void)V;
+    ls_kv_store_free(kv);
+    ls_fwd_free(f);
+}
+
+static void test_mtp_head_vocab(void **state) {
+    (void)state;
+    FX_NEED(g_model);
+    const int32_t V = g_V, E = (int32_t)ls_model_hparams(g_model)->n_embd;
+    /* 1. the forward: a head over every 5th token and the last one */
+    int32_t *hv = malloc(sizeof(int32_t) * (size_t)V), nh = 0;
+    for (int32_t t = 0; t < V; t += 5) hv[nh++] = t;
+    if (hv[nh - 1] != V - 1) hv[nh++] = V - 1;
+    ls_model *full = load_hv_model(false, NULL, 0), *part = load_hv_model(false, hv, nh);
+    enum { R = 20 };
+    int32_t tok[R];
+    float *hin = malloc(sizeof(float) * (size_t)R * E), *lf = malloc(sizeof(float) * (size_t)R * V),
+          *lp = malloc(sizeof(float) * (size_t)R * nh);
+    uint64_t rs = 17;
+    for (int32_t i = 0; i < R; i++) tok[i] = (int32_t)(rng_next(&rs) % (uint64_t)V);
+    for (int64_t i = 0; i < (int64_t)R * E; i++) hin[i] = (float)(rng_next(&rs) >> 40) / 4194304.0f - 2.0f;
+    mtp_logits(full, R, tok, hin, lf, V);
+    mtp_logits(part, R, tok, hin, lp, nh);
+    for (int32_t r = 0; r < R; r++)
+        for (int32_t i = 0; i < nh; i++)
+            if (memcmp(&lp[(size_t)r * nh + i], &lf[(size_t)r * V + hv[i]], sizeof(float)))
+                fail_msg("row %d, head token %d (id %d): %.9g, the whole head's %.9g", r, i, hv[i],
+                         (double)lp[(size_t)r * nh + i], (double)lf[(size_t)r * V + hv[i]]);
+    const int32_t *ids;
+    assert_int_equal(ls_model_mtp_vocab(part, &ids), nh);
+    assert_memory_equal(ids, hv, sizeof(int32_t) * (size_t)nh);
+    assert_int_equal(ls_model_mtp_vocab(full, &ids), 0);
+    assert_true(ls_model_mtp_cost(part) < ls_model_mtp_cost(full)); /* the head is most of a draft */
+    ls_model_free(full);
+    ls_model_free(part);
+    free(lf);
+    free(lp);
+    free(hin);
+
+    /* 2. the copier over a head with the answer's tokens, and over one without them */
+    int32_t prompt[8] = {1, 504, 3120, 282, 5248, 30, 198, 2};
+    ls_model *saved = g_model, *copier = load_hv_model(true, NULL, 0);
+    const float temps[2] = {0.0f, 0.8f};
+    for (int ti = 0; ti < 2; ti++) {
+        ls_sampler_params sp = {.temperature = temps[ti], .top_k = 40, .top_p = 0.95f, .seed = 9};
+        outcome ref = {0};
+        ref.logits = malloc(sizeof(float) * (size_t)g_V * 64);
+        g_model = copier; /* its trunk is not the default model's: plain decoding of it */
+        run(prompt, 8, sp, 24, NULL, &ref);
+        g_model = saved;
+        for (int with = 0; with < 2; with++) {
+            char *in = calloc((size_t)V, 1);
+            for (int32_t i = 0; i < ref.n; i++) in[ref.toks[i]] = 1;
+            nh = 0;
+            for (int32_t t = 0; t < V; t++)
+                if (with ? (in[t] || t % 7 == 0) : (!in[t] && t % 7 == 3)) hv[nh++] = t;
+            free(in);
+            ls_model *mm = load_hv_model(true, hv, nh);
+            g_model = mm; /* run() uses g_model */
+            ls_spec_params p = {.size = sizeof(ls_spec_params), .kind = LS_SPEC_MTP, .draft_max = 3, .draft_min = 1,
+                                .fixed_length = true};
+            outcome o = {0};
+            o.logits = malloc(sizeof(float) * (size_t)g_V * 64);
+            run(prompt, 8, sp, 24, &p, &o);
+            g_model = saved;
+            if (o.n != ref.n || memcmp(o.toks, ref.toks, sizeof(int32_t) * (size_t)o.n) ||
+                memcmp(o.logits, ref.logits, sizeof(float) * (size_t)g_V * (size_t)o.n))
+                fail_msg("copier mtp, head %s the answer's tokens, temperature %.1f: differs from plain decoding",
+                         with ? "with" : "without", (double)temps[ti]);
+            print_message("head of %d tokens %s the answer's, temperature %.1f: %d of %d drafts accepted\n", nh,
+                          with ? "with" : "without", (double)temps[ti], o.n_accepted, o.n_drafted);
+            assert_true(o.n_drafted > 0);
+            if (with) assert_true(o.n_accepted * 2 > o.n_drafted);
+            else assert_int_equal(o.n_accepted, 0);
+            free(o.logits);
+            ls_model_free(mm);
+        }
+        free(ref.logits);
+    }
+    ls_model_free(copier);
+
+    /* 3. bad lists */
+    const int32_t desc[3] = {5, 9, 7}, rep[3] = {5, 9, 9}, big[2] = {5, 1 << 30}, neg[2] = {-1, 5};
+    const float flt[2] = {1.0f, 2.0f};
+    struct { const void *v; uint64_t n; gguf_vtype t; const char *why; } bad[] = {
+        {desc, 3, GGUF_VT_INT32, "not above"}, {rep, 3, GGUF_VT_INT32, "not above"},
+        {big, 2, GGUF_VT_INT32, "not a token"}, {neg, 2, GGUF_VT_INT32, "not a token"},
+        {flt, 2, GGUF_VT_FLOAT32, "not of token ids"}, {desc, 0, GGUF_VT_INT32, "has 0 tokens"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        build_mtp_model_hv(false, bad[i].v, bad[i].n, bad[i].t);
+        ls_err err;
+        ls_model *mm = ls_model_load(&(ls_model_params){.size = sizeof(ls_model_params), .path = g_mtp_path}, &err);
+        remove(g_mtp_path);
+        if (mm) fail_msg("bad head_vocab %zu loaded", i);
+        if (!strstr(err.msg, "lockstep.mtp.head_vocab") || !strstr(err.msg, bad[i].why))
+            fail_msg("bad head_vocab %zu: '%s' (wanted the key and '%s')", i, err.msg, bad[i].why);
+    }
+    free(hv);
+}
+
 /* Drafts accepted under a grammar: the ngram drafter on a constrained, repetitive output
  * (a grammar of colour words, with a logit bias and a repeat penalty on top), at
  * temperature 0 and 0.8: drafts are accepted, and the tokens and logits equal plain
@@ -543,6 +680,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_mtp_equals_plain),
         cmocka_unit_test(test_mtp_drafts_accepted),
         cmocka_unit_test(test_mtp_shipped_module),
+        cmocka_unit_test(test_mtp_head_vocab),
         cmocka_unit_test(test_grammar_drafts_accepted),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -635,7 +635,7 @@ ls_cuda_fwd *ls_cuda_fwd_create(const ls_model *m, const ls_backend_params *p, l
         f->KVD = s->n_head_kv * s->head_dim;
         f->QKVD = f->QD + 2 * f->KVD;
         f->F = s->n_ff;
-        f->V = s->n_vocab;
+        f->V = p->mtp && s->mtp_own_head ? (int)s->mtp_head.N : s->n_vocab; /* the MTP head may cover part of the vocabulary */
         f->mtp = p->mtp;
         if (p->mtp && !s->has_mtp) {
             ls_err_set(err, LS_E_UNSUPPORTED, "this model has no MTP (nextn) module");
