@@ -291,6 +291,16 @@ class LlamaBench:
             sys.exit(f"vs_llamacpp: unexpected llama-bench JSON: {str(arr)[:500]}")
         return arr[0]
 
+    def run_joint(self, p: int, n: int, timeout: float) -> tuple[dict, dict]:
+        """One invocation with -p p -n n: llama-bench runs the ppP and tgN tests one after
+        the other in one process (one model load); returns (pp row, tg row)."""
+        arr = last_json_obj(sh(self.cmd(p, n), timeout).stdout)
+        pp = [r for r in arr if r.get("n_prompt") == p and r.get("n_gen") == 0] if isinstance(arr, list) else []
+        tg = [r for r in arr if r.get("n_prompt") == 0 and r.get("n_gen") == n] if isinstance(arr, list) else []
+        if len(pp) != 1 or len(tg) != 1:
+            sys.exit(f"vs_llamacpp: unexpected llama-bench JSON: {str(arr)[:500]}")
+        return pp[0], tg[0]
+
 
 # ---------------------------------------------------------------------------- one sample
 def tg_len(t: str) -> int:
@@ -334,6 +344,27 @@ def one_sample(t: str, eng: str, ls: "Lockstep", lb: "LlamaBench", lbb: "LlamaBa
         sys.exit(f"vs_llamacpp: the pp prompt came out {j['n_prompt']} tokens, not {n}")
     return {"tok_s": j["n_prompt"] / (j["prefill_ms"] / 1e3), "prefill_ms": j["prefill_ms"],
             "n_prompt": j["n_prompt"], "isa": j["isa"]}
+
+
+def joint_sample(pp_t: str, tg_t: str, eng: str, ls: "Lockstep", lb: "LlamaBench", pp_prompts: dict[int, str],
+                 timeout: float) -> tuple[dict, dict]:
+    """--joint: one sample of ppN and of tgM from one process per engine (one model load):
+    lockstep runs the N-token prompt and then decodes M tokens; llama-bench gets -p N -n M
+    (its tg test starts from an empty context, as without --joint)."""
+    n, m = int(pp_t[2:]), tg_len(tg_t)
+    if eng == "llama.cpp":
+        pp, tg = lb.run_joint(n, m, timeout)
+        return ({"tok_s": pp["avg_ts"], "samples_ns": pp.get("samples_ns"), "n_prompt": pp["n_prompt"], "n_gen": 0},
+                {"tok_s": tg["avg_ts"], "samples_ns": tg.get("samples_ns"), "n_prompt": 0, "n_gen": tg["n_gen"]})
+    j = ls.run(pp_prompts[n], m, timeout)
+    if j["n_prompt"] != n:
+        sys.exit(f"vs_llamacpp: the pp prompt came out {j['n_prompt']} tokens, not {n}")
+    if j["n_gen"] != m:
+        sys.exit(f"vs_llamacpp: lockstep generated {j['n_gen']} tokens, not {m} (finish {j['finish_reason']})")
+    return ({"tok_s": n / (j["prefill_ms"] / 1e3), "prefill_ms": j["prefill_ms"], "n_prompt": n, "isa": j["isa"]},
+            {"tok_s": (m - 1) / (j["decode_ms"] / 1e3), "decode_tok_s_reported": j["decode_tok_s"], "n_gen": m,
+             "n_prompt": n, "decode_ms": j["decode_ms"], "prefill_ms": j["prefill_ms"],
+             "finish_reason": j["finish_reason"], "isa": j["isa"]})
 
 
 # ---------------------------------------------------------------------------- prompts
@@ -528,6 +559,10 @@ def main() -> int:
     ap.add_argument("--llama-bin", type=Path, default=DEFAULT_LLAMA_BIN, help="folder holding llama-bench")
     ap.add_argument("--bw-reps", type=int, default=7)
     ap.add_argument("--no-bw", action="store_true", help="skip the bandwidth measurement")
+    ap.add_argument("--joint", action="store_true",
+                    help="take the one ppN and the one tgM figure of --tests from one process per engine and "
+                         "pair (lockstep: the N-token prompt, then M tokens; llama-bench -p N -n M): one model "
+                         "load instead of two, for large models whose load dominates")
     ap.add_argument("--no-warmup", action="store_true",
                     help="skip the unrecorded warm-up run of each engine (for large models whose file the "
                          "caller has already paged in: each warm-up costs a full model load)")
@@ -569,6 +604,9 @@ def main() -> int:
     for t in tests:
         if not tg_len(t) and not re.fullmatch(r"tgb([1-9][0-9]?)|pp([1-9][0-9]{0,3})", t):
             ap.error(f"unknown test {t!r}")
+    if args.joint and (len(tests) != 2 or sum(1 for t in tests if tg_len(t)) != 1
+                       or sum(1 for t in tests if t.startswith("pp")) != 1):
+        ap.error("--joint needs --tests with exactly one ppN and one tgM")
     model = args.model.resolve()
     if not model.exists():
         sys.exit(f"vs_llamacpp: no model at {model} (run `make model`)")
@@ -606,7 +644,7 @@ def main() -> int:
     if load_before[0] > args.quiet_load:
         log(f"warning: load average {load_before[0]:.2f} before the run: other work shares these cores "
             "and the numbers will be noisy")
-    weight_mib = ls.info_weight_mib()
+    weight_mib = None if args.no_bw else ls.info_weight_mib()  # only the roofline uses it
     story_tokens = len(ls.tokenize(STORY_PROMPT)["tokens"])
     pp_prompts = {int(t[2:]): make_pp_prompt(ls, int(t[2:])) for t in tests if t.startswith("pp")}
 
@@ -650,6 +688,18 @@ def main() -> int:
 
     raw: dict[str, dict[str, list]] = {t: {"lockstep": [], "llama.cpp": []} for t in tests}
     for i in range(args.pairs):
+        if args.joint:
+            pp_t = next(t for t in tests if t.startswith("pp"))
+            tg_t = next(t for t in tests if tg_len(t))
+            quiet_gate(min(args.gate_wait, wait_left()), args.max_interference)
+            for eng in ("lockstep", "llama.cpp"):
+                (a, b), load = measured(lambda: joint_sample(pp_t, tg_t, eng, ls, lb, pp_prompts, args.timeout))
+                for t, r in ((pp_t, a), (tg_t, b)):
+                    r.update(load, rejected=[], joint=True)
+                    raw[t][eng].append(r)
+                    log(f"pair {i + 1}/{args.pairs} {t} {eng:9s} {r['tok_s']:8.2f} tok/s  (joint run; other load "
+                        f"{100 * r['interference']:4.1f} %, {r['nivcsw']} preemptions)")
+            continue
         for t in tests:
             # The quiet gate comes before each A/B pair, so that both engines see the same odds.
             quiet_gate(min(args.gate_wait, wait_left()), args.max_interference)
@@ -715,7 +765,10 @@ def main() -> int:
         "threads": args.threads,
         "pairs": args.pairs,
         "warmup": not args.no_warmup,
-        "order": "interleaved per pair: " + ", ".join(f"{t} lockstep, {t} llama.cpp" for t in tests),
+        "joint": args.joint,
+        "order": ("interleaved per pair: lockstep (" + " then ".join(sorted(tests, key=lambda t: not t.startswith("pp")))
+                  + " in one run), llama.cpp (the same in one llama-bench)") if args.joint else
+                 "interleaved per pair: " + ", ".join(f"{t} lockstep, {t} llama.cpp" for t in tests),
         "machine": machine_info(),
         "lockstep": {**ls_meta, "isa": isa},
         "llama.cpp": llama_info(lb.exe.parent),
@@ -740,6 +793,9 @@ def main() -> int:
         "loadavg_before": load_before,
         "loadavg_after_pairs": load_after,
     }
+    if args.joint:  # the figures came from these, not from the per-figure commands
+        result["commands"] = {"joint": {"lockstep": short(ls_shown.run_cmd(pp_prompts[int(pp_t[2:])], tg_len(tg_t))),
+                                        "llama.cpp": short(lb.cmd(int(pp_t[2:]), tg_len(tg_t)))}}
     if args.json_out:
         args.json_out.parent.mkdir(parents=True, exist_ok=True)
         args.json_out.write_text(json.dumps(result, indent=2) + "\n")
@@ -786,7 +842,8 @@ def markdown(r: dict, tests: list[str]) -> str:
         L.append(f"lockstep {t} is its forward-pass rate (n_gen-1)/decode_ms; its own `decode_tok_s` "
                  f"(n_gen/decode_ms) has median {s['lockstep_median_decode_tok_s_reported']:.2f}. "
                  f"n_gen per run: {sorted({x['n_gen'] for x in r['raw'][t]['lockstep']})}; "
-                 f"prompt {r['prompts']['tg128_prompt_tokens']} tokens.")
+                 f"prompt {r['prompts']['tg128_prompt_tokens'] if not r.get('joint') else r['raw'][t]['lockstep'][0]['n_prompt']} tokens"
+                 f"{' (--joint: the pp prompt, in the same run as the pp figure)' if r.get('joint') else ''}.")
         L.append("")
     roof = r.get("roofline")
     if roof:

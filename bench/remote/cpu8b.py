@@ -110,6 +110,11 @@ def cmd_summary(a) -> int:
     meta = raw / "meta.txt"
     if meta.exists():
         L += ["```", meta.read_text().rstrip(), "```", ""]
+    shape8 = not meta.exists() or "shape 8b" in meta.read_text()
+    L += [("Synthetic files of bench/synth_gguf.c: Llama-3-8B's layer shapes (4096 embd, 32 layers, 32 heads, "
+          "8 KV heads, 14336 FFN) with random weights and SmolLM2's vocabulary (49152 tokens, not Llama-3's "
+          "128256: the embedding and output matrices are smaller than a real Llama-3-8B's)." if shape8 else
+           "NOT the 8B shape (see `shape` above): a test of the flow, not the 8B figures."), ""]
     L += ["## Speed (vs_llamacpp.py, interleaved pairs, medians tok/s)", "",
           "| file | lockstep ISA / llama.cpp build | figure | lockstep | llama.cpp | lockstep / llama.cpp | pairs |",
           "| --- | --- | --- | ---: | ---: | ---: | ---: |"]
@@ -127,12 +132,21 @@ def cmd_summary(a) -> int:
             L.append(f"| {tag} | lockstep {r['lockstep'].get('isa', '?')} / llama.cpp {build} | {t} | "
                      f"{fmt(s['lockstep_median_tok_s'])} | {fmt(s['llamacpp_median_tok_s'])} | "
                      f"{fmt(s['ratio_lockstep_over_llamacpp'], '.3f')} | {r['pairs']} |")
+    joint = [j.stem for j in raw.glob("*_avx*.json") if json.loads(j.read_text()).get("joint")]
+    L += ["", "tgN: lockstep's forward-pass rate (n_gen-1)/decode_ms vs llama-bench's avg_ts; ppN: prompt tokens / "
+          "prefill time vs llama-bench's avg_ts (llama-bench also runs an unrecorded warm-up of each test)."]
+    if joint:
+        L.append("Joint runs (" + ", ".join(sorted(joint)) + "): both figures of an engine came from one process "
+                 "(lockstep decodes right after the ppN prompt; llama-bench runs its tg test from an empty context).")
     for log in sorted(raw.glob("*_avx*.log")):
         if not (raw / (log.stem + ".json")).exists():
             tail = log.read_text(errors="replace").strip().splitlines()[-3:]
             notes.append(f"- {log.stem}: NO RESULT; log tail: `{' / '.join(tail)}`")
     L.append("")
     L += ["## Load cost (one-token run, page cache warm; wall = spawn to exit)", "",
+          "lockstep at its default ISA; llama.cpp is llama-completion of the native build. Peak RSS is the "
+          "process's ru_maxrss: it counts the file pages a process maps and touches (llama.cpp maps the file; "
+          "such pages are the page cache's, shared) as well as its private memory.", "",
           "| file | engine | run | wall s | peak RSS MiB | RSS / file size | engine's own figure | rc |",
           "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: |"]
     for j in sorted(raw.glob("load_*.json")):

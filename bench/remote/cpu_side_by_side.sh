@@ -19,8 +19,10 @@
 #      Llama-3-8B-shaped files (synth-gguf --shape SHAPE, default 8b; the vocabulary is M's,
 #      49152 tokens, not Llama-3's 128256) in Q4_K_M and Q4_0, on CORES at T threads:
 #        a) TESTS8 (default tg32,pp128: an 8B decodes at a few tok/s on 2 cores) in PAIRS8
-#           (default 1) interleaved pairs, without the warm-up runs (each costs a model
-#           load; the file is paged in by b), lockstep AVX-512 vs llama.cpp native, then
+#           (default 1) interleaved pairs, without the warm-up runs and, with JOINT8=1
+#           (default), both figures from one process per engine (vs_llamacpp.py --joint):
+#           a model load costs lockstep seconds at this size (the file is paged in by b);
+#           lockstep AVX-512 vs llama.cpp native, then
 #           (after both files) lockstep AVX2 (LOCKSTEP_CPU_HIDE=avxvnni: AVX-512 and
 #           AVX-VNNI hidden) vs llama.cpp built for AVX2;
 #        b) load cost (bench/remote/cpu8b.py load): wall time and peak RSS of a one-token
@@ -29,7 +31,8 @@
 #      step writes OUT/summary_SHAPE.md and packs RAW8 into OUT/cpu_SHAPE-raw.tar.xz, so a
 #      run cut short still leaves what it measured.  A part is skipped (and listed) when
 #      fewer seconds are left of BUDGET8 (default 420) than the last comparison took.
-#      The files go to SYNTH_DIR (default /tmp) and are removed at the end unless KEEP8=1.
+#      The files go to SYNTH_DIR (default /dev/shm when it has room for both, else /tmp) and
+#      are removed at the end unless KEEP8=1.
 set -u
 DC=${DC:-/tmp/dc}
 OUT=${OUT:-/tmp/out}
@@ -49,7 +52,7 @@ if [ -d "$DC/lib-cxx" ] && "$DC/llama-native/llama-bench" --help 2>&1 | grep -q 
 fi
 mkdir -p "$OUT"
 lscpu > "$OUT/lscpu.txt" 2>&1
-grep -o 'avx512[a-z_]*\|avx_vnni\|amx[a-z_]*\|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ' > "$OUT/cpuflags.txt"
+grep -o 'avx512[a-z_0-9]*\|avx_vnni\|amx[a-z_0-9]*\|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ' > "$OUT/cpuflags.txt"
 has() { case ",$STEPS," in *",$1,"*) return 0 ;; esac; return 1; }
 vs() { # name, llama dir, cores, env..., then -- and vs_llamacpp args (results in VS_OUT, default OUT)
     local name=$1 ldir=$2 cores=$3 o=${VS_OUT:-$OUT}; shift 3
@@ -90,7 +93,12 @@ if has 8b; then
     PAIRS8=${PAIRS8:-1}
     TESTS8=${TESTS8:-tg32,pp128}
     BUDGET8=${BUDGET8:-420}
-    SYNTH_DIR=${SYNTH_DIR:-/tmp}
+    if [ -z "${SYNTH_DIR:-}" ]; then  # tmpfs when it has room for both files: no disk writeback
+        SYNTH_DIR=/tmp
+        shm_free=$(df -k --output=avail /dev/shm 2>/dev/null | tail -1) need_gib=3
+        [ "$SHAPE" = 8b ] && need_gib=12
+        [ "${shm_free:-0}" -gt $(( need_gib * 1024 * 1024 )) ] 2>/dev/null && SYNTH_DIR=/dev/shm
+    fi
     R=${RAW8:-/tmp/cpu_side_by_side.$SHAPE}
     rm -rf "$R"; mkdir -p "$R"
     t8=$(date +%s)
@@ -100,7 +108,7 @@ if has 8b; then
         echo "host: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(nproc) CPUs online"
         echo "host flags: $(cat "$OUT/cpuflags.txt")"
         echo "working tree: $(git rev-parse HEAD 2>/dev/null || echo '? (no git)')"
-        echo "shape $SHAPE, tests $TESTS8, pairs $PAIRS8, cores $CORES, threads $T, budget ${BUDGET8}s"
+        echo "shape $SHAPE, tests $TESTS8 (joint ${JOINT8:-1}), pairs $PAIRS8, cores $CORES, threads $T, budget ${BUDGET8}s, files in $SYNTH_DIR"
         [ -f "$DC/BUILD_INFO.txt" ] && cat "$DC/BUILD_INFO.txt"
         for d in llama-native llama-avx2; do
             [ -f "$DC/$d/VERSION" ] && sed -n "s/^\(sdist\|llama.cpp commit\|flags ggml-cpu.c\|built\): */$d \1: /p" "$DC/$d/VERSION"
@@ -120,7 +128,9 @@ if has 8b; then
     }
     vs8() { # name, llama dir, env, file
         local t0; t0=$(date +%s)
-        VS_OUT=$R vs "$1" "$2" "$CORES" "$3" -- -m "$4" -t "$T" --tests "$TESTS8" --pairs "$PAIRS8" --no-bw --no-warmup --max-wait 30
+        local joint=(); [ "${JOINT8:-1}" = 1 ] && joint=(--joint)
+        VS_OUT=$R vs "$1" "$2" "$CORES" "$3" -- -m "$4" -t "$T" --tests "$TESTS8" --pairs "$PAIRS8" --no-bw --no-warmup \
+            "${joint[@]}" --max-wait 30
         last8=$(( $(date +%s) - t0 ))
         pack8
     }
