@@ -44,7 +44,8 @@ def run_one(argv: list[str], out: Path, err: Path, timeout: float) -> dict:
                 break
             time.sleep(0.005)
     wall = time.monotonic() - t0
-    p.returncode = os.waitstatus_to_exitcode(status)  # keep Popen from waiting again
+    # (os.waitstatus_to_exitcode is Python 3.9+)
+    p.returncode = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)  # no second wait
     return {"wall_s": round(wall, 3), "rc": p.returncode, "peak_rss_kib": ru.ru_maxrss,
             "user_s": round(ru.ru_utime, 3), "sys_s": round(ru.ru_stime, 3),
             "minor_faults": ru.ru_minflt, "major_faults": ru.ru_majflt}
