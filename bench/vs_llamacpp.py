@@ -12,6 +12,7 @@ Interleaved A/B pairs (A, B, A, B, ...) of two figures:
                     forward-pass rate (n_gen-1) / decode_ms, which is what llama-bench's
                     tg counts (one llama_decode of one token per generated token).  The
                     headline ratio uses the forward-pass rate.
+  tgN    the same with N tokens (e.g. tg32, for models too large for 128 tokens per sample).
   pp512  prefill of 512 tokens in one batch.
          llama.cpp: llama-bench -m M -p 512 -n 0 -t T -r 1 -o json       -> avg_ts
          lockstep:  lockstep run -m M -p TEXT512 -n 0 --json --no-probe -t T
@@ -290,11 +291,27 @@ class LlamaBench:
             sys.exit(f"vs_llamacpp: unexpected llama-bench JSON: {str(arr)[:500]}")
         return arr[0]
 
+    def run_joint(self, p: int, n: int, timeout: float) -> tuple[dict, dict]:
+        """One invocation with -p p -n n: llama-bench runs the ppP and tgN tests one after
+        the other in one process (one model load); returns (pp row, tg row)."""
+        arr = last_json_obj(sh(self.cmd(p, n), timeout).stdout)
+        pp = [r for r in arr if r.get("n_prompt") == p and r.get("n_gen") == 0] if isinstance(arr, list) else []
+        tg = [r for r in arr if r.get("n_prompt") == 0 and r.get("n_gen") == n] if isinstance(arr, list) else []
+        if len(pp) != 1 or len(tg) != 1:
+            sys.exit(f"vs_llamacpp: unexpected llama-bench JSON: {str(arr)[:500]}")
+        return pp[0], tg[0]
+
 
 # ---------------------------------------------------------------------------- one sample
+def tg_len(t: str) -> int:
+    """N of a decode figure tgN (tg128, tg32, ...); 0 for any other figure (ppN, tgbN)."""
+    m = re.fullmatch(r"tg([1-9][0-9]{0,3})", t)
+    return int(m.group(1)) if m else 0
+
+
 def one_sample(t: str, eng: str, ls: "Lockstep", lb: "LlamaBench", lbb: "LlamaBatched", pp_prompts: dict[int, str],
                timeout: float) -> dict:
-    """One sample of figure t (tg128, ppN, tgbN) on engine eng ("lockstep" or "llama.cpp");
+    """One sample of figure t (tgN such as tg128, ppN, tgbN) on engine eng ("lockstep" or "llama.cpp");
     pp_prompts[N] is the text that tokenizes to exactly N tokens.  "tok_s" is the figure."""
     if t.startswith("tgb"):
         b = int(t[3:])
@@ -303,14 +320,15 @@ def one_sample(t: str, eng: str, ls: "Lockstep", lb: "LlamaBench", lbb: "LlamaBa
             return {"tok_s": r["decode_tok_s"], "step_ms": r["step_ms"], "isa": "?"}
         r = lbb.run(b, timeout)
         return {"tok_s": r["speed_tg"], "t_tg": r.get("t_tg"), "n_batch_seqs": r.get("pl")}
-    if t == "tg128":
+    if tg_len(t):
+        ng = tg_len(t)
         if eng == "llama.cpp":
-            b = lb.run(0, 128, timeout)
+            b = lb.run(0, ng, timeout)
             return {"tok_s": b["avg_ts"], "samples_ns": b.get("samples_ns"), "n_prompt": b["n_prompt"],
                     "n_gen": b["n_gen"]}
-        j = ls.run(STORY_PROMPT, 128, timeout)
-        if j["n_gen"] != 128:
-            sys.exit(f"vs_llamacpp: lockstep generated {j['n_gen']} tokens, not 128 "
+        j = ls.run(STORY_PROMPT, ng, timeout)
+        if j["n_gen"] != ng:
+            sys.exit(f"vs_llamacpp: lockstep generated {j['n_gen']} tokens, not {ng} "
                      f"(finish {j['finish_reason']}); change STORY_PROMPT")
         fwd = (j["n_gen"] - 1) / (j["decode_ms"] / 1e3)
         return {"tok_s": fwd, "decode_tok_s_reported": j["decode_tok_s"], "n_gen": j["n_gen"],
@@ -326,6 +344,27 @@ def one_sample(t: str, eng: str, ls: "Lockstep", lb: "LlamaBench", lbb: "LlamaBa
         sys.exit(f"vs_llamacpp: the pp prompt came out {j['n_prompt']} tokens, not {n}")
     return {"tok_s": j["n_prompt"] / (j["prefill_ms"] / 1e3), "prefill_ms": j["prefill_ms"],
             "n_prompt": j["n_prompt"], "isa": j["isa"]}
+
+
+def joint_sample(pp_t: str, tg_t: str, eng: str, ls: "Lockstep", lb: "LlamaBench", pp_prompts: dict[int, str],
+                 timeout: float) -> tuple[dict, dict]:
+    """--joint: one sample of ppN and of tgM from one process per engine (one model load):
+    lockstep runs the N-token prompt and then decodes M tokens; llama-bench gets -p N -n M
+    (its tg test starts from an empty context, as without --joint)."""
+    n, m = int(pp_t[2:]), tg_len(tg_t)
+    if eng == "llama.cpp":
+        pp, tg = lb.run_joint(n, m, timeout)
+        return ({"tok_s": pp["avg_ts"], "samples_ns": pp.get("samples_ns"), "n_prompt": pp["n_prompt"], "n_gen": 0},
+                {"tok_s": tg["avg_ts"], "samples_ns": tg.get("samples_ns"), "n_prompt": 0, "n_gen": tg["n_gen"]})
+    j = ls.run(pp_prompts[n], m, timeout)
+    if j["n_prompt"] != n:
+        sys.exit(f"vs_llamacpp: the pp prompt came out {j['n_prompt']} tokens, not {n}")
+    if j["n_gen"] != m:
+        sys.exit(f"vs_llamacpp: lockstep generated {j['n_gen']} tokens, not {m} (finish {j['finish_reason']})")
+    return ({"tok_s": n / (j["prefill_ms"] / 1e3), "prefill_ms": j["prefill_ms"], "n_prompt": n, "isa": j["isa"]},
+            {"tok_s": (m - 1) / (j["decode_ms"] / 1e3), "decode_tok_s_reported": j["decode_tok_s"], "n_gen": m,
+             "n_prompt": n, "decode_ms": j["decode_ms"], "prefill_ms": j["prefill_ms"],
+             "finish_reason": j["finish_reason"], "isa": j["isa"]})
 
 
 # ---------------------------------------------------------------------------- prompts
@@ -490,9 +529,12 @@ def lockstep_info(exe: Path) -> dict:
 
 def llama_info(bindir: Path) -> dict:
     """What bench/llamacpp/build.sh recorded for the build that holds bindir
-    (<out>/build/bin -> <out>/VERSION: build/llama.cpp or build/llama.cpp-<isa>)."""
+    (<out>/build/bin -> <out>/VERSION: build/llama.cpp or build/llama.cpp-<isa>), or a
+    VERSION file beside the binaries (the carried folders of bench/remote/pack_cpu.sh)."""
     info = {"bindir": str(bindir)}
-    vfile = Path(bindir).resolve().parent.parent / "VERSION"
+    vfile = Path(bindir).resolve() / "VERSION"
+    if not vfile.exists():
+        vfile = Path(bindir).resolve().parent.parent / "VERSION"
     if not vfile.exists():
         vfile = LLAMA_VERSION_FILE
     if vfile.exists():
@@ -509,7 +551,7 @@ def main() -> int:
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--pairs", type=int, default=PAIRS_DEFAULT, help="A/B pairs per figure (default 5)")
     ap.add_argument("--tests", default="tg128,pp512",
-                    help="comma list of tg128, ppN (prefill of N tokens, e.g. pp512), tgbN (batched decode "
+                    help="comma list of tg128 (or tgN: decode of N tokens, e.g. tg32), ppN (prefill of N tokens, e.g. pp512), tgbN (batched decode "
                          "of N sequences: lockstep bench batch vs llama-batched-bench S_TG) (default tg128,pp512)")
     ap.add_argument("--lockstep", type=Path, default=DEFAULT_LOCKSTEP)
     ap.add_argument("--bench-tool", type=Path, default=DEFAULT_BENCH_TOOL,
@@ -517,6 +559,13 @@ def main() -> int:
     ap.add_argument("--llama-bin", type=Path, default=DEFAULT_LLAMA_BIN, help="folder holding llama-bench")
     ap.add_argument("--bw-reps", type=int, default=7)
     ap.add_argument("--no-bw", action="store_true", help="skip the bandwidth measurement")
+    ap.add_argument("--joint", action="store_true",
+                    help="take the one ppN and the one tgM figure of --tests from one process per engine and "
+                         "pair (lockstep: the N-token prompt, then M tokens; llama-bench -p N -n M): one model "
+                         "load instead of two, for large models whose load dominates")
+    ap.add_argument("--no-warmup", action="store_true",
+                    help="skip the unrecorded warm-up run of each engine (for large models whose file the "
+                         "caller has already paged in: each warm-up costs a full model load)")
     ap.add_argument("--timeout", type=float, default=300, help="seconds per engine run")
     ap.add_argument("--json-out", type=Path)
     ap.add_argument("--wait-quiet", type=float, default=0, metavar="S",
@@ -553,8 +602,11 @@ def main() -> int:
         ap.error("--pairs must be at least 1")
     tests = [t.strip() for t in args.tests.split(",") if t.strip()]
     for t in tests:
-        if t != "tg128" and not re.fullmatch(r"tgb([1-9][0-9]?)|pp([1-9][0-9]{0,3})", t):
+        if not tg_len(t) and not re.fullmatch(r"tgb([1-9][0-9]?)|pp([1-9][0-9]{0,3})", t):
             ap.error(f"unknown test {t!r}")
+    if args.joint and (len(tests) != 2 or sum(1 for t in tests if tg_len(t)) != 1
+                       or sum(1 for t in tests if t.startswith("pp")) != 1):
+        ap.error("--joint needs --tests with exactly one ppN and one tgM")
     model = args.model.resolve()
     if not model.exists():
         sys.exit(f"vs_llamacpp: no model at {model} (run `make model`)")
@@ -592,14 +644,15 @@ def main() -> int:
     if load_before[0] > args.quiet_load:
         log(f"warning: load average {load_before[0]:.2f} before the run: other work shares these cores "
             "and the numbers will be noisy")
-    weight_mib = ls.info_weight_mib()
+    weight_mib = None if args.no_bw else ls.info_weight_mib()  # only the roofline uses it
     story_tokens = len(ls.tokenize(STORY_PROMPT)["tokens"])
     pp_prompts = {int(t[2:]): make_pp_prompt(ls, int(t[2:])) for t in tests if t.startswith("pp")}
 
     # Warm-up (not recorded): page the model file in, spin up both engines once.
-    log("warm-up")
-    ls.run(STORY_PROMPT, 8, args.timeout)
-    lb.run(0, 16, args.timeout)
+    if not args.no_warmup:
+        log("warm-up")
+        ls.run(STORY_PROMPT, 8, args.timeout)
+        lb.run(0, 16, args.timeout)
 
     wait_deadline = time.time() + args.max_wait
 
@@ -624,7 +677,7 @@ def main() -> int:
             r.update(load)
             tries.append(r)
             log(f"{label} {t} {eng:9s} {r['tok_s']:8.2f} tok/s  (other load {100 * r['interference']:4.1f} %, "
-                f"{r['nivcsw']} preemptions{', n_gen %d' % r['n_gen'] if eng == 'lockstep' and t == 'tg128' else ''})")
+                f"{r['nivcsw']} preemptions{', n_gen %d' % r['n_gen'] if eng == 'lockstep' and tg_len(t) else ''})")
             if r["interference"] <= args.max_interference or wait_left() <= 0 or k == args.retries:
                 break
             time.sleep(args.retry_sleep)
@@ -635,6 +688,18 @@ def main() -> int:
 
     raw: dict[str, dict[str, list]] = {t: {"lockstep": [], "llama.cpp": []} for t in tests}
     for i in range(args.pairs):
+        if args.joint:
+            pp_t = next(t for t in tests if t.startswith("pp"))
+            tg_t = next(t for t in tests if tg_len(t))
+            quiet_gate(min(args.gate_wait, wait_left()), args.max_interference)
+            for eng in ("lockstep", "llama.cpp"):
+                (a, b), load = measured(lambda: joint_sample(pp_t, tg_t, eng, ls, lb, pp_prompts, args.timeout))
+                for t, r in ((pp_t, a), (tg_t, b)):
+                    r.update(load, rejected=[], joint=True)
+                    raw[t][eng].append(r)
+                    log(f"pair {i + 1}/{args.pairs} {t} {eng:9s} {r['tok_s']:8.2f} tok/s  (joint run; other load "
+                        f"{100 * r['interference']:4.1f} %, {r['nivcsw']} preemptions)")
+            continue
         for t in tests:
             # The quiet gate comes before each A/B pair, so that both engines see the same odds.
             quiet_gate(min(args.gate_wait, wait_left()), args.max_interference)
@@ -677,18 +742,19 @@ def main() -> int:
         summary[t] = {"lockstep_median_tok_s": med(a), "llamacpp_median_tok_s": med(b),
                       "ratio_lockstep_over_llamacpp": med(a) / med(b) if b and med(b) else float("nan"),
                       "lockstep_min": min(a), "lockstep_max": max(a), "llamacpp_min": min(b), "llamacpp_max": max(b)}
-        if t == "tg128":
+        if tg_len(t):
             summary[t]["lockstep_median_decode_tok_s_reported"] = med(
                 [s["decode_tok_s_reported"] for s in raw[t]["lockstep"]])
     roof = None
-    if bw and "tg128" in tests:
+    tg0 = next((t for t in tests if tg_len(t)), None)  # the roofline uses the first decode figure
+    if bw and tg0:
         wbytes = weight_mib * 2**20
         roof = {"weight_bytes_per_token": wbytes, "weight_MiB_per_token": weight_mib,
                 "dram_GBps": bw["best_GBps"], "dram_roofline_tok_s": bw["best_GBps"] * 1e9 / wbytes,
                 "weights_sized_buffer_GBps": bw_w["best_GBps"],
                 "weights_sized_roofline_tok_s": bw_w["best_GBps"] * 1e9 / wbytes}
         for eng, key in (("lockstep", "lockstep_median_tok_s"), ("llama.cpp", "llamacpp_median_tok_s")):
-            v = summary["tg128"][key]
+            v = summary[tg0][key]
             roof[f"{eng}_pct_of_dram_roofline"] = 100 * v / roof["dram_roofline_tok_s"]
             roof[f"{eng}_pct_of_weights_sized_roofline"] = 100 * v / roof["weights_sized_roofline_tok_s"]
 
@@ -698,12 +764,17 @@ def main() -> int:
         "model_bytes": model.stat().st_size,
         "threads": args.threads,
         "pairs": args.pairs,
-        "order": "interleaved per pair: " + ", ".join(f"{t} lockstep, {t} llama.cpp" for t in tests),
+        "warmup": not args.no_warmup,
+        "joint": args.joint,
+        "order": ("interleaved per pair: lockstep (" + " then ".join(sorted(tests, key=lambda t: not t.startswith("pp")))
+                  + " in one run), llama.cpp (the same in one llama-bench)") if args.joint else
+                 "interleaved per pair: " + ", ".join(f"{t} lockstep, {t} llama.cpp" for t in tests),
         "machine": machine_info(),
         "lockstep": {**ls_meta, "isa": isa},
         "llama.cpp": llama_info(lb.exe.parent),
         "commands": {  # (the runs use a snapshot copy of the lockstep binary)
-            "tg128": {"lockstep": short(ls_shown.run_cmd(STORY_PROMPT, 128)), "llama.cpp": short(lb.cmd(0, 128))},
+            **{t: {"lockstep": short(ls_shown.run_cmd(STORY_PROMPT, tg_len(t))), "llama.cpp": short(lb.cmd(0, tg_len(t)))}
+               for t in tests if tg_len(t)},
             **{t: {"lockstep": short(ls_shown.run_cmd(pp_prompts[int(t[2:])], 0)),
                    "llama.cpp": short(lb.cmd(int(t[2:]), 0))} for t in tests if t.startswith("pp")},
             **{t: {"lockstep": short(ls_shown.batch_cmd(int(t[3:]))),
@@ -722,6 +793,9 @@ def main() -> int:
         "loadavg_before": load_before,
         "loadavg_after_pairs": load_after,
     }
+    if args.joint:  # the figures came from these, not from the per-figure commands
+        result["commands"] = {"joint": {"lockstep": short(ls_shown.run_cmd(pp_prompts[int(pp_t[2:])], tg_len(tg_t))),
+                                        "llama.cpp": short(lb.cmd(int(pp_t[2:]), tg_len(tg_t)))}}
     if args.json_out:
         args.json_out.parent.mkdir(parents=True, exist_ok=True)
         args.json_out.write_text(json.dumps(result, indent=2) + "\n")
@@ -747,7 +821,7 @@ def markdown(r: dict, tests: list[str]) -> str:
     L.append("| --- | ---: | ---: | ---: |")
     for t in tests:
         s = r["summary"][t]
-        name = ("decode tg128 (batch 1)" if t == "tg128" else f"prefill {t}" if t.startswith("pp")
+        name = (f"decode {t} (batch 1)" if tg_len(t) else f"prefill {t}" if t.startswith("pp")
                 else f"batched decode, {t[3:]} sequences (S_TG)")
         L.append(f"| {name} | {s['lockstep_median_tok_s']:.2f} | {s['llamacpp_median_tok_s']:.2f} | "
                  f"{s['ratio_lockstep_over_llamacpp']:.3f} |")
@@ -763,12 +837,13 @@ def markdown(r: dict, tests: list[str]) -> str:
     L.append("Other load: the share of both CPUs' time that other processes used during the run (it "
              "includes CPU time the engine left idle). Preemptions: the engine's involuntary context switches.")
     L.append("")
-    if "tg128" in tests:
-        s = r["summary"]["tg128"]
-        L.append(f"lockstep tg128 is its forward-pass rate (n_gen-1)/decode_ms; its own `decode_tok_s` "
+    for t in [t for t in tests if tg_len(t)]:
+        s = r["summary"][t]
+        L.append(f"lockstep {t} is its forward-pass rate (n_gen-1)/decode_ms; its own `decode_tok_s` "
                  f"(n_gen/decode_ms) has median {s['lockstep_median_decode_tok_s_reported']:.2f}. "
-                 f"n_gen per run: {sorted({x['n_gen'] for x in r['raw']['tg128']['lockstep']})}; "
-                 f"prompt {r['prompts']['tg128_prompt_tokens']} tokens.")
+                 f"n_gen per run: {sorted({x['n_gen'] for x in r['raw'][t]['lockstep']})}; "
+                 f"prompt {r['prompts']['tg128_prompt_tokens'] if not r.get('joint') else r['raw'][t]['lockstep'][0]['n_prompt']} tokens"
+                 f"{' (--joint: the pp prompt, in the same run as the pp figure)' if r.get('joint') else ''}.")
         L.append("")
     roof = r.get("roofline")
     if roof:

@@ -16,6 +16,9 @@
 #   build/llama.cpp/build/bin/llama-lookup             (optional: a failure is recorded
 #                                                      in VERSION and reported loudly,
 #                                                      but does not fail the build)
+#   build/llama.cpp/build/bin/llama-completion         (optional, every ISA, same rule:
+#                                                      the one-shot `-n 1` load-cost runs
+#                                                      of bench/remote/cpu_side_by_side.sh)
 #   build/llama.cpp/VERSION                            version, commit, compiler and flags
 #
 # Idempotent: does nothing when the binaries exist and VERSION records the same
@@ -75,7 +78,8 @@ trap 'rc=$?; [ -n "$tmp" ] && rm -rf "$tmp"; if [ $rc -ne 0 ] && [ $reported = 0
 # are not part of the per-ISA rows.
 want_lookup=1; [ "$LLAMA_ISA" = native ] || want_lookup=0
 if [ "${FORCE:-0}" != 1 ] && [ -x "$bin/llama-bench" ] && [ -x "$bin/llama-batched-bench" ] &&
-   { [ $want_lookup = 0 ] || [ -x "$bin/llama-lookup" ]; } && [ -f "$vfile" ] && grep -qxF "$stamp" "$vfile"; then
+   { [ $want_lookup = 0 ] || [ -x "$bin/llama-lookup" ]; } && [ -x "$bin/llama-completion" ] &&
+   [ -f "$vfile" ] && grep -qxF "$stamp" "$vfile"; then
     log "up to date ($stamp, $(grep '^llama.cpp commit:' "$vfile" || true)); FORCE=1 rebuilds"
     exit 0
 fi
@@ -178,6 +182,18 @@ if [ $want_lookup = 1 ] && { ! cmake --build "$bdir" --config Release --target l
     echo "llamacpp/build.sh: WARNING: llama-lookup was NOT built; the n-gram peer figures will be FAILED" >&2
     echo "==================================================================" >&2
 fi
+# llama-completion (tools/completion: the one-shot prompt -> n tokens program) is optional
+# too: only the load-cost step of bench/remote/cpu_side_by_side.sh uses it.
+completion_status=built
+log "building llama-completion with -j$JOBS (log: $out/cmake-build-completion.log)"
+if ! cmake --build "$bdir" --config Release --target llama-completion -j"$JOBS" >"$out/cmake-build-completion.log" 2>&1 ||
+   [ ! -x "$bin/llama-completion" ]; then
+    tail -20 "$out/cmake-build-completion.log" >&2
+    completion_status="NOT BUILT (see $out/cmake-build-completion.log)"
+    echo "==================================================================" >&2
+    echo "llamacpp/build.sh: WARNING: llama-completion was NOT built; the load-cost figures will be FAILED" >&2
+    echo "==================================================================" >&2
+fi
 "$bin/llama-bench" --help >/dev/null 2>&1 || fail "$bin/llama-bench does not run"
 
 # ---- 4. record what was built --------------------------------------------
@@ -217,7 +233,8 @@ secs=$(( $(date +%s) - t0 ))
     echo "flags quants.c: $(flags_of ggml-cpu/arch/x86/quants.c)"
     echo "flags llama.cpp: $(flags_of src/llama.cpp)"
     echo "llama-lookup: $lookup_status"
+    echo "llama-completion: $completion_status"
     echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -m) '$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)' in ${secs}s, $kind (-j$JOBS)"
 } >"$vfile"
-log "done in ${secs}s: $bin/llama-bench, $bin/llama-batched-bench, llama-lookup $lookup_status"
+log "done in ${secs}s: $bin/llama-bench, $bin/llama-batched-bench, llama-lookup $lookup_status, llama-completion $completion_status"
 cat "$vfile" >&2
