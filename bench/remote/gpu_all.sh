@@ -12,7 +12,7 @@
 # 2. bench_cuda: the decode step and the pin-tax sections (8B-shaped Q4_0 written in memory);
 # 3. bench/remote/gpu_spec.sh: plain vs --spec ngram / --spec mtp on the default model.
 set -u
-BIN=${BIN:?}; M=${M:?}; MTP=${MTP:-mtp/SmolLM2-135M-Instruct.Q4_1.mtp.gguf}
+BIN=${BIN:?}; M=${M:?}; MTP=${MTP:-mtp/SmolLM2-135M-Instruct.Q4_1.mtp.gguf}  # MTP_B: a second module (gpu_spec.sh)
 OUT=${OUT:-/tmp/out}
 L=$OUT/logs
 mkdir -p "$L"
@@ -37,7 +37,8 @@ step test_engine_cuda 240 "$BIN/test_engine_cuda"
 step test_engine_cuda_model 240 "$BIN/test_engine_cuda" --model "$M"
 step bench_cuda_decode 240 env LS_BENCH_NO_KERNELS=1 "$BIN/bench_cuda" --no-1b --decode-only --out "$L"
 step bench_cuda_pin 240 "$BIN/bench_cuda" --suites pin --out "$L"
-step gpu_spec 400 env LS="$BIN/lockstep" M="$M" MTP="$MTP" OUT="$L/spec" PAIRS="${PAIRS:-3}" bash bench/remote/gpu_spec.sh
+step gpu_spec 500 env LS="$BIN/lockstep" M="$M" MTP="$MTP" MTP_B="${MTP_B:-}" OUT="$L/spec" PAIRS="${PAIRS:-3}" \
+    bash bench/remote/gpu_spec.sh
 tail -n 12 "$L/spec/summary.txt" >> "$S" 2>/dev/null
 tar -C "$OUT" -czf "$OUT/gpu_all.tar.gz" logs && rm -rf "$L"
 cat "$S"

@@ -4,7 +4,8 @@
 # spec's first, as bench/suites.py has it) and `--spec mtp` with a fitted module on chat
 # prompts, interleaved (plain, spec, spec, plain, ...), each pair checked for the same text.
 #   LS    the CUDA build's lockstep (make CUDA=1 BUILD=build-cuda)
-#   M     the model file;  MTP  its module (mtp/*.mtp.gguf)
+#   M     the model file;  MTP  its module (mtp/*.mtp.gguf);  MTP_B  a second module, labelled
+#         mtp-b (e.g. the same one without lockstep.mtp.head_vocab), run beside it
 #   OUT   where runs.jsonl and the log go;  PAIRS  pairs per prompt (default 3)
 # Every run: lockstep run --device cuda --json --no-probe --temp 0 -n N (one process each,
 # so each includes its own load; the figures are the run's decode tok/s and drafts).
@@ -46,6 +47,9 @@ pairs() { # label spec-args...
 P=$GROUNDED; pairs ngram --spec ngram --draft-max 8
 if [ -n "$MTP" ]; then
     for P in "${CHATS[@]}"; do pairs mtp --spec mtp --draft-model "$MTP" --draft-max 3; done
+fi
+if [ -n "${MTP_B:-}" ]; then
+    for P in "${CHATS[@]}"; do pairs mtp-b --spec mtp --draft-model "$MTP_B" --draft-max 3; done
 fi
 python3 - "$J" <<'PY' | tee "$OUT/summary.txt"
 import json, statistics, sys
