@@ -574,8 +574,9 @@ static ls_status load_weights(ls_model *m, ls_err *err) {
         if ((st = load_mtp_vocab(m, mf, err))) return st;
         snprintf(name, sizeof name, "blk.%u.nextn.shared_head_head.weight", l);
         const uint64_t nh = m->n_mtp_vocab ? (uint64_t)m->n_mtp_vocab : hp->n_vocab;
-        const bool own_head = gguf_find_tensor(mf, name) || m->n_mtp_vocab; /* (built later: mtp_head is NULL) */
-        if (gguf_find_tensor(mf, name)) {
+        const bool has_head = gguf_find_tensor(mf, name) != NULL;
+        const bool own_head = has_head || m->n_mtp_vocab; /* (built later: mtp_head is NULL) */
+        if (has_head) {
             if ((st = load_matrix(m, mf, name, E, nh, &m->mtp_head, err))) return st;
         } else if (m->n_mtp_vocab && (st = gather_head_rows(m, err))) {
             return st;

@@ -228,6 +228,8 @@ ls_status ls_mtp_data_write(const ls_model *m, const ls_mtp_data_params *pp, ls_
             st = ls_err_set(err, LS_E_IO, "cannot write into '%s': %s", p.out_dir, strerror(errno));
             goto out;
         }
+        const int32_t *hv; /* a head over part of the vocabulary: rows of its tokens' logits */
+        const int32_t nh = ls_model_mtp_vocab(m, &hv), w = nh ? nh : nv;
         for (int32_t i = 0; mf && i + 1 < n32;) { /* MTP row i: h_i with t_(i+1), at position i */
             int32_t cnt = n32 - 1 - i < MROWS ? n32 - 1 - i : MROWS;
             for (int32_t j = 0; j < cnt; j++) {
@@ -237,8 +239,6 @@ ls_status ls_mtp_data_write(const ls_model *m, const ls_mtp_data_params *pp, ls_
             const int32_t *tables[1] = {mtable};
             ls_batch b = {cnt, toks + i + 1, mpos, mseq, tables, mrow, NULL, hidden + (size_t)i * E, NULL};
             ls_fwd_run(mf, mkv, &b, logits);
-            const int32_t *hv; /* a head over part of the vocabulary: rows of its tokens' logits */
-            const int32_t nh = ls_model_mtp_vocab(m, &hv), w = nh ? nh : nv;
             for (int32_t j = 0; j < cnt; j++) {
                 const float *l = logits + (size_t)j * w;
                 int32_t best = 0;

@@ -137,34 +137,12 @@ def test_module_for_another_model_is_refused(tiny_module, model_path, tmp_path):
 
 def _gguf_layout(path):
     """(lockstep.mtp.head_vocab or None, the data section's bytes) of a module file."""
-    import struct
-    b = Path(path).read_bytes()
-    _, nt, nkv = struct.unpack_from("<IQQ", b, 4)
-    o, hv, align = 24, None, 32
-    for _ in range(nkv):
-        n, = struct.unpack_from("<Q", b, o)
-        k = b[o + 8:o + 8 + n].decode()
-        o += 8 + n
-        t, = struct.unpack_from("<I", b, o)
-        o += 4
-        if t == 8:
-            n, = struct.unpack_from("<Q", b, o)
-            o += 8 + n
-        elif t == 9:
-            et, n = struct.unpack_from("<IQ", b, o)
-            assert et == 5, k  # the fitter writes INT32 arrays only
-            if k == "lockstep.mtp.head_vocab":
-                hv = list(struct.unpack_from("<%di" % n, b, o + 12))
-            o += 12 + 4 * n
-        else:
-            if k == "general.alignment":
-                align, = struct.unpack_from("<I", b, o)
-            o += {4: 4, 5: 4, 6: 4, 10: 8}[t]
-    for _ in range(nt):
-        n, = struct.unpack_from("<Q", b, o)
-        nd, = struct.unpack_from("<I", b, o + 8 + n)
-        o += 8 + n + 4 + 8 * nd + 12
-    return hv, b[o + (-o) % align:]
+    from gguf import GGUFReader
+
+    r = GGUFReader(str(path))
+    f = r.fields.get("lockstep.mtp.head_vocab")
+    hv = [int(f.parts[i][0]) for i in f.data] if f is not None else None
+    return hv, Path(path).read_bytes()[r.data_offset:]
 
 
 def _head_vocab(path):
