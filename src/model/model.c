@@ -315,15 +315,30 @@ static ls_status build_matrices(ls_model *m, ls_err *err) {
     return LS_OK;
 }
 
+/* 2 MiB pages for an arena of `cap` bytes?  They cut the TLB misses of streaming the
+ * weights (a nested page walk in a VM); measured (one process, a model of each kind,
+ * their engines interleaved, 2 threads, 80-250 positions, six runs): decode steps at
+ * B = 1 0.87-1.00x, at B = 8 0.88-0.98x the time with 4 KiB pages.  But each first touch
+ * of a 2 MiB page costs more than 512 of 4 KiB where the host backs a VM's free memory
+ * lazily: on a 2-vCPU Firecracker guest the 5 GB arena of an 8B-shaped Q4_K_M file took
+ * 6-18 s more system time to fault in (a load of 2 s became 5-12 s), with no decode or
+ * prefill difference measurable over 290 positions (3 interleaved pairs).  So by default
+ * an arena up to 1 GiB gets them, a larger one not; LOCKSTEP_HUGEPAGES=on or off decides
+ * instead (a server of a large model may prefer on; its load then takes longer). */
+static ls_status want_hugepages(size_t cap, bool *huge, ls_err *err) {
+    const char *e = getenv("LOCKSTEP_HUGEPAGES");
+    if (!e || !*e || !strcmp(e, "auto")) *huge = cap <= ((size_t)1 << 30);
+    else if (!strcmp(e, "on")) *huge = true;
+    else if (!strcmp(e, "off")) *huge = false;
+    else return ls_err_set(err, LS_E_INVALID, "LOCKSTEP_HUGEPAGES='%.40s': expected on, off or auto", e);
+    return LS_OK;
+}
+
 /* What the ISA's kernels need beyond what the load built (the panel copy of the quantized
  * matrices but MXFP4, their one repacked layout, shared by every ISA: the second ISA finds
  * it built and needs 0 bytes), built on first use of an ISA with this model, for every
- * matrix, in one arena of 2 MiB pages where the kernel grants them: the weights stream
- * from L3 or DRAM once per step, and with 4 KiB pages every 4 KiB of panel costs a TLB
- * miss (a nested page walk in a VM).  Measured (one process, a model of each kind, their
- * engines interleaved, 2 threads, 80-250 positions, six runs): decode steps at B = 1
- * 0.87-1.00x, at B = 8 0.88-0.98x the time with 4 KiB pages.  A model that never runs
- * (info, tokenize) builds none of it. */
+ * matrix, in one arena (of 2 MiB pages where want_hugepages says so and the kernel grants
+ * them).  A model that never runs (info, tokenize) builds none of it. */
 ls_status ls_model_prepare(const ls_model *cm, ls_isa isa, ls_err *err) {
     ls_model *m = (ls_model *)cm; /* a lazily built cache, guarded by prep_mu: the model stays logically const */
     ls_status st = LS_OK;
@@ -342,6 +357,8 @@ ls_status ls_model_prepare(const ls_model *cm, ls_isa isa, ls_err *err) {
         cap += b;
     }
     uint8_t *arena = NULL;
+    bool use_huge = false;
+    if (cap && (st = want_hugepages(cap, &use_huge, err))) goto out;
     if (cap) {
         const size_t huge = (size_t)2 << 20;
         cap = (cap + huge - 1) & ~(huge - 1);
@@ -351,7 +368,7 @@ ls_status ls_model_prepare(const ls_model *cm, ls_isa isa, ls_err *err) {
             goto out;
         }
 #ifdef MADV_HUGEPAGE
-        (void)madvise(arena, cap, MADV_HUGEPAGE); /* advice only: 4 KiB pages work too */
+        if (use_huge) (void)madvise(arena, cap, MADV_HUGEPAGE); /* advice only: 4 KiB pages work too */
 #endif
     }
     ls_par P = {.m = m, .prep = true, .isa = isa, .arena = arena};

@@ -17,6 +17,7 @@
 #include "kernels/cpu/kernels.h"
 #include "quant/quant.h"
 #include "quick.h"
+#include "util/alloc.h"
 #include "util/util.h"
 
 /* ---- helpers -------------------------------------------------------------- */
@@ -569,7 +570,8 @@ static void src_done_check(void *ctx, const void *p, size_t n) {
 /* One repacked layout per matrix: a panel type's creation builds nothing, and preparing
  * it for every ISA builds the panel copy once, and nothing else (ls_wmat_repacked_bytes is
  * exactly its size); the panel holds every unit's codes and raw scale fields as the ggml
- * blocks decode them (what the scalar reference reads back, ls_panel_unit).  MXFP4 keeps
+ * blocks decode them (what the scalar reference reads back, ls_panel_unit), and the type's
+ * builder gives byte for byte the panel of the reference builder.  MXFP4 keeps
  * its group records and gets no panel. */
 static void test_wmat_one_copy(void **state) {
     (void)state;
@@ -599,6 +601,16 @@ static void test_wmat_one_copy(void **state) {
         } else {
             assert_true(held > 0);
             assert_int_equal(held, ls_panel_bytes(w));
+            /* the type's builder wrote the bytes of the reference, which decodes every block */
+            ls_wmat *wr = ls_wmat_create(type, N, K, wq, NULL);
+            assert_non_null(wr);
+            uint8_t *ref = ls_aligned_alloc(64, held);
+            assert_non_null(ref);
+            memset(ref, 0xA5, held); /* every byte is written: none of these survive */
+            ls_panel_build_ref(wr, ref);
+            assert_memory_equal(w->panel, ref, held);
+            free(ref);
+            ls_wmat_free(wr);
             for (int64_t n = 0; n < N; n++)
                 for (int64_t blk = 0; blk < K / 32 / upb; blk++) {
                     ls_unit un[8], pu;

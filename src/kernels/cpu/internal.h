@@ -202,6 +202,9 @@ void ls_quantize_x_row_avx2(const float *x, int64_t K, void *row_out, uint8_t *x
  * layout shared by all of them (built once per matrix). */
 size_t ls_panel_bytes(const ls_wmat *w);
 void ls_panel_build(ls_wmat *w, void *mem);
+/* The same through the type's block decoder, for every type (tests: the per-type
+ * builders of ls_panel_build must give its bytes). */
+void ls_panel_build_ref(ls_wmat *w, void *mem);
 
 /* Tile-packed copy of a call's quantized activations, read by the multi-row panel
  * kernels (AVX-512, AVX-VNNI, AVX2): rows in tiles of LS_XP_R (row m: tile m / LS_XP_R, lane m % LS_XP_R);
@@ -344,6 +347,16 @@ static inline float ls_k_fp16(uint16_t h) { /* exact IEEE half -> float */
 static inline float ls_k_bits2f(uint32_t b) { float f; memcpy(&f, &b, 4); return f; }
 static inline uint32_t ls_k_f2bits(float f) { uint32_t b; memcpy(&b, &f, 4); return b; }
 static inline uint16_t ls_k_rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+/* Q4_K/Q5_K: unit j's 6-bit scale and min from the block's 12 bytes of them. */
+static inline void ls_k_scale_min(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
+    if (j < 4) {
+        *d = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *d = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j - 0] >> 6) << 4));
+    }
+}
 /* ggml_e8m0_to_fp32_half: 2^(e-128) */
 static inline float ls_k_e8m0_half(uint8_t e) {
     return ls_k_bits2f(e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23);

@@ -155,53 +155,172 @@ static void ls_w16p(uint8_t *p, uint16_t v) {
     p[1] = (uint8_t)(v >> 8);
 }
 
-void ls_panel_build(ls_wmat *w, void *mem) {
-    w->pcode = ls_panel_pcode(w->type);
-    w->panel_bytes = (size_t)w->nb * ls_panel_unit_bytes(w->type);
-    w->panel = mem;
-    memset(w->panel, 0, (size_t)((w->N + 15) / 16) * w->panel_bytes); /* the last panel's padding rows */
+/* Row n of w into lane r of its panel p, through the type's decoder (any panel type; the
+ * reference the per-type builders below are checked against, byte for byte). */
+static void panel_row_ref(const ls_wmat *w, int64_t n, uint8_t *p, size_t r) {
     const int upb = (int)(w->wt->block / 32); /* units per ggml block (8 for K-quants) */
     const bool kq = w->type == LS_TYPE_Q4_K || w->type == LS_TYPE_Q5_K;
     ls_unit un[8];
-    for (int64_t n = 0; n < w->N; n++) {
-        uint8_t *p = w->panel + (size_t)(n / 16) * w->panel_bytes;
-        const size_t r = (size_t)(n % 16);
-        for (int64_t blk = 0; blk < w->nb / upb; blk++) {
-            ls_wmat_decode_block(w, n, blk, un);
-            for (int t = 0; t < upb; t++) {
-                const ls_unit *x = &un[t];
-                const int64_t b = blk * upb + t;
-                uint8_t *codes = p + (size_t)b * w->pcode;
-                if (w->pcode == 512) {
-                    for (int s = 0; s < 8; s++)
-                        for (int j = 0; j < 4; j++) codes[64 * s + 4 * r + j] = x->u[4 * s + j];
-                } else {
-                    for (int q = 0; q < 4; q++)
-                        for (int j = 0; j < 4; j++)
-                            codes[64 * q + 4 * r + j] =
-                                (uint8_t)((x->u[4 * q + j] & 0xF) | ((x->u[16 + 4 * q + j] & 0xF) << 4));
+    for (int64_t blk = 0; blk < w->nb / upb; blk++) {
+        ls_wmat_decode_block(w, n, blk, un);
+        for (int t = 0; t < upb; t++) {
+            const ls_unit *x = &un[t];
+            const int64_t b = blk * upb + t;
+            uint8_t *codes = p + (size_t)b * w->pcode;
+            if (w->pcode == 512) {
+                for (int s = 0; s < 8; s++)
+                    for (int j = 0; j < 4; j++) codes[64 * s + 4 * r + j] = x->u[4 * s + j];
+            } else {
+                for (int q = 0; q < 4; q++)
+                    for (int j = 0; j < 4; j++)
+                        codes[64 * q + 4 * r + j] =
+                            (uint8_t)((x->u[4 * q + j] & 0xF) | ((x->u[16 + 4 * q + j] & 0xF) << 4));
+            }
+            uint8_t *dp = p + (size_t)w->nb * w->pcode + 32 * (size_t)b;
+            uint8_t *sp = p + (size_t)w->nb * (w->pcode + 32); /* the super-block fields (K-quants) */
+            if (kq) {
+                dp[r] = x->sc;
+                dp[16 + r] = x->mn;
+                if (t == 0) { /* the super-block's d and dmin */
+                    ls_w16p(sp + 64 * (size_t)blk + 2 * r, x->d);
+                    ls_w16p(sp + 64 * (size_t)blk + 32 + 2 * r, x->dmin);
                 }
-                uint8_t *dp = p + (size_t)w->nb * w->pcode + 32 * (size_t)b;
-                uint8_t *sp = p + (size_t)w->nb * (w->pcode + 32); /* the super-block fields (K-quants) */
-                if (kq) {
-                    dp[r] = x->sc;
-                    dp[16 + r] = x->mn;
-                    if (t == 0) { /* the super-block's d and dmin */
-                        ls_w16p(sp + 64 * (size_t)blk + 2 * r, x->d);
-                        ls_w16p(sp + 64 * (size_t)blk + 32 + 2 * r, x->dmin);
-                    }
-                    continue;
-                }
-                if (w->type == LS_TYPE_Q6_K) {
-                    dp[2 * r] = (uint8_t)x->sc6[0];
-                    dp[2 * r + 1] = (uint8_t)x->sc6[1];
-                    if (t == 0) ls_w16p(sp + 32 * (size_t)blk + 2 * r, x->d); /* the super-block's d */
-                    continue;
-                }
-                ls_w16p(dp + 2 * r, x->d);
-                if (w->type == LS_TYPE_Q4_1 || w->type == LS_TYPE_Q5_1) ls_w16p(dp + 32 * (size_t)w->nb + 2 * r, x->m);
+                continue;
+            }
+            if (w->type == LS_TYPE_Q6_K) {
+                dp[2 * r] = (uint8_t)x->sc6[0];
+                dp[2 * r + 1] = (uint8_t)x->sc6[1];
+                if (t == 0) ls_w16p(sp + 32 * (size_t)blk + 2 * r, x->d); /* the super-block's d */
+                continue;
+            }
+            ls_w16p(dp + 2 * r, x->d);
+            if (w->type == LS_TYPE_Q4_1 || w->type == LS_TYPE_Q5_1) ls_w16p(dp + 32 * (size_t)w->nb + 2 * r, x->m);
+        }
+    }
+}
+
+/* ---- per-type builders: the same bytes as panel_row_ref, 8 code bytes at a time (the
+ * load's repack of an 8B file took 12.8 s of CPU through the decoder, most of the time to
+ * the first token).  A ggml block's fields are little-endian, as the panel's are, so the
+ * scale fields are copied as they are; on a big-endian host every type takes the
+ * reference. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define LS_PANEL_FAST 1
+static const uint64_t k_lo4 = 0x0F0F0F0F0F0F0F0Full, k_lo2 = 0x0303030303030303ull, k_lo1 = 0x0101010101010101ull;
+static inline uint64_t ld64(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+/* Code bytes 8i..8i+7 of lane r: the first four into plane 2i, the others into 2i + 1. */
+static inline void put8(uint8_t *codes, size_t r, int i, uint64_t v) {
+    const uint32_t a = (uint32_t)v, b = (uint32_t)(v >> 32);
+    memcpy(codes + 128 * i + 4 * r, &a, 4);
+    memcpy(codes + 128 * i + 64 + 4 * r, &b, 4);
+}
+/* Q4_0 (18-byte blocks: d, 16 bytes of codes) and Q4_1 (20: d, m, codes): a block's code
+ * bytes are the panel's (element j in the low nibble, j + 16 in the high one). */
+static void panel_row_q4_0(const ls_wmat *w, const uint8_t *s, uint8_t *p, size_t r) {
+    uint8_t *dp = p + (size_t)w->nb * 256 + 2 * r;
+    for (size_t b = 0; b < (size_t)w->nb; b++, s += 18) {
+        put8(p + 256 * b, r, 0, ld64(s + 2));
+        put8(p + 256 * b, r, 1, ld64(s + 10));
+        memcpy(dp + 32 * b, s, 2);
+    }
+}
+static void panel_row_q4_1(const ls_wmat *w, const uint8_t *s, uint8_t *p, size_t r) {
+    uint8_t *dp = p + (size_t)w->nb * 256 + 2 * r, *mp = dp + 32 * (size_t)w->nb;
+    for (size_t b = 0; b < (size_t)w->nb; b++, s += 20) {
+        put8(p + 256 * b, r, 0, ld64(s + 4));
+        put8(p + 256 * b, r, 1, ld64(s + 12));
+        memcpy(dp + 32 * b, s, 2);
+        memcpy(mp + 32 * b, s + 2, 2);
+    }
+}
+/* Q8_0 (34 bytes: d, 32 int8 codes w): u = w + 128 in byte planes. */
+static void panel_row_q8_0(const ls_wmat *w, const uint8_t *s, uint8_t *p, size_t r) {
+    uint8_t *dp = p + (size_t)w->nb * 512 + 2 * r;
+    for (size_t b = 0; b < (size_t)w->nb; b++, s += 34) {
+        for (int i = 0; i < 4; i++) put8(p + 512 * b, r, i, ld64(s + 2 + 8 * i) ^ 0x8080808080808080ull);
+        memcpy(dp + 32 * b, s, 2);
+    }
+}
+/* Q4_K (144 bytes: d, dmin, 12 bytes of 6-bit scales and mins, 128 of codes) and Q5_K
+ * (176: the same, with 32 bytes of fifth bits before the codes): unit t's codes are the
+ * low (even t) or high (odd t) nibbles of code bytes 32 (t / 2)..+31, plus bit t of the
+ * fifth-bit bytes (Q5_K). */
+static void panel_row_kq(const ls_wmat *w, const uint8_t *s, uint8_t *p, size_t r, bool five) {
+    const size_t nb = (size_t)w->nb, pc = five ? 512 : 256, bb = five ? 176 : 144;
+    uint8_t *dp = p + nb * pc + r, *sp = p + nb * (pc + 32) + 2 * r;
+    for (size_t blk = 0; blk < nb / 8; blk++, s += bb) {
+        memcpy(sp + 64 * blk, s, 2);
+        memcpy(sp + 64 * blk + 32, s + 2, 2);
+        const uint8_t *qh = s + 16, *ql = five ? s + 48 : s + 16;
+        for (int t = 0; t < 8; t++) {
+            const size_t b = 8 * blk + (size_t)t;
+            ls_k_scale_min(t, s + 4, &dp[32 * b], &dp[32 * b + 16]);
+            const uint8_t *q = ql + 32 * (t / 2);
+            const int sh = 4 * (t & 1);
+            uint8_t *c = p + pc * b;
+            if (five) {
+                for (int i = 0; i < 4; i++)
+                    put8(c, r, i, ((ld64(q + 8 * i) >> sh) & k_lo4) | (((ld64(qh + 8 * i) >> t) & k_lo1) << 4));
+            } else {
+                for (int i = 0; i < 2; i++)
+                    put8(c, r, i, ((ld64(q + 8 * i) >> sh) & k_lo4) | (((ld64(q + 16 + 8 * i) >> sh) & k_lo4) << 4));
             }
         }
+    }
+}
+/* Q6_K (210 bytes: 128 bytes of low nibbles, 64 of high 2-bit pairs, 16 int8 scales, d):
+ * unit t = 4 h + m (h: which 128 elements) takes the low (m < 2) or high nibbles of low
+ * bytes 64 h + 32 (m & 1)..+31 and bits 2 m..2 m + 1 of high bytes 32 h..+31. */
+static void panel_row_q6_k(const ls_wmat *w, const uint8_t *s, uint8_t *p, size_t r) {
+    const size_t nb = (size_t)w->nb;
+    uint8_t *dp = p + nb * 512 + 2 * r, *sp = p + nb * (512 + 32) + 2 * r;
+    for (size_t blk = 0; blk < nb / 8; blk++, s += 210) {
+        memcpy(sp + 32 * blk, s + 208, 2);
+        for (int t = 0; t < 8; t++) {
+            const size_t b = 8 * blk + (size_t)t;
+            const int h = t / 4, m = t % 4;
+            const uint8_t *lo = s + 64 * h + 32 * (m & 1), *hi = s + 128 + 32 * h;
+            const int sl = 4 * (m >> 1), shh = 2 * m;
+            uint8_t *c = p + 512 * b;
+            for (int i = 0; i < 4; i++)
+                put8(c, r, i, ((ld64(lo + 8 * i) >> sl) & k_lo4) | (((ld64(hi + 8 * i) >> shh) & k_lo2) << 4));
+            memcpy(dp + 32 * b, s + 192 + 2 * t, 2);
+        }
+    }
+}
+#endif
+
+/* Row n of w into lane r of panel p: the type's builder, else the reference. */
+static void panel_row(const ls_wmat *w, int64_t n, uint8_t *p, size_t r) {
+#ifdef LS_PANEL_FAST
+    const uint8_t *s = w->src + (size_t)n * w->src_row_bytes;
+    switch (w->type) {
+    case LS_TYPE_Q4_0: panel_row_q4_0(w, s, p, r); return;
+    case LS_TYPE_Q4_1: panel_row_q4_1(w, s, p, r); return;
+    case LS_TYPE_Q8_0: panel_row_q8_0(w, s, p, r); return;
+    case LS_TYPE_Q4_K: panel_row_kq(w, s, p, r, false); return;
+    case LS_TYPE_Q5_K: panel_row_kq(w, s, p, r, true); return;
+    case LS_TYPE_Q6_K: panel_row_q6_k(w, s, p, r); return;
+    default: break; /* Q5_0, Q5_1 */
+    }
+#endif
+    panel_row_ref(w, n, p, r);
+}
+
+static void panel_build(ls_wmat *w, void *mem, bool ref) {
+    w->pcode = ls_panel_pcode(w->type);
+    w->panel_bytes = (size_t)w->nb * ls_panel_unit_bytes(w->type);
+    w->panel = mem;
+    if (w->N % 16) /* the last panel's padding rows; the rows write every other byte */
+        memset(w->panel + (size_t)(w->N / 16) * w->panel_bytes, 0, w->panel_bytes);
+    for (int64_t n = 0; n < w->N; n++) {
+        uint8_t *p = w->panel + (size_t)(n / 16) * w->panel_bytes;
+        if (ref) panel_row_ref(w, n, p, (size_t)(n % 16));
+        else panel_row(w, n, p, (size_t)(n % 16));
         if (w->src_done) { /* rows 0..n are read: hand back whole 4 KiB pieces, about 1 MiB at a time */
             const uintptr_t end = (uintptr_t)(w->src + (size_t)(n + 1) * w->src_row_bytes);
             const uintptr_t cut = n + 1 == w->N ? end : end & ~(uintptr_t)4095;
@@ -212,6 +331,9 @@ void ls_panel_build(ls_wmat *w, void *mem) {
         }
     }
 }
+
+void ls_panel_build(ls_wmat *w, void *mem) { panel_build(w, mem, false); }
+void ls_panel_build_ref(ls_wmat *w, void *mem) { panel_build(w, mem, true); }
 
 void ls_panel_unit(const ls_wmat *w, int64_t n, int64_t b, ls_unit *x) {
     const uint8_t *p = w->panel + (size_t)(n / 16) * w->panel_bytes;

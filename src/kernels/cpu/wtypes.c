@@ -75,15 +75,6 @@ static void dec_q8_0(const uint8_t *blk, ls_unit *un) {
     un->d = ls_k_rd16(blk);
     for (int j = 0; j < 32; j++) un->u[j] = (uint8_t)(blk[2 + j] ^ 0x80); /* u = w + 128 */
 }
-static void ls_get_scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
-    if (j < 4) {
-        *d = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *d = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j - 0] >> 6) << 4));
-    }
-}
 static void dec_kq(const uint8_t *blk, ls_unit *un, bool five) {
     uint16_t d = ls_k_rd16(blk), dmin = ls_k_rd16(blk + 2);
     const uint8_t *scales = blk + 4, *qh = blk + 16, *ql = five ? blk + 48 : blk + 16;
@@ -91,7 +82,7 @@ static void dec_kq(const uint8_t *blk, ls_unit *un, bool five) {
         ls_unit *x = &un[j];
         x->d = d;
         x->dmin = dmin;
-        ls_get_scale_min_k4(j, scales, &x->sc, &x->mn);
+        ls_k_scale_min(j, scales, &x->sc, &x->mn);
         const uint8_t *q = ql + 32 * (j / 2);
         for (int l = 0; l < 32; l++) {
             int v = (j & 1) ? q[l] >> 4 : q[l] & 0xF;
