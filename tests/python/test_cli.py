@@ -110,6 +110,23 @@ def test_run_streams_text_and_summary(model):
     assert "parity: verified" in r.stderr
 
 
+def test_hugepages_env(model):
+    """LOCKSTEP_HUGEPAGES picks the weights' page size (on, off, auto): the same tokens each
+    way; any other value is refused at the first run, naming the variable."""
+    argv = [str(BIN), "run", "-m", model, "-p", "The capital of France is", "-n", "8", "--temp", "0", "--json",
+            "--no-probe"]
+    toks = []
+    for v in ("on", "off", "auto"):
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=ROOT,
+                           env={**os.environ, "LOCKSTEP_HUGEPAGES": v})
+        assert r.returncode == 0, r.stderr
+        toks.append(json.loads(r.stdout)["tokens"])
+    assert toks[0] == toks[1] == toks[2] and len(toks[0]) == 8
+    bad = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=ROOT,
+                         env={**os.environ, "LOCKSTEP_HUGEPAGES": "2m"})
+    assert bad.returncode == 2 and "LOCKSTEP_HUGEPAGES='2m': expected on, off or auto" in bad.stderr, bad.stderr
+
+
 @pytest.mark.parametrize("hide", ["avx512", "avxvnni", "avx2"])
 def test_run_on_older_cpus(model, hide):
     """As on a CPU without AVX-512 (without AVX-VNNI and AVX-512; without AVX2 and up): the
