@@ -212,9 +212,7 @@ char *ls_model_describe_json(const ls_model *m, ls_err *err) {
         if (c) cJSON_SetNumberValue(c, c->valuedouble + 1);
         else cJSON_AddNumberToObject(ty, tn, 1);
     }
-    cJSON *lim = cJSON_AddArrayToObject(o, "limits");
-    if (strcmp(ad->name, "llama") != 0)
-        cJSON_AddItemToArray(lim, cJSON_CreateString("CPU only: the CUDA backend runs the llama family alone"));
+    (void)cJSON_AddArrayToObject(o, "limits"); /* none today: every family runs on both backends */
     cJSON *ts = cJSON_AddArrayToObject(o, "tensors");
     for (uint64_t i = 0; i < gguf_n_tensors(f); i++) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
