@@ -199,11 +199,11 @@ static void panel_row_ref(const ls_wmat *w, int64_t n, uint8_t *p, size_t r) {
     }
 }
 
-/* ---- per-type builders: the same bytes as panel_row_ref, 8 code bytes at a time (the
- * load's repack of an 8B file took 12.8 s of CPU through the decoder, most of the time to
- * the first token).  A ggml block's fields are little-endian, as the panel's are, so the
- * scale fields are copied as they are; on a big-endian host every type takes the
- * reference. */
+/* ---- per-type builders, one per panel type: the same bytes as panel_row_ref, 8 code
+ * bytes at a time (the load's repack of an 8B file took 12.8 s of CPU through the
+ * decoder, most of the time to the first token).  A ggml block's fields are
+ * little-endian, as the panel's are, so the scale fields are copied as they are; on a
+ * big-endian host every type takes the reference. */
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
 #define LS_PANEL_FAST 1
 static const uint64_t k_lo4 = 0x0F0F0F0F0F0F0F0Full, k_lo2 = 0x0303030303030303ull, k_lo1 = 0x0101010101010101ull;
@@ -243,6 +243,30 @@ static void panel_row_q8_0(const ls_wmat *w, const uint8_t *s, uint8_t *p, size_
     for (size_t b = 0; b < (size_t)w->nb; b++, s += 34) {
         for (int i = 0; i < 4; i++) put8(p + 512 * b, r, i, ld64(s + 2 + 8 * i) ^ 0x8080808080808080ull);
         memcpy(dp + 32 * b, s, 2);
+    }
+}
+/* Bits 0..7 of b, each to bit 0 of its own byte. */
+static inline uint64_t spread8(uint32_t b) {
+    const uint64_t x = ((uint64_t)(b & 0xFF) * 0x0101010101010101ull) & 0x8040201008040201ull;
+    return ((x + 0x7F7F7F7F7F7F7F7Full) >> 7) & k_lo1;
+}
+/* Q5_0 (22 bytes: d, 4 bytes of fifth bits, 16 of codes) and Q5_1 (24: d, m, then the
+ * same): element j < 16 is the low nibble of code byte j, j + 16 its high nibble, each
+ * with fifth bit j of the 32. */
+static void panel_row_q5(const ls_wmat *w, const uint8_t *s, uint8_t *p, size_t r, bool one) {
+    const size_t nb = (size_t)w->nb, o = one ? 4 : 2;
+    uint8_t *dp = p + nb * 512 + 2 * r, *mp = dp + 32 * nb;
+    for (size_t b = 0; b < nb; b++, s += o + 20) {
+        uint32_t qh;
+        memcpy(&qh, s + o, 4);
+        const uint64_t lo0 = ld64(s + o + 4), lo1 = ld64(s + o + 12);
+        uint8_t *c = p + 512 * b;
+        put8(c, r, 0, (lo0 & k_lo4) | spread8(qh) << 4);
+        put8(c, r, 1, (lo1 & k_lo4) | spread8(qh >> 8) << 4);
+        put8(c, r, 2, ((lo0 >> 4) & k_lo4) | spread8(qh >> 16) << 4);
+        put8(c, r, 3, ((lo1 >> 4) & k_lo4) | spread8(qh >> 24) << 4);
+        memcpy(dp + 32 * b, s, 2);
+        if (one) memcpy(mp + 32 * b, s + 2, 2);
     }
 }
 /* Q4_K (144 bytes: d, dmin, 12 bytes of 6-bit scales and mins, 128 of codes) and Q5_K
@@ -304,8 +328,10 @@ static void panel_row(const ls_wmat *w, int64_t n, uint8_t *p, size_t r) {
     case LS_TYPE_Q8_0: panel_row_q8_0(w, s, p, r); return;
     case LS_TYPE_Q4_K: panel_row_kq(w, s, p, r, false); return;
     case LS_TYPE_Q5_K: panel_row_kq(w, s, p, r, true); return;
+    case LS_TYPE_Q5_0: panel_row_q5(w, s, p, r, false); return;
+    case LS_TYPE_Q5_1: panel_row_q5(w, s, p, r, true); return;
     case LS_TYPE_Q6_K: panel_row_q6_k(w, s, p, r); return;
-    default: break; /* Q5_0, Q5_1 */
+    default: break;
     }
 #endif
     panel_row_ref(w, n, p, r);
