@@ -765,6 +765,7 @@ void ls_cuda_fwd_stats(const ls_cuda_fwd *f, ls_cuda_stats *s) { *s = f->stats; 
 struct Plan {
     int M, n_out;
     std::vector<Run> rows, head; /* runs of consecutive rows (gathered head rows) of one family */
+    uint64_t rows_fast, rows_exact; /* the rows each family was asked for (before runs merge) */
     int max_keys;
     bool hidden;
     bool blas_used;
@@ -980,6 +981,7 @@ ls_status ls_cuda_fwd_run(ls_cuda_fwd *f, ls_cuda_kv *kv, const ls_batch *b, flo
     pl.n_out = 0;
     pl.hidden = b->hidden_out != NULL;
     pl.blas_used = false;
+    pl.rows_fast = pl.rows_exact = 0;
     f->blas_ran = false;
     int max_pos = 0;
     const Stage sl = stage_layout(f, b->n);
@@ -1033,8 +1035,26 @@ ls_status ls_cuda_fwd_run(ls_cuda_fwd *f, ls_cuda_kv *kv, const ls_batch *b, flo
             o++;
         }
     }
-    for (const Run &r : pl.rows) pl.blas_used = pl.blas_used || (r.fast && f->blas && r.n >= f->opts.fast_min_rows);
-    for (const Run &r : pl.head) pl.blas_used = pl.blas_used || (r.fast && f->blas && r.n >= f->opts.fast_min_rows);
+    for (const Run &r : pl.rows) (r.fast ? pl.rows_fast : pl.rows_exact) += (uint64_t)r.n;
+    /* A fast run that cuBLAS would not take (under fast_min_rows, or no cuBLAS) runs the exact
+     * kernels anyway: it joins its exact neighbours, so a verify block beside a few classic rows
+     * is one run (one launch per matrix), not two (bench_cuda's mixed section measured the split
+     * at 1.2-1.35x the step time of one run). */
+    auto merge = [&](std::vector<Run> &runs) {
+        std::vector<Run> out;
+        for (Run r : runs) {
+            if (r.fast && !(f->blas && r.n >= f->opts.fast_min_rows)) r.fast = false;
+            if (!out.empty() && out.back().fast == r.fast && out.back().m0 + out.back().n == r.m0)
+                out.back().n += r.n;
+            else
+                out.push_back(r);
+        }
+        runs.swap(out);
+    };
+    merge(pl.rows);
+    merge(pl.head);
+    for (const Run &r : pl.rows) pl.blas_used = pl.blas_used || r.fast;
+    for (const Run &r : pl.head) pl.blas_used = pl.blas_used || r.fast;
     if (f->mtp) {
         lsc_embed_rows_mtp(f->model, b->token, b->n, (float *)f->stage_h + sl.x);
         memcpy((float *)f->stage_h + sl.ein, b->embd_in, (size_t)b->n * f->E * sizeof(float));
@@ -1088,10 +1108,10 @@ ls_status ls_cuda_fwd_run(ls_cuda_fwd *f, ls_cuda_kv *kv, const ls_batch *b, flo
     }
     if (pl.n_out) memcpy(logits, f->logits_h, (size_t)pl.n_out * f->V * 4);
     if (pl.hidden) memcpy(b->hidden_out, f->hidden_h, (size_t)b->n * f->E * 4);
-    for (const Run &r : pl.rows) {
-        (r.fast ? f->stats.rows_fast : f->stats.rows_exact) += (uint64_t)r.n;
-        if (r.fast && f->blas_ran && r.n >= f->opts.fast_min_rows) f->stats.rows_cublas += (uint64_t)r.n;
-    }
+    f->stats.rows_fast += pl.rows_fast;
+    f->stats.rows_exact += pl.rows_exact;
+    for (const Run &r : pl.rows)
+        if (r.fast && f->blas_ran) f->stats.rows_cublas += (uint64_t)r.n;
     f->stats.gpu_ms = ms;
     f->stats.graph = use_graph;
     f->stats.total_ms = now_ms() - t0;
