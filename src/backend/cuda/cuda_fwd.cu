@@ -1039,7 +1039,7 @@ ls_status ls_cuda_fwd_run(ls_cuda_fwd *f, ls_cuda_kv *kv, const ls_batch *b, flo
     /* A fast run that cuBLAS would not take (under fast_min_rows, or no cuBLAS) runs the exact
      * kernels anyway: it joins its exact neighbours, so a verify block beside a few classic rows
      * is one run (one launch per matrix), not two (bench_cuda's mixed section measured the split
-     * at 1.2-1.35x the step time of one run). */
+     * at 1.03-1.35x the step time of one run, H100). */
     auto merge = [&](std::vector<Run> &runs) {
         std::vector<Run> out;
         for (Run r : runs) {

@@ -220,21 +220,14 @@ static inline void put8(uint8_t *codes, size_t r, int i, uint64_t v) {
 }
 /* Q4_0 (18-byte blocks: d, 16 bytes of codes) and Q4_1 (20: d, m, codes): a block's code
  * bytes are the panel's (element j in the low nibble, j + 16 in the high one). */
-static void panel_row_q4_0(const ls_wmat *w, const uint8_t *s, uint8_t *p, size_t r) {
-    uint8_t *dp = p + (size_t)w->nb * 256 + 2 * r;
-    for (size_t b = 0; b < (size_t)w->nb; b++, s += 18) {
-        put8(p + 256 * b, r, 0, ld64(s + 2));
-        put8(p + 256 * b, r, 1, ld64(s + 10));
+static void panel_row_q4(const ls_wmat *w, const uint8_t *s, uint8_t *p, size_t r, bool one) {
+    const size_t nb = (size_t)w->nb, o = one ? 4 : 2;
+    uint8_t *dp = p + nb * 256 + 2 * r, *mp = dp + 32 * nb;
+    for (size_t b = 0; b < nb; b++, s += o + 16) {
+        put8(p + 256 * b, r, 0, ld64(s + o));
+        put8(p + 256 * b, r, 1, ld64(s + o + 8));
         memcpy(dp + 32 * b, s, 2);
-    }
-}
-static void panel_row_q4_1(const ls_wmat *w, const uint8_t *s, uint8_t *p, size_t r) {
-    uint8_t *dp = p + (size_t)w->nb * 256 + 2 * r, *mp = dp + 32 * (size_t)w->nb;
-    for (size_t b = 0; b < (size_t)w->nb; b++, s += 20) {
-        put8(p + 256 * b, r, 0, ld64(s + 4));
-        put8(p + 256 * b, r, 1, ld64(s + 12));
-        memcpy(dp + 32 * b, s, 2);
-        memcpy(mp + 32 * b, s + 2, 2);
+        if (one) memcpy(mp + 32 * b, s + 2, 2);
     }
 }
 /* Q8_0 (34 bytes: d, 32 int8 codes w): u = w + 128 in byte planes. */
@@ -323,8 +316,8 @@ static void panel_row(const ls_wmat *w, int64_t n, uint8_t *p, size_t r) {
 #ifdef LS_PANEL_FAST
     const uint8_t *s = w->src + (size_t)n * w->src_row_bytes;
     switch (w->type) {
-    case LS_TYPE_Q4_0: panel_row_q4_0(w, s, p, r); return;
-    case LS_TYPE_Q4_1: panel_row_q4_1(w, s, p, r); return;
+    case LS_TYPE_Q4_0: panel_row_q4(w, s, p, r, false); return;
+    case LS_TYPE_Q4_1: panel_row_q4(w, s, p, r, true); return;
     case LS_TYPE_Q8_0: panel_row_q8_0(w, s, p, r); return;
     case LS_TYPE_Q4_K: panel_row_kq(w, s, p, r, false); return;
     case LS_TYPE_Q5_K: panel_row_kq(w, s, p, r, true); return;
