@@ -30,7 +30,12 @@
 #   LLAMA_ISA                 native (default: -DGGML_NATIVE=ON, the host's best ISA) or
 #                             avx2 (GGML_NATIVE=OFF, AVX/AVX2/FMA/F16C/BMI2 on, every AVX-512,
 #                             AVX-VNNI and AMX path off: the llama.cpp an AVX2-only host runs)
-#                             or avxvnni (avx2 plus GGML_AVX_VNNI).  A non-native build goes to
+#                             or avxvnni (avx2 plus GGML_AVX_VNNI) or amx (GGML_NATIVE=OFF,
+#                             the avxvnni set plus AVX512 F/CD/VL/DQ/BW, AVX512_VBMI,
+#                             AVX512_VNNI, AVX512_BF16, AMX_TILE, AMX_INT8 and AMX_BF16 on: a
+#                             Sapphire-Rapids-class build with ggml's AMX int8 kernels, made on
+#                             a host without AMX, where native leaves them out; it runs only on
+#                             a CPU with all of those).  A non-native build goes to
 #                             build/llama.cpp-<isa>/ (same layout) so both can exist at once.
 # A failed build prints "BUILD FAILED" and exits non-zero; nothing is ever skipped
 # silently.
@@ -50,7 +55,13 @@ case "$LLAMA_ISA" in
                   -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX_VNNI=$vnni -DGGML_AVX512=OFF
                   -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF
                   -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF) ;;
-    *) echo "llamacpp/build.sh: LLAMA_ISA must be native, avx2 or avxvnni (got '$LLAMA_ISA')" >&2; exit 2 ;;
+    amx)
+        out="$root/build/llama.cpp-$LLAMA_ISA"
+        isa_args=(-DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
+                  -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX_VNNI=ON -DGGML_AVX512=ON
+                  -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON
+                  -DGGML_AMX_TILE=ON -DGGML_AMX_INT8=ON -DGGML_AMX_BF16=ON) ;;
+    *) echo "llamacpp/build.sh: LLAMA_ISA must be native, avx2, avxvnni or amx (got '$LLAMA_ISA')" >&2; exit 2 ;;
 esac
 dl="$out/dl"
 src_parent="$out/src"
@@ -123,7 +134,8 @@ fi
 # the compiler the asm reads only 8 bytes ("m" (*(const void **)p)); at -O3 GCC drops
 # the stores of the rows/colsb fields as dead, ldtilecfg loads an all-zero config, and
 # the first tileloadd raises #UD: llama-bench dies with SIGILL on any batch >= 32
-# (pp512) on AMX CPUs (-march=native enables the AMX kernels).  Upstream knows the
+# (pp512) on AMX CPUs (-march=native there, or LLAMA_ISA=amx anywhere, compiles the AMX
+# kernels; this patch is applied to every variant and required).  Upstream knows the
 # problem (ggml-org/llama.cpp PR #26954, open).  The fix names the whole struct as the
 # asm's memory operand; the kernels are otherwise untouched.
 mmq="$lcpp/ggml/src/ggml-cpu/amx/mmq.cpp"
