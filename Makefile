@@ -50,6 +50,7 @@ TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 ISA_AVX2   = -mavx2 -mfma -mf16c
 ISA_AVXVNNI = -mavxvnni $(ISA_AVX2)
 ISA_AVX512 = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni $(ISA_AVX2)
+ISA_AMX    = -mamx-tile -mamx-int8 $(ISA_AVX512)
 
 .PHONY: all lib cli tests test test-c test-asan test-tsan fuzz run model deps test-deps clean mutants
 all: cli lib tests bench-tools $(BUILD)/embed $(BUILD)/lockstep-faults
@@ -69,6 +70,10 @@ $(BUILD)/obj/%_avxvnni.o: %_avxvnni.c
 $(BUILD)/obj/%_avx512.o: %_avx512.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(ISA_AVX512) $(SAN_ISA) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/%_amx.o: %_amx.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(ISA_AMX) $(SAN_ISA) -MMD -MP -c $< -o $@
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)

@@ -70,14 +70,22 @@ LS_API const char *ls_status_name(ls_status code);
 LS_API void ls_err_clear(ls_err *err);
 
 /* ---- instruction sets ------------------------------------------------------------- */
-typedef enum { LS_ISA_AUTO = -1, LS_ISA_SCALAR = 0, LS_ISA_AVX2 = 1, LS_ISA_AVXVNNI = 2, LS_ISA_AVX512 = 3 } ls_isa;
-#define LS_ISA_COUNT 4
+/* LS_ISA_AMX: the AVX-512 kernels, with Intel AMX tile products in multi-row matmuls. */
+typedef enum {
+    LS_ISA_AUTO = -1,
+    LS_ISA_SCALAR = 0,
+    LS_ISA_AVX2 = 1,
+    LS_ISA_AVXVNNI = 2,
+    LS_ISA_AVX512 = 3,
+    LS_ISA_AMX = 4
+} ls_isa;
+#define LS_ISA_COUNT 5
 
 LS_API const char *ls_isa_name(ls_isa isa);
 /* The best instruction set this CPU (and OS) supports, minus LOCKSTEP_CPU_HIDE. */
 LS_API ls_isa ls_isa_best(void);
 LS_API bool ls_isa_supported(ls_isa isa);
-/* "scalar", "avx2", "avx512"; LS_E_UNSUPPORTED when the CPU lacks it. */
+/* "scalar", "avx2", "avxvnni", "avx512", "amx"; LS_E_UNSUPPORTED when the CPU lacks it. */
 LS_API ls_status ls_isa_from_name(const char *name, ls_isa *out, ls_err *err);
 
 /* ---- sampling ------------------------------------------------------------------------

@@ -50,7 +50,7 @@ static const char *run_help =
     "On a terminal (not with --json) stderr also shows the probe running and a long prefill's progress.\n"
     "The probe certifies this configuration (memoized in $LOCKSTEP_CACHE or ~/.cache/lockstep);\n"
     "if it fails the answer is still printed, speculation is declined and the exit status is 1.\n"
-    "LOCKSTEP_ISA=scalar|avx2|avxvnni|avx512 forces the kernel instruction set.\n";
+    "LOCKSTEP_ISA=scalar|avx2|avxvnni|avx512|amx forces the kernel instruction set.\n";
 
 typedef struct {
     bool json;

@@ -127,11 +127,11 @@ def test_hugepages_env(model):
     assert bad.returncode == 2 and "LOCKSTEP_HUGEPAGES='2m': expected on, off or auto" in bad.stderr, bad.stderr
 
 
-@pytest.mark.parametrize("hide", ["avx512", "avxvnni", "avx2"])
+@pytest.mark.parametrize("hide", ["amx", "avx512", "avxvnni", "avx2"])
 def test_run_on_older_cpus(model, hide):
-    """As on a CPU without AVX-512 (without AVX-VNNI and AVX-512; without AVX2 and up): the
-    same tokens, the probe verifies the ISAs left, and the kernels picked are the best ones
-    left (AVX-VNNI, where this CPU has it, once AVX-512 is hidden)."""
+    """As on a CPU without AMX (without AVX-512 and AMX; without AVX-VNNI and up; without
+    AVX2 and up): the same tokens, the probe verifies the ISAs left, and the kernels picked
+    are the best ones left (AVX-VNNI, where this CPU has it, once AVX-512 is hidden)."""
     has = subprocess.run([str(BIN), "info", "--isa"], capture_output=True, text=True, timeout=60,
                          cwd=ROOT).stdout.split()
     base = run("run", "-m", model, "--chat", "What is 2+2?", "-n", "12", "--temp", "0", "--json")
@@ -140,13 +140,17 @@ def test_run_on_older_cpus(model, hide):
                        capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
     assert r.returncode == 0, r.stderr
     o, b = json.loads(r.stdout), json.loads(base.stdout)
-    best = {"avx512": "avxvnni" if "avxvnni" in has else "avx2", "avxvnni": "avx2", "avx2": "scalar"}[hide]
-    assert o["isa"] == best
+    order = ["scalar", "avx2", "avxvnni", "avx512", "amx"]  # a level hidden hides the ones above it
+    left = [i for i in order[:order.index(hide)] if i in has]
+    assert subprocess.run([str(BIN), "info", "--isa"], capture_output=True, text=True, timeout=60, cwd=ROOT,
+                          env=env).stdout.split() == left
+    assert o["isa"] == left[-1]
     assert o["parity"] == "verified"
     assert o["tokens"] == b["tokens"]
+    name = {"amx": "AMX", "avx512": "AVX-512", "avxvnni": "AVX-VNNI", "avx2": "AVX2"}[hide]
     forced = subprocess.run([str(BIN), "run", "-m", model, "-p", "x", "-n", "1"], capture_output=True, text=True,
-                            timeout=60, cwd=ROOT, env={**env, "LOCKSTEP_ISA": "avx512"})
-    assert forced.returncode == 2 and "LOCKSTEP_ISA=avx512 but this CPU lacks AVX-512" in forced.stderr
+                            timeout=60, cwd=ROOT, env={**env, "LOCKSTEP_ISA": hide})
+    assert forced.returncode == 2 and f"LOCKSTEP_ISA={hide} but this CPU lacks {name}" in forced.stderr
     bad = subprocess.run([str(BIN), "run", "-m", model, "-p", "x", "-n", "1"], capture_output=True, text=True,
                          timeout=60, cwd=ROOT, env={**os.environ, "LOCKSTEP_CPU_HIDE": "sse9"})
     assert bad.returncode == 2 and "LOCKSTEP_CPU_HIDE='sse9'" in bad.stderr

@@ -83,7 +83,7 @@ static void test_logits_identical_across_isa_threads_chunks(void **state) {
     if (!f) skip();
     assert_true(f->n > 17); /* so that chunks of 17 really split the prompt */
     float *ref = eval(f, LS_ISA_SCALAR, 1, f->n);
-    const ls_isa isas[] = {LS_ISA_SCALAR, LS_ISA_AVX2, LS_ISA_AVXVNNI, LS_ISA_AVX512};
+    const ls_isa isas[] = {LS_ISA_SCALAR, LS_ISA_AVX2, LS_ISA_AVXVNNI, LS_ISA_AVX512, LS_ISA_AMX};
     const int threads[] = {1, 2};
     int32_t chunks[] = {f->n, 3, 17, 1};
     /* LOCKSTEP_TEST_QUICK=1 (the sanitizer runs): one chunk and chunks of 3 only;
@@ -161,7 +161,8 @@ static void test_eval_rejects_bad_input(void **state) {
     assert_non_null(strstr(err.msg, "exceeds the model's trained context"));
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc > 1) cmocka_set_test_filter(argv[1]); /* e.g. "test_logits*" for a file of random weights */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_logits_identical_across_isa_threads_chunks),
         cmocka_unit_test(test_greedy_next_token_is_plausible),

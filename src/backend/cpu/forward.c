@@ -92,7 +92,7 @@ ls_fwd *ls_fwd_create(const ls_model *m, ls_fwd_params p, ls_err *err) {
         if (ls_isa_from_env(&f->kc.isa, err)) goto fail;
     } else {
         f->kc.isa = (ls_isa)p.isa;
-        if (p.isa > LS_ISA_AVX512 || !ls_isa_supported(f->kc.isa)) {
+        if (p.isa >= LS_ISA_COUNT || !ls_isa_supported(f->kc.isa)) {
             ls_err_set(err, LS_E_UNSUPPORTED, "this CPU does not support %s", ls_isa_name(f->kc.isa));
             goto fail;
         }

@@ -23,6 +23,10 @@ static const ls_kvtab ls_vt_avxvnni = {LS_ISA_AVXVNNI, ls_quantize_x_row_avx2, t
 static const ls_kvtab ls_vt_avx512 = {LS_ISA_AVX512,        ls_quantize_x_row_avx512, true, ls_panel_bytes,
                                       ls_panel_build,       LS_ROWOPS(avx512),        ls_attn_block_avx512,
                                       64};
+/* AMX: the AVX-512 row operations and quantizer; only the multi-row matmul tiles differ. */
+static const ls_kvtab ls_vt_amx = {LS_ISA_AMX,           ls_quantize_x_row_avx512, true, ls_panel_bytes,
+                                   ls_panel_build,       LS_ROWOPS(avx512),        ls_attn_block_avx512,
+                                   64};
 
 const ls_kvtab *ls_kvtab_for(ls_isa isa) {
     LS_ASSERT(ls_isa_supported(isa)); /* a kctx must carry an ISA this CPU runs (ls_isa_from_env checks) */
@@ -31,6 +35,7 @@ const ls_kvtab *ls_kvtab_for(ls_isa isa) {
     case LS_ISA_AVX2: return &ls_vt_avx2;
     case LS_ISA_AVXVNNI: return &ls_vt_avxvnni;
     case LS_ISA_AVX512: return &ls_vt_avx512;
+    case LS_ISA_AMX: return &ls_vt_amx;
     default: break;
     }
     LS_ASSERT(!"ls_kvtab_for: unknown isa");

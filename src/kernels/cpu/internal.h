@@ -116,7 +116,8 @@ typedef void (*ls_mm_fn)(const ls_mm_job *job, int64_t n0, int64_t n1);
     void ls_mm_##nm##_scalar(const ls_mm_job *job, int64_t n0, int64_t n1); \
     void ls_mm_##nm##_avx2(const ls_mm_job *job, int64_t n0, int64_t n1);   \
     void ls_mm_##nm##_avxvnni(const ls_mm_job *job, int64_t n0, int64_t n1); \
-    void ls_mm_##nm##_avx512(const ls_mm_job *job, int64_t n0, int64_t n1);
+    void ls_mm_##nm##_avx512(const ls_mm_job *job, int64_t n0, int64_t n1); \
+    void ls_mm_##nm##_amx(const ls_mm_job *job, int64_t n0, int64_t n1);
 LS_WTYPE_LIST(LS_DECL_MM)
 
 /* The types with a panel copy (struct ls_wmat, wmat.c), their one repacked layout, read by

@@ -16,7 +16,7 @@
 /* ---- instruction sets ---------------------------------------------------
  * ls_isa, ls_isa_supported (CPUID + OS xsave support, minus LOCKSTEP_CPU_HIDE),
  * ls_isa_best, ls_isa_name and ls_isa_from_name are public (lockstep.h).
- * LOCKSTEP_ISA=scalar|avx2|avxvnni|avx512 forces one; unset means the best the CPU has.
+ * LOCKSTEP_ISA=scalar|avx2|avxvnni|avx512|amx forces one; unset means the best the CPU has.
  * Forcing one the CPU lacks, or an unknown name, is LS_E_UNSUPPORTED/LS_E_INVALID.
  * LOCKSTEP_CPU_HIDE=avx512|avx2 (tests) makes the process see a CPU without that
  * instruction set and those above it; another value is LS_E_INVALID. */

@@ -22,6 +22,21 @@
 
 #define AI static inline __attribute__((always_inline))
 
+/* The same file, compiled with LS_Z_AMX = 1 (matmul_amx.c), is the AMX level: every path
+ * is this one but the integer dot products of a panel tile of LS_AMX_MIN_R rows or more,
+ * which one AMX tile product per unit gives (ls_z_tile_units); the entry points are then
+ * ls_mm_*_amx, and the quantizer is left to this level's object. */
+#ifndef LS_Z_AMX
+#define LS_Z_AMX 0
+#endif
+#if LS_Z_AMX
+#define LS_Z_SFX amx
+#else
+#define LS_Z_SFX avx512
+#endif
+#define LS_Z_CAT2(a, b) a##b
+#define LS_Z_CAT(a, b) LS_Z_CAT2(a, b)
+
 typedef struct {
     __m512i w[8];   /* u8 code operand per slot s (elements 4s..4s+3 of each unit) */
     __m512 f0, f1;  /* float scale fields (see ls_z_c) */
@@ -547,10 +562,113 @@ AI void ls_z_panel_rows1(const uint32_t type, const ls_mm_job *job, int64_t n0, 
 #ifndef LS_PT_R_Q6K
 #define LS_PT_R_Q6K 6
 #endif
+#if LS_Z_AMX /* the tile products keep no accumulators in registers: every type takes 12 rows */
+#define LS_PT_RMAX(type) ((void)(type), LS_PT_R)
+#else
 #define LS_PT_RMAX(type) ((type) == LS_TYPE_Q6_K ? LS_PT_R_Q6K : LS_PT_R)
+#endif
 #ifndef LS_PT_PAIR_R
 #define LS_PT_PAIR_R 3 /* Q4_1 tiles of up to 3 rows pair units (measured: slower for Q8_0; from 4 rows
                         * on two units' accumulators do not fit in 32 registers) */
+#endif
+
+#if LS_Z_AMX
+/* ---- AMX: a unit's integer dot products as one tile product ---------------------------
+ * Tile C (R x 16 int32) += A (R x 32 int8: the unit's activations of R rows, their packed
+ * records LS_XP_ROW bytes apart) . B (8 x 64 bytes: row s = slot s of the 16 weight rows,
+ * 4 codes each): tdpbsud multiplies signed activation bytes by unsigned weight codes and
+ * adds 4 products at a time into int32 without saturation, exactly what vpdpbusd does
+ * lane by lane, so C's row r is acc[u][r] bit for bit.  A panel's slot s is already that
+ * B row (64 bytes: row n's codes 4s..4s+3 at 4n), for byte codes straight from the panel;
+ * nibble codes are split into the 8 slot rows first (low nibbles slots 0..3, high ones
+ * 4..7, as the vpdpbusd path splits them).  Q6_K's two halves (slots 0..3 and 4..7, each
+ * with its own scale) are two products of 16-byte A and 4-row B tiles into two C tiles.
+ * Tiles: 0, 1 = C (units b, b + 1, or Q6_K's halves), 2 = A, 3 = B, 4 = A half, 5 = B
+ * half; ls_z_amx_config sets their shapes for R rows.  GCC 12's tile intrinsics declare
+ * no memory operands (the stores filling a B buffer could be dropped or moved past the
+ * load), so these asm statements clobber memory. */
+#ifndef LS_AMX_MIN_R
+#define LS_AMX_MIN_R 4 /* fewer rows stay on vpdpbusd (the tile's fixed cost is not repaid) */
+#endif
+#define LS_TZERO(t) __asm__ volatile("tilezero %%tmm" #t ::: "memory")
+#define LS_TLOAD(t, base, stride) \
+    __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #t ::"r"((const void *)(base)), "r"((long)(stride)) : "memory")
+#define LS_TSTORE(t, base, stride) \
+    __asm__ volatile("tilestored %%tmm" #t ", (%0,%1,1)" ::"r"((void *)(base)), "r"((long)(stride)) : "memory")
+#define LS_TDPBSUD(c, a, b) __asm__ volatile("tdpbsud %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::: "memory")
+
+typedef struct {
+    uint8_t palette, start_row, rsv[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} ls_amx_cfg;
+
+static void ls_z_amx_config(int R) {
+    ls_amx_cfg c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    c.rows[0] = c.rows[1] = (uint8_t)R, c.colsb[0] = c.colsb[1] = 64;
+    c.rows[2] = (uint8_t)R, c.colsb[2] = 32;
+    c.rows[3] = 8, c.colsb[3] = 64;
+    c.rows[4] = (uint8_t)R, c.colsb[4] = 16;
+    c.rows[5] = 4, c.colsb[5] = 64;
+    __asm__ volatile("ldtilecfg %0" ::"m"(c)); /* the whole struct is the operand */
+}
+
+AI void ls_z_amx_units(const uint32_t type, const int R, const int U, const ls_wmat *w, const uint8_t *p,
+                       const uint8_t *xpb, int64_t b, __m512i acc[2][LS_PT_R]) {
+    _Alignas(64) int32_t cb[2][LS_PT_R][16];
+    _Alignas(64) uint8_t wb[512];
+    if (type == LS_TYPE_Q6_K) {
+        const uint8_t *codes = p + (size_t)b * w->pcode, *xu = xpb + (size_t)b * LS_XP_UNIT;
+        LS_TZERO(0);
+        LS_TZERO(1);
+        LS_TLOAD(4, xu, LS_XP_ROW);
+        LS_TLOAD(5, codes, 64);
+        LS_TDPBSUD(0, 4, 5);
+        LS_TLOAD(4, xu + 16, LS_XP_ROW);
+        LS_TLOAD(5, codes + 256, 64);
+        LS_TDPBSUD(1, 4, 5);
+        LS_TSTORE(0, cb[0], 64);
+        LS_TSTORE(1, cb[1], 64);
+#pragma GCC unroll 16
+        for (int r = 0; r < R; r++) {
+            acc[0][r] = _mm512_load_si512(cb[0][r]);
+            acc[1][r] = _mm512_load_si512(cb[1][r]);
+        }
+        return;
+    }
+#pragma GCC unroll 2
+    for (int u = 0; u < U; u++) {
+        const uint8_t *codes = p + (size_t)(b + u) * w->pcode, *xu = xpb + (size_t)(b + u) * LS_XP_UNIT;
+        const uint8_t *bt = codes;
+        if (LS_Z_PNIB(type)) {
+            const __m512i m4 = _mm512_set1_epi8(0x0F);
+#pragma GCC unroll 4
+            for (int q = 0; q < 4; q++) {
+                const __m512i v = _mm512_loadu_si512(codes + 64 * q);
+                _mm512_store_si512(wb + 64 * q, _mm512_and_si512(v, m4));
+                _mm512_store_si512(wb + 256 + 64 * q, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+            }
+            bt = wb;
+        }
+        LS_TLOAD(2, xu, LS_XP_ROW);
+        LS_TLOAD(3, bt, 64);
+        if (u == 0) {
+            LS_TZERO(0);
+            LS_TDPBSUD(0, 2, 3);
+            LS_TSTORE(0, cb[0], 64);
+        } else {
+            LS_TZERO(1);
+            LS_TDPBSUD(1, 2, 3);
+            LS_TSTORE(1, cb[1], 64);
+        }
+    }
+#pragma GCC unroll 2
+    for (int u = 0; u < U; u++)
+#pragma GCC unroll 16
+        for (int r = 0; r < R; r++) acc[u][r] = _mm512_load_si512(cb[u][r]);
+}
 #endif
 
 /* c_b for U (1 or 2) consecutive units b, b + 1 and R rows: c[u][r]. */
@@ -569,6 +687,12 @@ AI void ls_z_tile_units(const uint32_t type, const int R, const int U, const ls_
 #pragma GCC unroll 16
         for (int r = 0; r < R; r++) acc[u][r] = _mm512_setzero_si512();
     }
+#if LS_Z_AMX
+    if (R >= LS_AMX_MIN_R) { /* the tile products of ls_z_amx_units: the same exact integers */
+        ls_z_amx_units(type, R, U, w, p, xpb, b, acc);
+        goto have_acc;
+    }
+#endif
     /* slot-major: U * R independent dpbusd per slot (the integer sums are exact in any order) */
 #pragma GCC unroll 8
     for (int s2 = 0; s2 < 8; s2++) {
@@ -593,6 +717,9 @@ AI void ls_z_tile_units(const uint32_t type, const int R, const int U, const ls_
             }
         }
     }
+#if LS_Z_AMX
+have_acc:
+#endif
     if (type == LS_TYPE_Q4_K || type == LS_TYPE_Q5_K) {
         /* c_b = fma(d * dx, (float)(isum * sc), (-(dmin * mn)) * sx), as c_kq: isum * sc is
          * formed as (float)isum * (float)sc, the same value, since |isum| <= 32 * 31 * 127 and
@@ -771,6 +898,9 @@ AI void ls_z_panel_mm(const uint32_t type, const ls_mm_job *job, int64_t n0, int
     int64_t pblk = (int64_t)(256 * 1024 / w->panel_bytes);
     if (pblk < 1) pblk = 1;
     int64_t P0 = n0 / 16, P1 = (n1 + 15) / 16;
+#if LS_Z_AMX
+    int cfg_r = 0; /* the rows the tile shapes are set for (0: none yet) */
+#endif
     for (int64_t q0 = P0; q0 < P1; q0 += pblk) {
         int64_t q1 = q0 + pblk < P1 ? q0 + pblk : P1;
         /* row tiles follow the packed tiles: rows a .. the next multiple of LS_PT_R */
@@ -782,6 +912,9 @@ AI void ls_z_panel_mm(const uint32_t type, const ls_mm_job *job, int64_t n0, int
             const uint8_t *xpb = job->xp + (size_t)(a / LS_PT_R) * ls_xp_tile_bytes(w->K) + (size_t)(a % LS_PT_R) * LS_XP_ROW;
             float *yr[LS_PT_R];
             for (int r = 0; r < R; r++) yr[r] = job->y + (m0 + r) * w->N;
+#if LS_Z_AMX
+            if (R >= LS_AMX_MIN_R && R != cfg_r) ls_z_amx_config(cfg_r = R);
+#endif
             for (int64_t P = q0; P < q1; P++) {
                 int64_t lo = P * 16 > n0 ? P * 16 : n0, hi = P * 16 + 16 < n1 ? P * 16 + 16 : n1;
                 __mmask16 km = (__mmask16)((((1u << (hi - P * 16)) - 1) >> (lo - P * 16)) << (lo - P * 16));
@@ -807,6 +940,9 @@ AI void ls_z_panel_mm(const uint32_t type, const ls_mm_job *job, int64_t n0, int
             m0 += R;
         }
     }
+#if LS_Z_AMX
+    if (cfg_r) __asm__ volatile("tilerelease" ::: "memory"); /* the thread's tile state back to its initial, empty form */
+#endif
 }
 
 #define LS_WIDE_R 4      /* rows per wide tile */
@@ -882,8 +1018,10 @@ AI void ls_z_mm_type(const uint32_t type, const ls_mm_job *job, int64_t n0, int6
 }
 
 #define LS_Z_ENTRY(T, nm) \
-    void ls_mm_##nm##_avx512(const ls_mm_job *job, int64_t n0, int64_t n1) { ls_z_mm_type(T, job, n0, n1); }
+    void LS_Z_CAT(ls_mm_##nm##_, LS_Z_SFX)(const ls_mm_job *job, int64_t n0, int64_t n1) { ls_z_mm_type(T, job, n0, n1); }
 LS_WTYPE_LIST(LS_Z_ENTRY)
+
+#if !LS_Z_AMX /* the AMX level uses this level's quantizer */
 
 /* Step 1 of the recipe (matmul.c's ls_quantize_x_row) with AVX-512, the same bits:
  * amax is an exact maximum, d and id are the same correctly rounded divisions, x * id and
@@ -1034,3 +1172,5 @@ void ls_quantize_x_row_avx512(const float *x, int64_t K, void *row_out, uint8_t 
     for (int64_t b = G * LS_GROUP; b < nb; b++)
         ls_quantize_block_avx512(x + 32 * b, nb, b, q, dx, sx, sq, sqlo, xp ? xp + (size_t)b * LS_XP_UNIT : NULL);
 }
+
+#endif /* !LS_Z_AMX */

@@ -430,7 +430,7 @@ ls_status ls_wmat_prepare_ex(ls_wmat *w, ls_isa isa, void *mem, ls_src_done_fn d
 bool ls_wmat_prepared(const ls_wmat *w, ls_isa isa) { return (w->prepared >> isa) & 1u; }
 
 ls_status ls_wmat_prepare_all(ls_wmat *w, ls_err *err) {
-    for (int isa = LS_ISA_SCALAR; isa <= LS_ISA_AVX512; isa++) {
+    for (int isa = LS_ISA_SCALAR; isa < LS_ISA_COUNT; isa++) {
         ls_status st = ls_isa_supported((ls_isa)isa) ? ls_wmat_prepare(w, (ls_isa)isa, NULL, err) : LS_OK;
         if (st) return st;
     }

@@ -212,7 +212,7 @@ static float c_q6_k(const ls_unit *f, const int16_t *u, const int16_t *q, float 
 }
 
 /* ---- the table --------------------------------------------------------------------- */
-#define LS_MM_ROW(nm) {ls_mm_##nm##_scalar, ls_mm_##nm##_avx2, ls_mm_##nm##_avxvnni, ls_mm_##nm##_avx512}
+#define LS_MM_ROW(nm) {ls_mm_##nm##_scalar, ls_mm_##nm##_avx2, ls_mm_##nm##_avxvnni, ls_mm_##nm##_avx512, ls_mm_##nm##_amx}
 static const ls_wtype ls_wtypes[] = {
     {LS_TYPE_F32, LS_ST_FLOAT, 1, NULL, NULL, NULL, NULL, NULL, LS_MM_ROW(f32)},
     {LS_TYPE_F16, LS_ST_FLOAT, 1, NULL, NULL, NULL, NULL, NULL, LS_MM_ROW(f16)},
