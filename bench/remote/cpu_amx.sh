@@ -9,9 +9,10 @@
 #                                    the C runtime), hdr.gguf (the default model's first
 #                                    bytes: its vocabulary, for synth-gguf; the weights'
 #                                    place is left to a sparse extension);
-#                                    build first: make cli tests bench-tools; MUTANT_TESTS:
-#                                    test_kernels binaries built from a tree with a planted
-#                                    AMX bug (named test_kernels_mut*), which must fail there
+#                                    build first: make cli tests bench-tools; tests/ also gets
+#                                    test_kernels_mut1..N, each built with one of the AMX
+#                                    mutants of scripts/mutants.py (its NEEDS), which must
+#                                    fail there (test_kernels_mutN.id names it)
 #   bench/remote/cpu_amx.sh run      there: DC (unpacked pack), LL (llama.cpp AMX build:
 #                                    LLAMA_ISA=amx bench/llamacpp/build.sh, its llama-bench
 #                                    and libraries) and OUT (results)
@@ -41,8 +42,32 @@ if [ "$mode" = pack ]; then
     mkdir -p "$stage/bin" "$stage/tests" "$stage/lib"
     for b in lockstep synth-gguf; do cp "build/$b" "$stage/bin/"; done
     for t in test_kernels test_model_parity; do cp "build/tests/$t" "$stage/tests/"; done
-    for t in ${MUTANT_TESTS:-}; do cp "$t" "$stage/tests/"; done # test_kernels_mut*: builds of a planted AMX bug
-    strip "$stage"/bin/* "$stage"/tests/*
+    # planted AMX bugs, each a test_kernels built from a scratch copy of the tree that must fail there
+    mut=$(mktemp -d /tmp/amx_mut.XXXXXX)
+    git ls-files -co --exclude-standard | tar -cf - -T - | tar -xf - -C "$mut"
+    cp -a build "$mut/"
+    # the AMX mutants of scripts/mutants.py (NEEDS: amx), the same texts and replacements
+    n=0
+    for id in $(python3 -c "import sys; sys.path.insert(0, 'scripts'); import mutants as M
+print(' '.join(k for k, v in M.NEEDS.items() if v == 'amx'))"); do
+        n=$((n + 1))
+        python3 - "$id" "$mut" <<'EOF2' || die "mutant $id does not apply (stale)"
+import sys
+sys.path.insert(0, "scripts")
+import mutants as M
+mid, mut = sys.argv[1], sys.argv[2]
+for m in M.MUTANTS:
+    if m[0] == mid:
+        t = open(m[1]).read()
+        assert t.count(m[2]) == 1, mid
+        open(f"{mut}/{m[1]}", "w").write(t.replace(m[2], m[3]))
+EOF2
+        make -C "$mut" -j2 build/tests/test_kernels > "$mut/make.log" 2>&1 || { tail -20 "$mut/make.log"; die "mutant $id does not build"; }
+        cp "$mut/build/tests/test_kernels" "$stage/tests/test_kernels_mut$n"
+        echo "$id" > "$stage/tests/test_kernels_mut$n.id"
+    done
+    rm -rf "$mut"
+    strip "$stage"/bin/* "$stage"/tests/test_*[!d]
     for f in "$stage"/bin/* "$stage"/tests/*; do
         ldd "$f" | while read -r name arrow path _; do
             [ "$arrow" = "=>" ] || continue
@@ -94,9 +119,10 @@ L=$DC/bin/lockstep
 echo "- test_kernels: exit $?; $(grep -c 'NOT CHECKED' "$OUT/test_kernels.txt") NOT CHECKED lines; $(grep 'parity:\|PASSED\|FAILED' "$OUT/test_kernels.txt" | tr '\n' ' ')" >> "$S"
 grep 'NOT CHECKED' "$OUT/test_kernels.txt" | sed 's/^/  - /' >> "$S"
 for t in "$DC"/tests/test_kernels_mut*; do
-    [ -x "$t" ] || continue
+    [ -x "$t" ] && [ "${t%.id}" = "$t" ] || continue
     "$t" > "$OUT/$(basename "$t").txt" 2>&1
-    echo "- planted bug $(basename "$t") (must fail): exit $?; $(grep -c '^\[  FAILED  \] test_' "$OUT/$(basename "$t").txt") tests failed; first: $(grep -m1 'isa=amx' "$OUT/$(basename "$t").txt" | cut -c1-160)" >> "$S"
+    rc=$?
+    echo "- planted bug $(cat "$t.id" 2>/dev/null || basename "$t") (must fail): exit $rc; $(grep -c '^\[  FAILED  \] test_' "$OUT/$(basename "$t").txt") tests failed; first: $(grep -m1 'isa=amx' "$OUT/$(basename "$t").txt" | cut -c1-160)" >> "$S"
 done
 
 # 2. files, probe, model parity
