@@ -82,7 +82,8 @@ typedef enum {
 #define LS_ISA_COUNT 5
 
 LS_API const char *ls_isa_name(ls_isa isa);
-/* The best instruction set this CPU (and OS) supports, minus LOCKSTEP_CPU_HIDE. */
+/* The best instruction set this CPU (and OS) supports, minus LOCKSTEP_CPU_HIDE (AMX
+ * only when asked for: LOCKSTEP_ISA=amx). */
 LS_API ls_isa ls_isa_best(void);
 LS_API bool ls_isa_supported(ls_isa isa);
 /* "scalar", "avx2", "avxvnni", "avx512", "amx"; LS_E_UNSUPPORTED when the CPU lacks it. */

@@ -89,7 +89,8 @@ bool ls_isa_supported(ls_isa isa) {
 
 ls_isa ls_isa_best(void) {
     unsigned m = ls_isa_mask_cached();
-    if (m & (1u << LS_ISA_AMX)) return LS_ISA_AMX;
+    /* AMX is chosen only by LOCKSTEP_ISA=amx: on the one AMX Xeon measured it was not yet
+     * faster than the AVX-512 level (docs/benchmarks.md, "The AMX level"). */
     if (m & (1u << LS_ISA_AVX512)) return LS_ISA_AVX512;
     if (m & (1u << LS_ISA_AVXVNNI)) return LS_ISA_AVXVNNI;
     if (m & (1u << LS_ISA_AVX2)) return LS_ISA_AVX2;
