@@ -22,7 +22,7 @@
 #   1. the CPU's flags; test_kernels (every kernel of every level against the scalar
 #      definition, memcmp; the summary must not say "NOT CHECKED: the amx kernels")
 #   2. synthetic files (synth-gguf, the vocabulary of hdr.gguf): 1B-shaped Q4_K_M, 8B-shaped
-#      Q4_0 and Q4_K_M; `lockstep probe` on the 1B file at the AMX level; test_model_parity
+#      Q4_0 and Q4_K_M; `lockstep probe` on the 1B file at the AMX level (LOCKSTEP_ISA=amx); test_model_parity
 #      on it (logits of every level, threads and chunking, memcmp; LOCKSTEP_TEST_QUICK=1;
 #      the test that the next token is plausible is left out: the weights are random)
 #   3. prefill, interleaved triples (lockstep amx, lockstep avx512, llama-bench) of PP
@@ -132,8 +132,8 @@ for ty in q4_0 q4_k_m; do
     "$DC/bin/synth-gguf" --shape "$SHAPE" --type $ty --vocab-from "$SY/vocab.gguf" -o "$SY/s8b_$ty.gguf" > /dev/null
 done
 ls -la "$SY"/*.gguf >> "$OUT/files.txt"
-"$L" probe -m "$SY/s1b_q4_k_m.gguf" --no-memo -t 4 > "$OUT/probe_1b_amx.txt" 2>&1
-echo "- probe, 1B-shaped Q4_K_M, default level, 4 threads: exit $?; $(grep -i 'parity\|isa' "$OUT/probe_1b_amx.txt" | head -3 | tr '\n' ' ')" >> "$S"
+LOCKSTEP_ISA=amx "$L" probe -m "$SY/s1b_q4_k_m.gguf" --no-memo -t 4 > "$OUT/probe_1b_amx.txt" 2>&1
+echo "- probe, 1B-shaped Q4_K_M, LOCKSTEP_ISA=amx, 4 threads: exit $?; $(grep -i 'parity\|isa' "$OUT/probe_1b_amx.txt" | head -3 | tr '\n' ' ')" >> "$S"
 MODEL="$SY/s1b_q4_k_m.gguf" LOCKSTEP_TEST_QUICK=1 timeout 300 "$DC/tests/test_model_parity" 'test_logits*' > "$OUT/test_model_parity.txt" 2>&1
 echo "- test_model_parity (1B-shaped Q4_K_M, quick): exit $?; $(grep 'PASSED\|FAILED\|SKIPPED\|NOT CHECKED' "$OUT/test_model_parity.txt" | tr '\n' ' ')" >> "$S"
 
