@@ -365,11 +365,12 @@ MUTANTS = [
      '__asm__ volatile("tdpbsud %%tmm" #b', '__asm__ volatile("tdpbuud %%tmm" #b',
      "the AMX tile products read the activations as unsigned bytes", [KERNELS]),
     ("amx-nibble-shift", "src/kernels/cpu/matmul_avx512.c",
-     "o + 256 + 64 * q, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4))",
-     "o + 256 + 64 * q, _mm512_and_si512(_mm512_srli_epi16(v, 3), m4))",
+     "wb + 256 + 64 * q, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4))",
+     "wb + 256 + 64 * q, _mm512_and_si512(_mm512_srli_epi16(v, 3), m4))",
      "the AMX B tile of nibble codes takes the high nibbles shifted by 3", [KERNELS]),
     ("amx-q6k-half-row", "src/kernels/cpu/matmul_avx512.c",
-     "LS_TSTORE(1, dst + LS_PT_R * 16, 64);", "LS_TSTORE(1, dst + LS_PT_R * 16 - 16, 64);",
+     "        LS_TSTORE(0, cb[0], 64);\n        LS_TSTORE(1, cb[1], 64);",
+     "        LS_TSTORE(0, cb[0], 64);\n        LS_TSTORE(1, cb[1] - 1, 64);",
      "Q6_K's second-half products are stored one row early (over the first half's last row)", [KERNELS]),
 ]
 

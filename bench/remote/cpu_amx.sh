@@ -122,7 +122,7 @@ for t in "$DC"/tests/test_kernels_mut*; do
     [ -x "$t" ] && [ "${t%.id}" = "$t" ] || continue
     "$t" > "$OUT/$(basename "$t").txt" 2>&1
     rc=$?
-    echo "- planted bug $(cat "$t.id" 2>/dev/null || basename "$t") (must fail): exit $rc; $(grep -c '^\[  FAILED  \] test_' "$OUT/$(basename "$t").txt") tests failed; first: $(grep -m1 'isa=amx' "$OUT/$(basename "$t").txt" | cut -c1-160)" >> "$S"
+    echo "- planted bug $(cat "$t.id" 2>/dev/null || basename "$t") (must fail): exit $rc; $(grep -o '[0-9]* FAILED TEST' "$OUT/$(basename "$t").txt" || echo '0 FAILED TEST')(S); first: $(grep -m1 'isa=amx' "$OUT/$(basename "$t").txt" | cut -c1-160)" >> "$S"
 done
 
 # 2. files, probe, model parity

@@ -583,18 +583,16 @@ AI void ls_z_panel_rows1(const uint32_t type, const ls_mm_job *job, int64_t n0, 
  * nibble codes are split into the 8 slot rows first (low nibbles slots 0..3, high ones
  * 4..7, as the vpdpbusd path splits them).  Q6_K's two halves (slots 0..3 and 4..7, each
  * with its own scale) are two products of 16-byte A and 4-row B tiles into two C tiles.
- * A tile's products go through memory: run one unit at a time, the tile unit's latency
- * (load, product, store, then the vector loads) sat on every unit's path and the level was
- * 0.70x the AVX-512 one; so a panel tile runs in two phases over chunks of whole groups,
- * first every unit's products (ls_z_amx_products), then the float steps reading them.
- * Tiles (ls_z_amx_config, R rows): 0, 1 C; 2, 4 A; 3, 5 B; 6 A half; 7 B half.  GCC 12's
- * tile intrinsics declare no memory operands (the stores filling a B buffer could be
- * dropped or moved past the load), so these asm statements clobber memory. */
+ * Tiles: 0, 1 = C (units b, b + 1, or Q6_K's halves), 2 = A, 3 = B, 4 = A half, 5 = B
+ * half; ls_z_amx_config sets their shapes for R rows.  One unit at a time, the tile
+ * unit's latency (loads, product, store, then the vector loads) sits on every unit's path:
+ * measured 0.70-0.86x the AVX-512 level's prefill (docs/benchmarks.md), so the level runs
+ * only when asked for.  GCC 12's tile intrinsics declare
+ * no memory operands (the stores filling a B buffer could be dropped or moved past the
+ * load), so these asm statements clobber memory. */
 #ifndef LS_AMX_MIN_R
 #define LS_AMX_MIN_R 4 /* fewer rows stay on vpdpbusd (the tile's fixed cost is not repaid) */
 #endif
-#define LS_AMX_UNITS 32                /* units per phase 1 (at most 48 KiB of products) */
-#define LS_AMX_US (2 * LS_PT_R * 16)   /* int32 per unit in the products buffer */
 #define LS_TZERO(t) __asm__ volatile("tilezero %%tmm" #t ::: "memory")
 #define LS_TLOAD(t, base, stride) \
     __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #t ::"r"((const void *)(base)), "r"((long)(stride)) : "memory")
@@ -612,68 +610,73 @@ static void ls_z_amx_config(int R) {
     ls_amx_cfg c;
     memset(&c, 0, sizeof c);
     c.palette = 1;
-    for (int t = 0; t < 8; t++) c.rows[t] = (uint8_t)R, c.colsb[t] = 64; /* 0, 1: C */
-    c.colsb[2] = c.colsb[4] = 32;                                         /* 2, 4: A */
-    c.rows[3] = c.rows[5] = 8;                                            /* 3, 5: B */
-    c.colsb[6] = 16;                                                      /* 6: A half */
-    c.rows[7] = 4;                                                        /* 7: B half */
+    c.rows[0] = c.rows[1] = (uint8_t)R, c.colsb[0] = c.colsb[1] = 64;
+    c.rows[2] = (uint8_t)R, c.colsb[2] = 32;
+    c.rows[3] = 8, c.colsb[3] = 64;
+    c.rows[4] = (uint8_t)R, c.colsb[4] = 16;
+    c.rows[5] = 4, c.colsb[5] = 64;
     __asm__ volatile("ldtilecfg %0" ::"m"(c)); /* the whole struct is the operand */
 }
 
-AI void ls_z_amx_products(const uint32_t type, const ls_wmat *w, const uint8_t *p, const uint8_t *xpb, int g0,
-                          int ng, int32_t *isb) {
-    _Alignas(64) uint8_t wb[2][512];
-    const int64_t nb = w->nb;
-    int i = 0;
-    for (int g = g0; g < g0 + ng; g++)
-        for (int64_t b = g; b < nb; b += LS_NGRP, i++) {
-            const uint8_t *codes = p + (size_t)b * w->pcode, *xu = xpb + (size_t)b * LS_XP_UNIT;
-            int32_t *dst = isb + (size_t)i * LS_AMX_US;
-            if (type == LS_TYPE_Q6_K) {
-                LS_TZERO(0);
-                LS_TZERO(1);
-                LS_TLOAD(6, xu, LS_XP_ROW);
-                LS_TLOAD(7, codes, 64);
-                LS_TDPBSUD(0, 6, 7);
-                LS_TLOAD(6, xu + 16, LS_XP_ROW);
-                LS_TLOAD(7, codes + 256, 64);
-                LS_TDPBSUD(1, 6, 7);
-                LS_TSTORE(0, dst, 64);
-                LS_TSTORE(1, dst + LS_PT_R * 16, 64);
-                continue;
-            }
-            const uint8_t *bt = codes;
-            if (LS_Z_PNIB(type)) {
-                const __m512i m4 = _mm512_set1_epi8(0x0F);
-                uint8_t *o = wb[i & 1];
-#pragma GCC unroll 4
-                for (int q = 0; q < 4; q++) {
-                    const __m512i v = _mm512_loadu_si512(codes + 64 * q);
-                    _mm512_store_si512(o + 64 * q, _mm512_and_si512(v, m4));
-                    _mm512_store_si512(o + 256 + 64 * q, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
-                }
-                bt = o;
-            }
-            if (i & 1) {
-                LS_TLOAD(4, xu, LS_XP_ROW);
-                LS_TLOAD(5, bt, 64);
-                LS_TZERO(1);
-                LS_TDPBSUD(1, 4, 5);
-                LS_TSTORE(1, dst, 64);
-            } else {
-                LS_TLOAD(2, xu, LS_XP_ROW);
-                LS_TLOAD(3, bt, 64);
-                LS_TZERO(0);
-                LS_TDPBSUD(0, 2, 3);
-                LS_TSTORE(0, dst, 64);
-            }
+AI void ls_z_amx_units(const uint32_t type, const int R, const int U, const ls_wmat *w, const uint8_t *p,
+                       const uint8_t *xpb, int64_t b, __m512i acc[2][LS_PT_R]) {
+    _Alignas(64) int32_t cb[2][LS_PT_R][16];
+    _Alignas(64) uint8_t wb[512];
+    if (type == LS_TYPE_Q6_K) {
+        const uint8_t *codes = p + (size_t)b * w->pcode, *xu = xpb + (size_t)b * LS_XP_UNIT;
+        LS_TZERO(0);
+        LS_TZERO(1);
+        LS_TLOAD(4, xu, LS_XP_ROW);
+        LS_TLOAD(5, codes, 64);
+        LS_TDPBSUD(0, 4, 5);
+        LS_TLOAD(4, xu + 16, LS_XP_ROW);
+        LS_TLOAD(5, codes + 256, 64);
+        LS_TDPBSUD(1, 4, 5);
+        LS_TSTORE(0, cb[0], 64);
+        LS_TSTORE(1, cb[1], 64);
+#pragma GCC unroll 16
+        for (int r = 0; r < R; r++) {
+            acc[0][r] = _mm512_load_si512(cb[0][r]);
+            acc[1][r] = _mm512_load_si512(cb[1][r]);
         }
+        return;
+    }
+#pragma GCC unroll 2
+    for (int u = 0; u < U; u++) {
+        const uint8_t *codes = p + (size_t)(b + u) * w->pcode, *xu = xpb + (size_t)(b + u) * LS_XP_UNIT;
+        const uint8_t *bt = codes;
+        if (LS_Z_PNIB(type)) {
+            const __m512i m4 = _mm512_set1_epi8(0x0F);
+#pragma GCC unroll 4
+            for (int q = 0; q < 4; q++) {
+                const __m512i v = _mm512_loadu_si512(codes + 64 * q);
+                _mm512_store_si512(wb + 64 * q, _mm512_and_si512(v, m4));
+                _mm512_store_si512(wb + 256 + 64 * q, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+            }
+            bt = wb;
+        }
+        LS_TLOAD(2, xu, LS_XP_ROW);
+        LS_TLOAD(3, bt, 64);
+        if (u == 0) {
+            LS_TZERO(0);
+            LS_TDPBSUD(0, 2, 3);
+            LS_TSTORE(0, cb[0], 64);
+        } else {
+            LS_TZERO(1);
+            LS_TDPBSUD(1, 2, 3);
+            LS_TSTORE(1, cb[1], 64);
+        }
+    }
+#pragma GCC unroll 2
+    for (int u = 0; u < U; u++)
+#pragma GCC unroll 16
+        for (int r = 0; r < R; r++) acc[u][r] = _mm512_load_si512(cb[u][r]);
 }
 #endif
 
 /* c_b for U (1 or 2) consecutive units b, b + 1 and R rows: c[u][r]. */
 AI void ls_z_tile_units(const uint32_t type, const int R, const int U, const ls_wmat *w, const uint8_t *p,
-                        const uint8_t *xpb, int64_t b, const uint8_t *pn, __m512 c[2][LS_PT_R], const int32_t *pre) {
+                        const uint8_t *xpb, int64_t b, const uint8_t *pn, __m512 c[2][LS_PT_R]) {
     const int64_t nb = w->nb;
     const uint8_t *dbase = p + (size_t)nb * w->pcode;
     /* acc[u][r]: unit b + u, row r; Q6_K (U = 1): acc[0][r] slots 0..3 (elements 0..15),
@@ -687,14 +690,12 @@ AI void ls_z_tile_units(const uint32_t type, const int R, const int U, const ls_
 #pragma GCC unroll 16
         for (int r = 0; r < R; r++) acc[u][r] = _mm512_setzero_si512();
     }
-    if (pre) { /* unit b's integer dot products, made by AMX tile products (ls_z_amx_products) */
-#pragma GCC unroll 16
-        for (int r = 0; r < R; r++) {
-            acc[0][r] = _mm512_load_si512(pre + r * 16);
-            if (type == LS_TYPE_Q6_K) acc[1][r] = _mm512_load_si512(pre + (LS_PT_R + r) * 16);
-        }
+#if LS_Z_AMX
+    if (R >= LS_AMX_MIN_R) { /* the tile products of ls_z_amx_units: the same exact integers */
+        ls_z_amx_units(type, R, U, w, p, xpb, b, acc);
         goto have_acc;
     }
+#endif
     /* slot-major: U * R independent dpbusd per slot (the integer sums are exact in any order) */
 #pragma GCC unroll 8
     for (int s2 = 0; s2 < 8; s2++) {
@@ -719,7 +720,9 @@ AI void ls_z_tile_units(const uint32_t type, const int R, const int U, const ls_
             }
         }
     }
+#if LS_Z_AMX
 have_acc:
+#endif
     if (type == LS_TYPE_Q4_K || type == LS_TYPE_Q5_K) {
         /* c_b = fma(d * dx, (float)(isum * sc), (-(dmin * mn)) * sx), as c_kq: isum * sc is
          * formed as (float)isum * (float)sc, the same value, since |isum| <= 32 * 31 * 127 and
@@ -838,40 +841,6 @@ AI void ls_z_panel_tile(const uint32_t type, const int R, const ls_wmat *w, int6
     const int64_t nb = w->nb;
     __m512 stk[LS_PT_R][6];
     unsigned zst = 0;
-#if LS_Z_AMX
-    const int64_t upg = (nb + LS_NGRP - 1) / LS_NGRP; /* group 0's units, the most a group has */
-    if (R >= LS_AMX_MIN_R && upg <= LS_AMX_UNITS) {
-        /* chunks of whole groups: phase 1 their tile products, phase 2 the recipe's float
-         * steps over them, group by group as below */
-        _Alignas(64) int32_t isb[LS_AMX_UNITS * LS_AMX_US];
-        for (int g0 = 0; g0 < LS_NGRP;) {
-            if (g0 >= nb) {
-                ls_z_tree_push_empty(R, stk, &zst, g0++);
-                continue;
-            }
-            int ng = (int)(LS_AMX_UNITS / upg);
-            if (g0 + ng > nb) ng = (int)(nb - g0);
-            if (g0 + ng > LS_NGRP) ng = LS_NGRP - g0;
-            ls_z_amx_products(type, w, p, xpb, g0, ng, isb);
-            int i = 0;
-            for (int g = g0; g < g0 + ng; g++) {
-                __m512 S[LS_PT_R], c[2][LS_PT_R];
-#pragma GCC unroll 16
-                for (int r = 0; r < R; r++) S[r] = _mm512_setzero_ps();
-                for (int64_t b = g; b < nb; b += LS_NGRP, i++) {
-                    ls_z_tile_units(type, R, 1, w, p, xpb, b, pn, c, isb + (size_t)i * LS_AMX_US);
-#pragma GCC unroll 16
-                    for (int r = 0; r < R; r++) S[r] = _mm512_add_ps(S[r], c[0][r]);
-                }
-                ls_z_tree_push(R, stk, &zst, g, S);
-            }
-            g0 += ng;
-        }
-#pragma GCC unroll 16
-        for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(yr[r] + P * 16, km, stk[r][5]);
-        return;
-    }
-#endif
     if (!LS_Z_PNIB(type) || R > LS_PT_PAIR_R) { /* one group at a time */
         for (int g = 0; g < LS_NGRP; g++) {
             if (g >= nb) {
@@ -882,7 +851,7 @@ AI void ls_z_panel_tile(const uint32_t type, const int R, const ls_wmat *w, int6
 #pragma GCC unroll 16
             for (int r = 0; r < R; r++) S[r] = _mm512_setzero_ps();
             for (int64_t b = g; b < nb; b += LS_NGRP) {
-                ls_z_tile_units(type, R, 1, w, p, xpb, b, pn, c, NULL);
+                ls_z_tile_units(type, R, 1, w, p, xpb, b, pn, c);
 #pragma GCC unroll 16
                 for (int r = 0; r < R; r++) S[r] = _mm512_add_ps(S[r], c[0][r]);
             }
@@ -900,14 +869,14 @@ AI void ls_z_panel_tile(const uint32_t type, const int R, const ls_wmat *w, int6
             for (int r = 0; r < R; r++) S[0][r] = S[1][r] = _mm512_setzero_ps();
             for (int64_t b = g; b < nb; b += LS_NGRP) {
                 if (b + 1 < nb) { /* units b (group g) and b + 1 (group g + 1) */
-                    ls_z_tile_units(type, R, 2, w, p, xpb, b, pn, c, NULL);
+                    ls_z_tile_units(type, R, 2, w, p, xpb, b, pn, c);
 #pragma GCC unroll 16
                     for (int r = 0; r < R; r++) {
                         S[0][r] = _mm512_add_ps(S[0][r], c[0][r]);
                         S[1][r] = _mm512_add_ps(S[1][r], c[1][r]);
                     }
                 } else { /* b is the last unit: group g + 1 has none in this round */
-                    ls_z_tile_units(type, R, 1, w, p, xpb, b, pn, c, NULL);
+                    ls_z_tile_units(type, R, 1, w, p, xpb, b, pn, c);
 #pragma GCC unroll 16
                     for (int r = 0; r < R; r++) S[0][r] = _mm512_add_ps(S[0][r], c[0][r]);
                 }
