@@ -28,7 +28,7 @@
 #   3. prefill, interleaved triples (lockstep amx, lockstep avx512, llama-bench) of PP
 #      tokens, PAIRS rounds, on CORES with T threads, then on BIG_CORES with BIG_T:
 #      lockstep `run -p TEXT -n 0 --json --no-probe` (TEXT: PP tokens exactly, from
-#      bench/vs_llamacpp.py), llama-bench -p PP -n 0; medians of tok/s
+#      bench/vs_llamacpp.py), llama-bench -p PP -n 0; medians of tok/s (NO_BENCH=1: not run)
 set -u
 mode=${1:-}
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -168,6 +168,7 @@ print(f"- {sys.argv[2]}: tok/s medians of {len(rows)}: amx {a:.2f}, avx512 {z:.2
       f"amx/avx512 {a/z:.2f}x, amx/llama {a/l:.2f}x, avx512/llama {z/l:.2f}x  (prompt tokens: {rows[0][rows[0].index("avx512") + 2]})")
 EOF
 }
+[ -n "${NO_BENCH:-}" ] && { echo "- NO_BENCH: no prefill rounds" >> "$S"; rm -f "$SY"/*.gguf; exit 0; }
 for ty in q4_0 q4_k_m; do
     triples "8b_${ty}_pp${PP}_t$T" "$CORES" "$T" "$PP" "$SY/s8b_$ty.gguf"
 done
