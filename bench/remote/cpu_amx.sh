@@ -80,7 +80,7 @@ EOF2
     m=models/SmolLM2-135M-Instruct.Q4_1.gguf
     off=$(python3 -c "import gguf; print(gguf.GGUFReader('$m').data_offset)") || die "gguf (PyPI) is needed to find $m's data offset"
     head -c "$off" "$m" > "$stage/hdr.gguf"
-    echo "$(stat -c %s "$m")" > "$stage/hdr.size"
+    stat -c %s "$m" > "$stage/hdr.size"
     echo "pack: $(date -u +%FT%TZ), commit $(git rev-parse HEAD)$(git diff --quiet HEAD -- src include Makefile || echo ' + uncommitted changes')" > "$stage/BUILD_INFO.txt"
     mkdir -p "$(dirname "$out")"
     tar -C "$stage" -cf - . | xz -6 -T2 > "$out"
@@ -126,6 +126,7 @@ for t in "$DC"/tests/test_kernels_mut*; do
 done
 
 # 2. files, probe, model parity
+clean_files() { rm -f "$SY/s1b_q4_k_m.gguf" "$SY/s8b_q4_0.gguf" "$SY/s8b_q4_k_m.gguf" "$SY/vocab.gguf"; } # this run's files only
 cp "$DC/hdr.gguf" "$SY/vocab.gguf" && truncate -s "$(cat "$DC/hdr.size")" "$SY/vocab.gguf"
 "$DC/bin/synth-gguf" --shape 1b --type q4_k_m --vocab-from "$SY/vocab.gguf" -o "$SY/s1b_q4_k_m.gguf" > /dev/null
 for ty in q4_0 q4_k_m; do
@@ -168,7 +169,7 @@ print(f"- {sys.argv[2]}: tok/s medians of {len(rows)}: amx {a:.2f}, avx512 {z:.2
       f"amx/avx512 {a/z:.2f}x, amx/llama {a/l:.2f}x, avx512/llama {z/l:.2f}x  (prompt tokens: {rows[0][rows[0].index("avx512") + 2]})")
 EOF
 }
-[ -n "${NO_BENCH:-}" ] && { echo "- NO_BENCH: no prefill rounds" >> "$S"; rm -f "$SY"/*.gguf; exit 0; }
+[ -n "${NO_BENCH:-}" ] && { echo "- NO_BENCH: no prefill rounds" >> "$S"; clean_files; exit 0; }
 for ty in q4_0 q4_k_m; do
     triples "8b_${ty}_pp${PP}_t$T" "$CORES" "$T" "$PP" "$SY/s8b_$ty.gguf"
 done
@@ -176,4 +177,4 @@ for ty in q4_0 q4_k_m; do
     triples "8b_${ty}_pp${BIG_PP}_t$BIG_T" "$BIG_CORES" "$BIG_T" "$BIG_PP" "$SY/s8b_$ty.gguf"
 done
 echo "- done $(date -u +%FT%TZ)" >> "$S"
-rm -f "$SY"/s1b_q4_k_m.gguf "$SY"/s8b_*.gguf "$SY/vocab.gguf"
+clean_files

@@ -583,7 +583,7 @@ AI void ls_z_panel_rows1(const uint32_t type, const ls_mm_job *job, int64_t n0, 
  * nibble codes are split into the 8 slot rows first (low nibbles slots 0..3, high ones
  * 4..7, as the vpdpbusd path splits them).  Q6_K's two halves (slots 0..3 and 4..7, each
  * with its own scale) are two products of 16-byte A and 4-row B tiles into two C tiles.
- * Tiles: 0, 1 = C (units b, b + 1, or Q6_K's halves), 2 = A, 3 = B, 4 = A half, 5 = B
+ * Tiles: 0, 1 = C (1 for Q6_K's second half), 2 = A, 3 = B, 4 = A half, 5 = B
  * half; ls_z_amx_config sets their shapes for R rows.  One unit at a time, the tile
  * unit's latency (loads, product, store, then the vector loads) sits on every unit's path:
  * measured 0.70-0.86x the AVX-512 level's prefill (docs/benchmarks.md), so the level runs
@@ -593,6 +593,7 @@ AI void ls_z_panel_rows1(const uint32_t type, const ls_mm_job *job, int64_t n0, 
 #ifndef LS_AMX_MIN_R
 #define LS_AMX_MIN_R 4 /* fewer rows stay on vpdpbusd (the tile's fixed cost is not repaid) */
 #endif
+_Static_assert(LS_AMX_MIN_R > LS_PT_PAIR_R, "AMX tiles take one unit at a time (no paired units)");
 #define LS_TZERO(t) __asm__ volatile("tilezero %%tmm" #t ::: "memory")
 #define LS_TLOAD(t, base, stride) \
     __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #t ::"r"((const void *)(base)), "r"((long)(stride)) : "memory")
@@ -618,12 +619,11 @@ static void ls_z_amx_config(int R) {
     __asm__ volatile("ldtilecfg %0" ::"m"(c)); /* the whole struct is the operand */
 }
 
-AI void ls_z_amx_units(const uint32_t type, const int R, const int U, const ls_wmat *w, const uint8_t *p,
-                       const uint8_t *xpb, int64_t b, __m512i acc[2][LS_PT_R]) {
+AI void ls_z_amx_units(const uint32_t type, const int R, const ls_wmat *w, const uint8_t *p, const uint8_t *xpb,
+                       int64_t b, __m512i acc[2][LS_PT_R]) {
     _Alignas(64) int32_t cb[2][LS_PT_R][16];
-    _Alignas(64) uint8_t wb[512];
+    const uint8_t *codes = p + (size_t)b * w->pcode, *xu = xpb + (size_t)b * LS_XP_UNIT;
     if (type == LS_TYPE_Q6_K) {
-        const uint8_t *codes = p + (size_t)b * w->pcode, *xu = xpb + (size_t)b * LS_XP_UNIT;
         LS_TZERO(0);
         LS_TZERO(1);
         LS_TLOAD(4, xu, LS_XP_ROW);
@@ -641,36 +641,25 @@ AI void ls_z_amx_units(const uint32_t type, const int R, const int U, const ls_w
         }
         return;
     }
-#pragma GCC unroll 2
-    for (int u = 0; u < U; u++) {
-        const uint8_t *codes = p + (size_t)(b + u) * w->pcode, *xu = xpb + (size_t)(b + u) * LS_XP_UNIT;
-        const uint8_t *bt = codes;
-        if (LS_Z_PNIB(type)) {
-            const __m512i m4 = _mm512_set1_epi8(0x0F);
+    _Alignas(64) uint8_t wb[512];
+    const uint8_t *bt = codes;
+    if (LS_Z_PNIB(type)) {
+        const __m512i m4 = _mm512_set1_epi8(0x0F);
 #pragma GCC unroll 4
-            for (int q = 0; q < 4; q++) {
-                const __m512i v = _mm512_loadu_si512(codes + 64 * q);
-                _mm512_store_si512(wb + 64 * q, _mm512_and_si512(v, m4));
-                _mm512_store_si512(wb + 256 + 64 * q, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
-            }
-            bt = wb;
+        for (int q = 0; q < 4; q++) {
+            const __m512i v = _mm512_loadu_si512(codes + 64 * q);
+            _mm512_store_si512(wb + 64 * q, _mm512_and_si512(v, m4));
+            _mm512_store_si512(wb + 256 + 64 * q, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
         }
-        LS_TLOAD(2, xu, LS_XP_ROW);
-        LS_TLOAD(3, bt, 64);
-        if (u == 0) {
-            LS_TZERO(0);
-            LS_TDPBSUD(0, 2, 3);
-            LS_TSTORE(0, cb[0], 64);
-        } else {
-            LS_TZERO(1);
-            LS_TDPBSUD(1, 2, 3);
-            LS_TSTORE(1, cb[1], 64);
-        }
+        bt = wb;
     }
-#pragma GCC unroll 2
-    for (int u = 0; u < U; u++)
+    LS_TLOAD(2, xu, LS_XP_ROW);
+    LS_TLOAD(3, bt, 64);
+    LS_TZERO(0);
+    LS_TDPBSUD(0, 2, 3);
+    LS_TSTORE(0, cb[0], 64);
 #pragma GCC unroll 16
-        for (int r = 0; r < R; r++) acc[u][r] = _mm512_load_si512(cb[u][r]);
+    for (int r = 0; r < R; r++) acc[0][r] = _mm512_load_si512(cb[0][r]);
 }
 #endif
 
@@ -692,7 +681,7 @@ AI void ls_z_tile_units(const uint32_t type, const int R, const int U, const ls_
     }
 #if LS_Z_AMX
     if (R >= LS_AMX_MIN_R) { /* the tile products of ls_z_amx_units: the same exact integers */
-        ls_z_amx_units(type, R, U, w, p, xpb, b, acc);
+        ls_z_amx_units(type, R, w, p, xpb, b, acc); /* U = 1: units are paired only below LS_AMX_MIN_R rows */
         goto have_acc;
     }
 #endif
