@@ -128,13 +128,20 @@ static void bench_kernels(void) {
                     JSON("{\"bench\":\"kernel\",\"mat\":\"%s\",\"M\":%d,\"kernel\":\"%s\",\"us\":%.2f,\"gbs\":%.1f}",
                          mats[i].what, Ms[mi], k ? "mma" : "gemv", ms * 1e3, gbs);
                 }
-            for (int k = 1; k <= 3; k += 2) {
-                if (ls_cuda_test_mm_bench(mats[i].t, mats[i].N, mats[i].K, w, 512, k, 0, 1, 10, &ms, &gbs, &err)) continue;
+        }
+        if (!g_quick) {
+            static const int ks[] = {1, 3, LS_CUDA_K_MMA2 + 1, LS_CUDA_K_MMA2 + 2, LS_CUDA_K_MMA2 + 3};
+            static const char *kn[] = {"", "_minb2", "_v2c1", "_v2c2", "_v2c3"};
+            for (int ki = 0; ki < 5; ki++) {
+                const int k = ks[ki];
+                if (ls_cuda_test_mm_bench(mats[i].t, mats[i].N, mats[i].K, w, 512, k, 0, 1, 10, &ms, &gbs, &err)) {
+                    printf("   %s M = 512 mma%s: %s\n", mats[i].what, kn[ki], err.msg);
+                    continue;
+                }
                 const double tops = 2.0 * mats[i].N * (double)mats[i].K * 512 / (ms * 1e-3) / 1e12;
-                printf("   %-30s M = 512, tensor-core GEMM%s: %8.2f us, %5.0f TOPS\n", mats[i].what,
-                       k == 3 ? " (2 blocks/SM)" : "", ms * 1e3, tops);
+                printf("   %-30s M = 512, tensor-core GEMM%s: %8.2f us, %5.0f TOPS\n", mats[i].what, kn[ki], ms * 1e3, tops);
                 JSON("{\"bench\":\"kernel\",\"mat\":\"%s\",\"M\":512,\"kernel\":\"mma%s\",\"us\":%.2f,\"tops\":%.1f}",
-                     mats[i].what, k == 3 ? "_minb2" : "", ms * 1e3, tops);
+                     mats[i].what, kn[ki], ms * 1e3, tops);
             }
         }
         free(w);
@@ -353,8 +360,8 @@ static void bench_prefill(ls_model *m, const char *name) {
     static const int Ns[] = {512, 2048};
     for (int ni = 0; ni < 2; ni++) {
         const int n = Ns[ni];
-        double res[3];
-        for (int fam = 0; fam < 3; fam++) { /* exact, exact with the 2-blocks-per-SM tile, fast */
+        double res[6];
+        for (int fam = 0; fam < 6; fam++) { /* exact, exact with the 2-blocks-per-SM tile, fast, k_mma2 1..3 */
             const int R = g_quick ? 2 : 4;
             double v[8];
             ls_cuda_stats st;
@@ -362,22 +369,27 @@ static void bench_prefill(ls_model *m, const char *name) {
             ls_cuda_fwd_get_opts(g, &o0);
             o = o0;
             o.mma_minblocks = fam == 1 ? 1 : 2;
+            o.mma_v2 = fam >= 3 ? fam - 2 : 0;
             ls_cuda_fwd_set_opts(g, &o);
             for (int i = 0; i < R + 1; i++) {
-                if (run_rows(g, kv, tabs, 1, sq, tok, pos, n, fam < 2, 1, logits, &st)) return;
+                if (run_rows(g, kv, tabs, 1, sq, tok, pos, n, fam != 2, 1, logits, &st)) return;
                 if (i >= 1) v[i - 1] = st.gpu_ms;
             }
             res[fam] = median(v, R);
-            if ((fam == 0 || fam == 2) && n == 512) {
+            if ((fam == 0 || fam == 2 || fam == 3) && n == 512) {
                 o.profile = 1;
                 ls_cuda_fwd_set_opts(g, &o);
                 if (run_rows(g, kv, tabs, 1, sq, tok, pos, n, fam < 2, 1, logits, &st)) return;
-                printf("   pp512 %s, profile:\n", fam ? "fast" : "exact");
+                printf("   pp512 %s, profile:\n", fam == 3 ? "exact k_mma2 1" : fam ? "fast" : "exact");
                 print_profile(g, 1);
             }
             ls_cuda_fwd_set_opts(g, &o0);
         }
         printf("   pp%-5d exact with the uncapped tile (1 block/SM): %8.2f ms (%7.0f tok/s)\n", n, res[1], n * 1e3 / res[1]);
+        for (int c = 1; c <= 3; c++) {
+            printf("   pp%-5d exact, k_mma2 configuration %d: %8.2f ms (%7.0f tok/s)\n", n, c, res[2 + c], n * 1e3 / res[2 + c]);
+            JSON("{\"bench\":\"prefill_v2\",\"model\":\"%s\",\"n\":%d,\"cfg\":%d,\"ms\":%.3f}", name, n, c, res[2 + c]);
+        }
         if (res[1] < res[0]) res[0] = res[1];
         res[1] = res[2];
         const double tops_e = 2.0 * params * n / (res[0] * 1e-3) / 1e12, tops_f = 2.0 * params * n / (res[1] * 1e-3) / 1e12;
@@ -758,6 +770,10 @@ static int probe(void) {
     printf("probe mma M=16: %.2f us\n", ms * 1e3);
     rc |= ls_cuda_test_mm_bench(LS_TYPE_Q4_0, N, K, w, 512, 3, 0, 0, 2, &ms, &gbs, &err);
     printf("probe mma M=512: %.2f us\n", ms * 1e3);
+    for (int c = 1; c <= 3; c++) {
+        rc |= ls_cuda_test_mm_bench(LS_TYPE_Q4_0, N, K, w, 512, LS_CUDA_K_MMA2 + c, 0, 0, 2, &ms, &gbs, &err);
+        printf("probe mma2 configuration %d M=512: %.2f us\n", c, ms * 1e3);
+    }
     free(w);
     return rc;
 }

@@ -143,10 +143,14 @@ static void test_matmul(void) {
             kc.scratch_bytes = sb;
             ls_matmul(&kc, wm, x, Mmax, yc);
             const bool flt = t == LS_TYPE_F32 || t == LS_TYPE_F16 || t == LS_TYPE_BF16;
-            for (int k = 0; k < (flt ? 1 : 2); k++) {
+            static const int kernels[] = {LS_CUDA_K_GEMV, LS_CUDA_K_MMA, LS_CUDA_K_MMA2 + 1, LS_CUDA_K_MMA2 + 2,
+                                          LS_CUDA_K_MMA2 + 3};
+            for (int ki = 0; ki < (flt ? 1 : 5); ki++) {
+                const int k = kernels[ki];
                 size_t diff = 0, tot = 0;
                 for (int mi = 0; mi < nM; mi++) {
                     const int M = Ms[mi];
+                    if (k > LS_CUDA_K_MMA2 && M <= 32) continue; /* the same k_mma as LS_CUDA_K_MMA */
                     if (ls_cuda_test_matmul(t, N, K, w, M, x, k, yg, &err)) {
                         printf("FAIL matmul %s: %s\n", types[ti].name, err.msg);
                         g_failed++;
@@ -156,8 +160,11 @@ static void test_matmul(void) {
                     tot += (size_t)M * N * 4;
                 }
                 char what[128];
-                snprintf(what, sizeof what, "matmul %-5s %3lld x %4lld, %s, M = 1..100", types[ti].name, (long long)N,
-                         (long long)K, flt ? "float kernel" : k ? "int8 tensor-core GEMM" : "warp-per-output");
+                char kname[48];
+                snprintf(kname, sizeof kname, "k_mma2 configuration %d, M = 33..100", k - LS_CUDA_K_MMA2);
+                snprintf(what, sizeof what, "matmul %-5s %3lld x %4lld, %s%s", types[ti].name, (long long)N,
+                         (long long)K, flt ? "float kernel" : k > LS_CUDA_K_MMA2 ? kname : k ? "int8 tensor-core GEMM" : "warp-per-output",
+                         k > LS_CUDA_K_MMA2 ? "" : ", M = 1..100");
                 report(what, diff, tot);
             }
             if (!flt && !g_quick && ls_cuda_test_matmul(t, N, K, w, 64, x, LS_CUDA_K_FAST, yg, &err) == LS_OK) {
@@ -291,18 +298,25 @@ static void test_model(const synth_cfg *c, uint64_t seed) {
     printf("model %s: %d layers, embd %d, heads %d/%d, ff %d, vocab %d; %d sequences, %zu positions; "
            "CPU references %.1f s\n",
            c->name, c->n_layer, c->n_embd, c->n_head, c->n_head_kv, c->n_ff, c->n_vocab, NSEQ, total_rows, t1 - t0);
-    static const struct { int gemv_max, graphs; const char *name; } pol[] = {
-        {8, 1, "default policy"}, {0, 0, "tensor-core GEMM for every run, no graphs"}, {64, 1, "warp kernel for every run"}};
-    for (int pi = 0; pi < (g_quick ? 1 : 3); pi++) {
-        ls_cuda_opts o;
-        ls_cuda_fwd_get_opts(g, &o);
+    static const struct { int gemv_max, graphs, v2, bmax; const char *name; } pol[] = {
+        {8, 1, 0, 32, "default policy"}, {0, 0, 0, 32, "tensor-core GEMM for every run, no graphs"},
+        {64, 1, 0, 32, "warp kernel for every run"},
+        {8, 1, 1, 64, "k_mma2 configuration 1 for runs over 32 rows"},
+        {8, 0, 3, 64, "k_mma2 configuration 3 for runs over 32 rows, no graphs"}};
+    for (int pi = 0; pi < (g_quick ? 1 : 5); pi++) {
+        ls_cuda_opts o, o0;
+        ls_cuda_fwd_get_opts(g, &o0);
+        o = o0;
         o.gemv_max_rows = pol[pi].gemv_max;
         o.graphs = pol[pi].graphs;
+        o.mma_v2 = pol[pi].v2;
         ls_cuda_fwd_set_opts(g, &o);
         size_t cmp, rows;
-        const size_t d = parity_run_mix(&fx, g, kv, seed + 17 * pi, 0.0, 32, &cmp, &rows, NULL);
+        const size_t d = parity_run_mix(&fx, g, kv, seed + 17 * pi, 0.0, pol[pi].bmax, &cmp, &rows, NULL);
+        ls_cuda_fwd_set_opts(g, &o0);
         char what[200];
-        snprintf(what, sizeof what, "%s: %zu rows in random batch mixes (B = 1..32), %s", c->name, rows, pol[pi].name);
+        snprintf(what, sizeof what, "%s: %zu rows in random batch mixes (B = 1..%d), %s", c->name, rows, pol[pi].bmax,
+                 pol[pi].name);
         report(what, d, cmp);
     }
     {

@@ -838,7 +838,8 @@ static ls_status enqueue(ls_cuda_fwd *f, ls_cuda_kv *kv, const Plan &pl, ls_err 
     const int M = pl.M, E = f->E, F = f->F, D = s->head_dim;
     const Stage sl = stage_layout(f, M);
     lsc_stream &st = f->ls;
-    st = lsc_stream(f->st, 0 /* the first kernel follows a copy */, f->opts.gemv_nw, f->opts.mma_minblocks == 2 ? 2 : 1);
+    st = lsc_stream(f->st, 0 /* the first kernel follows a copy */, f->opts.gemv_nw, f->opts.mma_minblocks == 2 ? 2 : 1,
+                    f->opts.mma_v2);
     CK(cudaMemcpyAsync(f->stage_d, f->stage_h, sl.words * 4, cudaMemcpyHostToDevice, st));
     PROF(f, "upload");
     const int pdl = f->opts.pdl && !f->opts.profile;
@@ -1216,6 +1217,14 @@ ls_status ls_cuda_test_matmul(uint32_t type, int64_t N, int64_t K, const void *w
             T_CK(cudaDeviceSynchronize());
             cudaFree(part);
         }
+        if (kernel > LS_CUDA_K_MMA2) {
+            float *part = NULL;
+            const size_t pf = (size_t)8 * M * N;
+            T_CK(cudaMalloc((void **)&part, pf * 4));
+            T_CK(lsc_mma(d.m, a, M, dy, (int)N, LSC_MODE_STORE, part, pf, lsc_stream(0, 0, 1, 1, kernel - LS_CUDA_K_MMA2)));
+            T_CK(cudaDeviceSynchronize());
+            cudaFree(part);
+        }
     }
     T_CK(cudaDeviceSynchronize());
     T_CK(cudaMemcpy(y, dy, (size_t)M * N * 4, cudaMemcpyDeviceToHost));
@@ -1279,8 +1288,8 @@ done:
 
 ls_status ls_cuda_test_mm_bench(uint32_t type, int64_t N, int64_t K, const void *w, int M, int kernel, int nw, int pdl,
                                 int reps, double *ms, double *gbs, ls_err *err) {
-    lsc_stream ls(0, 0, nw ? nw : 1, kernel == 3 ? 2 : 1);
-    if (kernel == 3) kernel = LS_CUDA_K_MMA;
+    lsc_stream ls(0, 0, nw ? nw : 1, kernel == 3 ? 2 : 1, kernel > LS_CUDA_K_MMA2 ? kernel - LS_CUDA_K_MMA2 : 0);
+    if (kernel == 3 || kernel > LS_CUDA_K_MMA2) kernel = LS_CUDA_K_MMA;
     cudaError_t e = lsc_mma_init();
     if (e != cudaSuccess) return cuda_fail(err, e, "lsc_mma_init", __LINE__);
     DMat d[16];

@@ -78,6 +78,7 @@ typedef struct {
     int profile;       /* 1: time every kernel with events (no graphs, no PDL); ls_cuda_fwd_profile */
     int mma_minblocks; /* 2 (default): the 64 x 64 tensor-core tile capped at 128 registers, two blocks
                         * per SM (spills a little; measured 12% faster); 1: uncapped, one block per SM */
+    int mma_v2;        /* runs over 32 rows take k_mma2 in configuration 1..3 (cuda_mm.cuh); 0: k_mma */
     int narrow;        /* 1: every exact run of a quantized matrix takes the one-row warp kernel, one launch
                         * per row (the "narrow pin": what a process that pinned the single-row, batch-invariant
                         * kernel for every row would run; the same bits; benchmarks; default 0) */

@@ -46,8 +46,9 @@ struct lsc_stream {
     int pdl;      /* launch with programmatic dependent launch (the launch follows a kernel) */
     int gemv_nw1; /* weight rows per warp of the one-row warp kernel (1, 2, 4) */
     int mma_minb; /* 2: the 64 x 64 GEMM tile capped at 128 registers (two blocks per SM) */
-    explicit lsc_stream(cudaStream_t s = 0, int pdl_ = 0, int nw = 1, int minb = 1)
-        : st(s), pdl(pdl_), gemv_nw1(nw), mma_minb(minb) {}
+    int mma_v2;   /* runs over 32 rows: 0 k_mma, 1..3 a k_mma2 configuration (cuda_mm.cuh) */
+    explicit lsc_stream(cudaStream_t s = 0, int pdl_ = 0, int nw = 1, int minb = 1, int v2 = 0)
+        : st(s), pdl(pdl_), gemv_nw1(nw), mma_minb(minb), mma_v2(v2) {}
     operator cudaStream_t() const { return st; }
 };
 

@@ -604,10 +604,305 @@ cudaError_t init_mma() {
                                 MmaSmem<T, BM, BN>::BYTES);
 }
 
+/* ---- k_mma2: the same recipe and K order as k_mma, laid out for more outputs per thread ----
+ * - the tree's pending nodes (Tr) live in shared memory, each thread's own slots (written
+ *   once per pair of groups, so rarely), so a thread can hold 32 outputs' running sums;
+ * - activation fragments come from ldmatrix;
+ * - for the types whose contribution converts lo + hi with the 2^23 + 2^22 trick
+ *   (lsc_i2f_small), the mma's accumulator input is that bias: the tensor core adds it
+ *   exactly (|isum| < 2^22), and the conversion is one subtraction.
+ * Bits: identical to k_mma's (the same operations on the same values per output). */
+template <int T> struct Biased {
+    static constexpr bool on = T == LSC_Q4_0 || T == LSC_Q4_1 || T == LSC_Q5_0 || T == LSC_Q5_1 || T == LSC_Q8_0 ||
+                               T == LSC_MXFP4;
+};
+__device__ __forceinline__ void mma_k32c(uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1,
+                                         int32_t cin, int32_t c[4]) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%10,%10,%10,%10};\n"
+                 : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(cin));
+}
+__device__ __forceinline__ void ldsm_x4(const void *p, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(a));
+}
+
+template <int T, int MT, int WM, int NT, int WN, int MINB>
+__global__ void __launch_bounds__(32 * WM * WN, MINB) k_mma2(const lsc_mat w, const int8_t *__restrict__ xq,
+                                                       const float2 *__restrict__ dxs, int xs, int rows,
+                                                       float *__restrict__ y, int ldy, int mode,
+                                                       float *__restrict__ part) {
+    constexpr int BM = 16 * MT * WM, BN = 8 * NT * WN, NTHR = 32 * WM * WN, NO = MT * NT * 4;
+    using L = MmaSmem<T, BM, BN>;
+    extern __shared__ __align__(16) uint8_t smem[];
+    float *trs = (float *)(smem + L::BYTES); /* [level 0..3][output NO][thread] */
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, grp = lane >> 2, t4 = lane & 3;
+    const int wm = warp / WN, wn = warp % WN;
+    const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
+    const int nb = w.nb, nbp = w.nbp;
+    const int pps = 16 / (int)gridDim.z, p0 = (int)blockIdx.z * pps, p1 = p0 + pps;
+    lsc_pdl_trigger();
+    lsc_pdl_wait();
+
+    int ns = 0;
+    for (int p = p0; p < p1; p++) ns += pair_stages(nb, p);
+
+    auto load = [&](int lp, int li, int buf) {
+        uint8_t *st = smem + buf * L::STG;
+        const int b0 = 2 * lp + 32 * li;
+        for (int c = tid; c < BM * 5; c += NTHR) {
+            const int row = c / 5, pt = c % 5;
+            const int mr = m0 + row < rows ? m0 + row : rows - 1;
+            if (pt < 4)
+                cp16(st + L::OFF_A + row * L::AS + pt * 16, xq + ((size_t)mr * xs + b0) * 32 + pt * 16);
+            else
+                cp16(st + L::OFF_D + row * 16, dxs + (size_t)mr * xs + b0);
+        }
+        constexpr int CC = QT<T>::CB / 8;
+        for (int c = tid; c < BN * CC; c += NTHR) {
+            const int col = c / CC, pt = c % CC;
+            const int nr = n0 + col < w.N ? n0 + col : w.N - 1;
+            cp16(st + L::OFF_B + col * L::BS + pt * 16, w.codes + ((size_t)nr * nbp + b0) * QT<T>::CB + pt * 16);
+        }
+        for (int col = tid; col < BN; col += NTHR) {
+            const int nr = n0 + col < w.N ? n0 + col : w.N - 1;
+            const size_t ub = (size_t)nr * nbp + b0;
+            if (QT<T>::HB == 4) cp8(st + L::OFF_H + col * L::HS, w.hi + ub * 4);
+            if (QT<T>::HB == 8) cp16(st + L::OFF_H + col * L::HS, w.hi + ub * 8);
+            if (QT<T>::SCB == 2)
+                cp4(st + L::OFF_S + col * L::SS, w.sc + ub * 2);
+            else
+                cp8(st + L::OFF_S + col * L::SS, w.sc + ub * 4);
+            if (QT<T>::SBB) cp4(st + L::OFF_SB + col * 4, w.sb + ((size_t)nr * (nbp / 8) + b0 / 8) * 4);
+        }
+    };
+
+    float S[2][MT][NT][4];
+#pragma unroll
+    for (int u = 0; u < 2; u++)
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) S[u][mt][nt][e] = 0.0f;
+    auto tr = [&](int lvl, int o) -> float & { return trs[(lvl * NO + o) * NTHR + tid]; };
+
+    /* pair p's node joins the tree (k_mma's binary counter, its pending nodes in shared memory) */
+    auto push = [&](int p) {
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int o = (mt * NT + nt) * 4 + e;
+                    float v = lsc_add(S[0][mt][nt][e], S[1][mt][nt][e]);
+                    S[0][mt][nt][e] = 0.0f;
+                    S[1][mt][nt][e] = 0.0f;
+                    if (!(p & 1)) {
+                        tr(0, o) = v;
+                        continue;
+                    }
+                    v = lsc_add(tr(0, o), v);
+                    if (!(p & 2)) {
+                        tr(1, o) = v;
+                        continue;
+                    }
+                    v = lsc_add(tr(1, o), v);
+                    if (!(p & 4)) {
+                        tr(2, o) = v;
+                        continue;
+                    }
+                    v = lsc_add(tr(2, o), v);
+                    if (!(p & 8)) {
+                        tr(3, o) = v;
+                        continue;
+                    }
+                    tr(3, o) = lsc_add(tr(3, o), v);
+                }
+    };
+
+    int lp = p0, li = 0;
+#pragma unroll
+    for (int s = 0; s < LSC_STAGES - 1; s++) {
+        if (s < ns) {
+            load(lp, li, s);
+            if (++li == pair_stages(nb, lp)) { lp++; li = 0; }
+        }
+        cp_commit();
+    }
+    int cp = p0, ci = 0;
+    for (int it = 0; it < ns; it++) {
+        cp_wait<LSC_STAGES - 2>();
+        __syncthreads();
+        if (it + LSC_STAGES - 1 < ns) {
+            load(lp, li, (it + LSC_STAGES - 1) % LSC_STAGES);
+            if (++li == pair_stages(nb, lp)) { lp++; li = 0; }
+        }
+        cp_commit();
+        const uint8_t *st = smem + (it % LSC_STAGES) * L::STG;
+        const int b0 = 2 * cp + 32 * ci;
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            if (b0 + u >= nb) break;
+            uint32_t af[MT][4];
+            float2 ds[MT][2];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                const int r0 = wm * MT * 16 + mt * 16;
+                /* ldmatrix x4: matrices (rows 0-7, bytes 0-15), (8-15, 0-15), (0-7, 16-31), (8-15, 16-31) */
+                const uint8_t *ap = st + L::OFF_A + (r0 + (lane & 7) + ((lane >> 3) & 1) * 8) * L::AS + u * 32 +
+                                    (lane >> 4) * 16;
+                ldsm_x4(ap, af[mt][0], af[mt][1], af[mt][2], af[mt][3]);
+                ds[mt][0] = *(const float2 *)(st + L::OFF_D + (r0 + grp) * 16 + u * 8);
+                ds[mt][1] = *(const float2 *)(st + L::OFF_D + (r0 + grp + 8) * 16 + u * 8);
+            }
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                const int cb = wn * NT * 8 + nt * 8;
+                uint32_t blo, bhi;
+                if (T == LSC_Q8_0) {
+                    const uint8_t *B = st + L::OFF_B + (cb + grp) * L::BS + u * 32 + 4 * t4;
+                    blo = *(const uint32_t *)B;
+                    bhi = *(const uint32_t *)(B + 16);
+                } else {
+                    const uint32_t c = *(const uint32_t *)(st + L::OFF_B + (cb + grp) * L::BS + u * 16 + 4 * t4);
+                    uint32_t h0 = 0, h1 = 0;
+                    if (QT<T>::HB == 4) h0 = *(const uint32_t *)(st + L::OFF_H + (cb + grp) * L::HS + u * 4);
+                    if (QT<T>::HB == 8) {
+                        h0 = *(const uint32_t *)(st + L::OFF_H + (cb + grp) * L::HS + u * 8);
+                        h1 = *(const uint32_t *)(st + L::OFF_H + (cb + grp) * L::HS + u * 8 + 4);
+                    }
+                    lsc_expand(T, c, h0, h1, t4, &blo, &bhi);
+                }
+                lsc_unit fu[2];
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int col = cb + 2 * t4 + e;
+                    uint32_t scv = QT<T>::SCB == 4 ? *(const uint32_t *)(st + L::OFF_S + col * L::SS + u * 4)
+                                                   : *(const uint16_t *)(st + L::OFF_S + col * L::SS + u * 2);
+                    uint32_t sbv = QT<T>::SBB ? *(const uint32_t *)(st + L::OFF_SB + col * 4) : 0u;
+                    lsc_fields(T, scv, sbv, &fu[e]);
+                }
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    int32_t lo[4], hi[4] = {0, 0, 0, 0};
+                    if (T == LSC_Q6_K) {
+                        mma_k16(af[mt][0], af[mt][1], blo, lo);
+                        mma_k16(af[mt][2], af[mt][3], bhi, hi);
+                    } else if (Biased<T>::on) {
+                        mma_k32c(af[mt][0], af[mt][1], af[mt][2], af[mt][3], blo, bhi, 0x4B400000, lo);
+                    } else {
+                        mma_k32(af[mt][0], af[mt][1], af[mt][2], af[mt][3], blo, bhi, lo);
+                    }
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const float2 d = ds[mt][e >> 1];
+                        const lsc_unit &f = fu[e & 1];
+                        float c;
+                        if (Biased<T>::on) { /* lsc_contrib with lsc_i2f_small(lo) = bits(lo + bias) - bias */
+                            const float v = lsc_sub(lsc_bits2f((uint32_t)lo[e]), 12582912.0f);
+                            c = (T == LSC_Q4_1 || T == LSC_Q5_1) ? lsc_fma(lsc_mul(f.d, d.x), v, lsc_mul(f.m, d.y))
+                                                                 : lsc_mul(lsc_mul(f.d, d.x), v);
+                        } else {
+                            c = lsc_contrib(T, &f, lo[e], hi[e], d.x, d.y);
+                        }
+                        S[u][mt][nt][e] = lsc_add(S[u][mt][nt][e], c);
+                    }
+                }
+            }
+        }
+        if (++ci == pair_stages(nb, cp)) {
+            push(cp - p0);
+            cp++;
+            ci = 0;
+        }
+    }
+    for (; cp < p1; cp++) push(cp - p0);
+    cp_wait<0>();
+
+    const int lvl = pps >= 8 ? 3 : pps == 4 ? 2 : pps == 2 ? 1 : 0; /* where this block's (sub)tree root is */
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) S[0][mt][nt][e] = tr(lvl, (mt * NT + nt) * 4 + e);
+    if (gridDim.z > 1) {
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int r = m0 + wm * MT * 16 + mt * 16 + grp + 8 * (e >> 1);
+                    const int n = n0 + wn * NT * 8 + nt * 8 + 2 * t4 + (e & 1);
+                    if (r < rows && n < w.N) part[((size_t)blockIdx.z * rows + r) * w.N + n] = S[0][mt][nt][e];
+                }
+        return;
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int r = m0 + wm * MT * 16 + mt * 16 + grp + 8 * (e >> 1);
+                const int n = n0 + wn * NT * 8 + nt * 8 + 2 * t4 + (e & 1);
+                if (r >= rows) continue;
+                if (lsc_gated(mode)) {
+                    if (nt & 1) continue;
+                    const int o = LSC_GU_CHUNK * (n / (2 * LSC_GU_CHUNK)) + n % (2 * LSC_GU_CHUNK);
+                    if (o < w.N / 2) y[(size_t)r * ldy + o] = lsc_glu(mode == LSC_MODE_GEGLU, S[0][mt][nt][e], S[0][mt][nt + 1][e]);
+                } else if (n < w.N) {
+                    float *yp = y + (size_t)r * ldy + n;
+                    *yp = mode == LSC_MODE_ADD ? lsc_add(*yp, S[0][mt][nt][e]) : S[0][mt][nt][e];
+                }
+            }
+}
+
+template <int T, int MT, int WM, int NT, int WN, int MINB>
+constexpr size_t mma2_smem() {
+    return (size_t)MmaSmem<T, 16 * MT * WM, 8 * NT * WN>::BYTES + (size_t)4 * (MT * NT * 4) * (32 * WM * WN) * 4;
+}
+template <int T, int MT, int WM, int NT, int WN, int MINB>
+cudaError_t launch_mma2(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy, int mode, float *part,
+                        size_t part_floats, lsc_stream s) {
+    constexpr int BM = 16 * MT * WM, BN = 8 * NT * WN;
+    const int gx = (w.N + BN - 1) / BN, gy = (rows + BM - 1) / BM;
+    int split = 1;
+    while (split < 8 && gx * gy * split < 264 && (size_t)(2 * split) * rows * w.N <= part_floats && part)
+        split *= 2;
+    cudaError_t e = lsc_launch(k_mma2<T, MT, WM, NT, WN, MINB>, dim3(gx, gy, split), dim3(32 * WM * WN),
+                               mma2_smem<T, MT, WM, NT, WN, MINB>(), s, w, a.q, a.dxs, a.xs, rows, y, ldy, mode, part);
+    if (e != cudaSuccess || split == 1) return e;
+    const int n_out = lsc_gated(mode) ? w.N / 2 : w.N;
+    return lsc_launch(k_combine, dim3((n_out + 255) / 256, rows), dim3(256), 0, s, (const float *)part, split, rows, w.N,
+                      y, ldy, mode);
+}
+template <int T, int MT, int WM, int NT, int WN, int MINB>
+cudaError_t init_mma2() {
+    return cudaFuncSetAttribute(k_mma2<T, MT, WM, NT, WN, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                (int)mma2_smem<T, MT, WM, NT, WN, MINB>());
+}
+/* the k_mma2 configurations (lsc_stream.mma_v2): 1: 64 x 128 tile, 8 warps of 32 x 32, one
+ * block per SM; 2: 64 x 64, 8 warps of 32 x 16, two blocks; 3: 128 x 64, 8 warps of 64 x 16 */
+#define LSC_MMA2_CFGS(X) X(1, 2, 2, 4, 4, 1) X(2, 2, 2, 2, 4, 2) X(3, 4, 2, 2, 4, 1)
+
 /* configurations by run length: 16 x 64, 32 x 64, 64 x 64 tiles */
 template <int T>
 cudaError_t mma_t(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy, int mode, float *part, size_t pf,
                   lsc_stream s) {
+    if (rows > 32 && s.mma_v2) {
+#define X(id, MT, WM, NT, WN, MB) \
+        if (s.mma_v2 == id) return launch_mma2<T, MT, WM, NT, WN, MB>(w, a, rows, y, ldy, mode, part, pf, s);
+        LSC_MMA2_CFGS(X)
+#undef X
+    }
     if (rows <= 16) return launch_mma<T, 1, 1, 2, 4>(w, a, rows, y, ldy, mode, part, pf, s);
     if (rows <= 32) return launch_mma<T, 2, 1, 2, 4>(w, a, rows, y, ldy, mode, part, pf, s);
     if (s.mma_minb == 2) return launch_mma<T, 2, 2, 2, 4, 2>(w, a, rows, y, ldy, mode, part, pf, s);
@@ -664,6 +959,10 @@ cudaError_t mma_init_t() {
     if ((e = init_mma<T, 1, 1, 2, 4>()) != cudaSuccess) return e;
     if ((e = init_mma<T, 2, 1, 2, 4>()) != cudaSuccess) return e;
     if ((e = init_mma<T, 2, 2, 2, 4, 2>()) != cudaSuccess) return e;
+#define X(id, MT, WM, NT, WN, MB) \
+    if ((e = init_mma2<T, MT, WM, NT, WN, MB>()) != cudaSuccess) return e;
+    LSC_MMA2_CFGS(X)
+#undef X
     return init_mma<T, 2, 2, 2, 4>();
 }
 

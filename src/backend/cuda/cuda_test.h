@@ -11,6 +11,9 @@ extern "C" {
 #endif
 
 enum { LS_CUDA_K_GEMV = 0, LS_CUDA_K_MMA = 1, LS_CUDA_K_FAST = 2 };
+/* kernel LS_CUDA_K_MMA2 + c (c = 1..3): the tensor-core GEMM in k_mma2's configuration c for
+ * runs over 32 rows (shorter runs take k_mma as always) */
+enum { LS_CUDA_K_MMA2 = 10 };
 /* y (M x N) = x (M x K) . W^T on the GPU through one kernel family: W is N ggml rows of
  * `type`; quantized types quantize x on the GPU first.  Float types always run their one
  * exact kernel. */
