@@ -352,7 +352,7 @@ static void bench_prefill(ls_model *m, const char *name) {
         tok[i] = (int32_t)(synth_next(&rs) % (uint64_t)V);
         pos[i] = i;
     }
-    float *logits = malloc((size_t)V * 4);
+    float *logits = malloc((size_t)V * 4), *ref = malloc((size_t)V * 4);
     /* matmul operations per token: 2 x (parameters of the matrices run) */
     const double E = hp->n_embd, D = hp->head_dim, F = hp->n_ff;
     const double params = hp->n_layer * (E * hp->n_head * D * 2 + E * hp->n_head_kv * D * 2 + 3 * E * F);
@@ -360,8 +360,9 @@ static void bench_prefill(ls_model *m, const char *name) {
     static const int Ns[] = {512, 2048};
     for (int ni = 0; ni < 2; ni++) {
         const int n = Ns[ni];
-        double res[6];
-        for (int fam = 0; fam < 6; fam++) { /* exact, exact with the 2-blocks-per-SM tile, fast, k_mma2 1..3 */
+        double res[8];
+        for (int fam = 0; fam < 8; fam++) { /* exact, exact with the 2-blocks-per-SM tile, fast, k_mma2 1..3,
+                                             * exact + k_attn3, fast + k_attn3 */
             const int R = g_quick ? 2 : 4;
             double v[8];
             ls_cuda_stats st;
@@ -369,18 +370,23 @@ static void bench_prefill(ls_model *m, const char *name) {
             ls_cuda_fwd_get_opts(g, &o0);
             o = o0;
             o.mma_minblocks = fam == 1 ? 1 : 2;
-            o.mma_v2 = fam >= 3 ? fam - 2 : 0;
+            o.mma_v2 = fam >= 3 && fam <= 5 ? fam - 2 : 0;
+            o.attn_mr = fam >= 6;
             ls_cuda_fwd_set_opts(g, &o);
             for (int i = 0; i < R + 1; i++) {
-                if (run_rows(g, kv, tabs, 1, sq, tok, pos, n, fam != 2, 1, logits, &st)) return;
+                if (run_rows(g, kv, tabs, 1, sq, tok, pos, n, fam != 2 && fam != 7, 1, logits, &st)) return;
                 if (i >= 1) v[i - 1] = st.gpu_ms;
             }
             res[fam] = median(v, R);
-            if ((fam == 0 || fam == 2 || fam == 3) && n == 512) {
+            if (fam == 0) memcpy(ref, logits, (size_t)V * 4);
+            else if (fam != 2 && fam != 7) /* every exact variant: the same bits as the first */
+                printf("   pp%-5d variant %d: last row's logits %s the default exact kernels'\n", n, fam,
+                       memcmp(ref, logits, (size_t)V * 4) ? "DIFFER FROM" : "byte-identical to");
+            if ((fam == 0 || fam == 2 || fam == 3 || fam == 6) && n == 512) {
                 o.profile = 1;
                 ls_cuda_fwd_set_opts(g, &o);
-                if (run_rows(g, kv, tabs, 1, sq, tok, pos, n, fam < 2, 1, logits, &st)) return;
-                printf("   pp512 %s, profile:\n", fam == 3 ? "exact k_mma2 1" : fam ? "fast" : "exact");
+                if (run_rows(g, kv, tabs, 1, sq, tok, pos, n, fam != 2 && fam != 7, 1, logits, &st)) return;
+                printf("   pp512 %s, profile:\n", fam == 6 ? "exact + k_attn3" : fam == 3 ? "exact k_mma2 1" : fam ? "fast" : "exact");
                 print_profile(g, 1);
             }
             ls_cuda_fwd_set_opts(g, &o0);
@@ -390,6 +396,9 @@ static void bench_prefill(ls_model *m, const char *name) {
             printf("   pp%-5d exact, k_mma2 configuration %d: %8.2f ms (%7.0f tok/s)\n", n, c, res[2 + c], n * 1e3 / res[2 + c]);
             JSON("{\"bench\":\"prefill_v2\",\"model\":\"%s\",\"n\":%d,\"cfg\":%d,\"ms\":%.3f}", name, n, c, res[2 + c]);
         }
+        printf("   pp%-5d exact + k_attn3: %8.2f ms (%7.0f tok/s)   fast + k_attn3: %8.2f ms (%7.0f tok/s)\n", n, res[6],
+               n * 1e3 / res[6], res[7], n * 1e3 / res[7]);
+        JSON("{\"bench\":\"prefill_attn3\",\"model\":\"%s\",\"n\":%d,\"exact_ms\":%.3f,\"fast_ms\":%.3f}", name, n, res[6], res[7]);
         if (res[1] < res[0]) res[0] = res[1];
         res[1] = res[2];
         const double tops_e = 2.0 * params * n / (res[0] * 1e-3) / 1e12, tops_f = 2.0 * params * n / (res[1] * 1e-3) / 1e12;
@@ -404,6 +413,7 @@ static void bench_prefill(ls_model *m, const char *name) {
     free(tok);
     free(pos);
     free(sq);
+    free(ref);
     free(logits);
     ls_cuda_kv_free(kv);
     ls_cuda_fwd_free(g);

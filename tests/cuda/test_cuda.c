@@ -298,18 +298,20 @@ static void test_model(const synth_cfg *c, uint64_t seed) {
     printf("model %s: %d layers, embd %d, heads %d/%d, ff %d, vocab %d; %d sequences, %zu positions; "
            "CPU references %.1f s\n",
            c->name, c->n_layer, c->n_embd, c->n_head, c->n_head_kv, c->n_ff, c->n_vocab, NSEQ, total_rows, t1 - t0);
-    static const struct { int gemv_max, graphs, v2, bmax; const char *name; } pol[] = {
-        {8, 1, 0, 32, "default policy"}, {0, 0, 0, 32, "tensor-core GEMM for every run, no graphs"},
-        {64, 1, 0, 32, "warp kernel for every run"},
-        {8, 1, 1, 64, "k_mma2 configuration 1 for runs over 32 rows"},
-        {8, 0, 3, 64, "k_mma2 configuration 3 for runs over 32 rows, no graphs"}};
-    for (int pi = 0; pi < (g_quick ? 1 : 5); pi++) {
+    static const struct { int gemv_max, graphs, v2, bmax, amr; const char *name; } pol[] = {
+        {8, 1, 0, 32, 0, "default policy"}, {0, 0, 0, 32, 0, "tensor-core GEMM for every run, no graphs"},
+        {64, 1, 0, 32, 0, "warp kernel for every run"},
+        {8, 1, 1, 64, 2, "k_mma2 configuration 1 for runs over 32 rows, k_attn3 for batches of 16+ rows"},
+        {8, 0, 3, 64, 2, "k_mma2 configuration 3, k_attn3, no graphs"},
+        {8, 0, 2, 64, 1, "k_mma2 configuration 2, k_attn3 where 8+ rows a sequence, no graphs"}};
+    for (int pi = 0; pi < (g_quick ? 1 : 6); pi++) {
         ls_cuda_opts o, o0;
         ls_cuda_fwd_get_opts(g, &o0);
         o = o0;
         o.gemv_max_rows = pol[pi].gemv_max;
         o.graphs = pol[pi].graphs;
         o.mma_v2 = pol[pi].v2;
+        o.attn_mr = pol[pi].amr;
         ls_cuda_fwd_set_opts(g, &o);
         size_t cmp, rows;
         const size_t d = parity_run_mix(&fx, g, kv, seed + 17 * pi, 0.0, pol[pi].bmax, &cmp, &rows, NULL);

@@ -767,6 +767,7 @@ struct Plan {
     std::vector<Run> rows, head; /* runs of consecutive rows (gathered head rows) of one family */
     uint64_t rows_fast, rows_exact; /* the rows each family was asked for (before runs merge) */
     int max_keys;
+    int attn_mr; /* k_attn3 may serve this batch's attention */
     bool hidden;
     bool blas_used;
 };
@@ -839,7 +840,7 @@ static ls_status enqueue(ls_cuda_fwd *f, ls_cuda_kv *kv, const Plan &pl, ls_err 
     const Stage sl = stage_layout(f, M);
     lsc_stream &st = f->ls;
     st = lsc_stream(f->st, 0 /* the first kernel follows a copy */, f->opts.gemv_nw, f->opts.mma_minblocks == 2 ? 2 : 1,
-                    f->opts.mma_v2);
+                    f->opts.mma_v2, pl.attn_mr);
     CK(cudaMemcpyAsync(f->stage_d, f->stage_h, sl.words * 4, cudaMemcpyHostToDevice, st));
     PROF(f, "upload");
     const int pdl = f->opts.pdl && !f->opts.profile;
@@ -1037,6 +1038,11 @@ ls_status ls_cuda_fwd_run(ls_cuda_fwd *f, ls_cuda_kv *kv, const ls_batch *b, flo
         }
     }
     for (const Run &r : pl.rows) (r.fast ? pl.rows_fast : pl.rows_exact) += (uint64_t)r.n;
+    {
+        int segs = b->n > 0;
+        for (int32_t r = 1; r < b->n; r++) segs += b->seq[r] != b->seq[r - 1];
+        pl.attn_mr = b->n >= 16 && ((f->opts.attn_mr == 1 && b->n >= 8 * segs) || f->opts.attn_mr == 2);
+    }
     /* A fast run that cuBLAS would not take (under fast_min_rows, or no cuBLAS) runs the exact
      * kernels anyway: it joins its exact neighbours, so a verify block beside a few classic rows
      * is one run (one launch per matrix), not two (bench_cuda's mixed section measured the split
@@ -1075,7 +1081,9 @@ ls_status ls_cuda_fwd_run(ls_cuda_fwd *f, ls_cuda_kv *kv, const ls_batch *b, flo
     cudaError_t e;
     if ((e = cudaEventRecord(f->ev0, f->st)) != cudaSuccess) return cuda_fail(err, e, "cudaEventRecord", __LINE__);
     if (use_graph) {
-        const uint64_t key[5] = {(uint64_t)b->n | (uint64_t)pl.n_out << 16 | (uint64_t)pl.max_keys << 32, fast_mask,
+        const uint64_t key[5] = {(uint64_t)b->n | (uint64_t)pl.n_out << 16 | (uint64_t)pl.max_keys << 32 |
+                                     (uint64_t)pl.attn_mr << 63,
+                                 fast_mask,
                                  out_mask, (uint64_t)(uintptr_t)kv, (uint64_t)(uintptr_t)kv->d};
         rs = run_graph(f, kv, pl, key, err);
     } else {

@@ -79,6 +79,9 @@ typedef struct {
     int mma_minblocks; /* 2 (default): the 64 x 64 tensor-core tile capped at 128 registers, two blocks
                         * per SM (spills a little; measured 12% faster); 1: uncapped, one block per SM */
     int mma_v2;        /* runs over 32 rows take k_mma2 in configuration 1..3 (cuda_mm.cuh); 0: k_mma */
+    int attn_mr;       /* 1: a batch of at least 16 rows that averages 8 or more rows per sequence runs
+                        * attention with k_attn3 (cuda_ops.cu), rows of one sequence sharing each K/V chunk;
+                        * 2: every batch of at least 16 rows does (tests) */
     int narrow;        /* 1: every exact run of a quantized matrix takes the one-row warp kernel, one launch
                         * per row (the "narrow pin": what a process that pinned the single-row, batch-invariant
                         * kernel for every row would run; the same bits; benchmarks; default 0) */

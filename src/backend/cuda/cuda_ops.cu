@@ -521,6 +521,255 @@ __global__ void k_attn2(const float *__restrict__ qkv, int ldq, int n_head, int 
     }
 }
 
+/* ---- attention for many rows of one sequence (prefill) ----------------------------------
+ * k_attn3: one block per (group of up to A3_QB rows, kv head).  Rows of the group that share
+ * a table (a run of one sequence) share every K and V chunk the block streams through shared
+ * memory, so a chunk is read once for up to A3_QB rows instead of once per row.  Two passes
+ * over the keys: the first computes the scores for the max; the second computes them again
+ * (the same operations: the same bits), then p = ls_expf(s - mx), the sums in chunks of 64
+ * keys in order, and each (row, head, dim)'s fma chain over the keys in order.  The recipe is
+ * k_attn's, value for value; only the schedule differs.  Used for window == 0, D % 16 == 0,
+ * 512 % D == 0 (lsc_attention decides). */
+#define A3_QB 16
+#define A3_CH 32 /* keys per streamed chunk (a recipe sum chunk of 64 is two of them) */
+#define A3_THR 512
+#define A3_MAXC 16 /* (row, head) chains per thread in the PV step: qb * nq <= A3_MAXC * (A3_THR / D) */
+
+struct A3Layout {
+    int DP, CHP;                       /* padded row strides (floats) */
+    size_t qs, kr, vr, pc, sx, total; /* offsets (floats) */
+};
+__host__ __device__ inline A3Layout a3_layout(int nq, int D) {
+    A3Layout a;
+    a.DP = D + 4;
+    a.CHP = A3_CH + 4;
+    const size_t nih = (size_t)A3_QB * nq;
+    a.qs = 0;
+    a.kr = a.qs + nih * a.DP;
+    a.vr = a.kr + 2 * (size_t)A3_CH * a.DP;
+    a.pc = a.vr + 2 * (size_t)A3_CH * a.DP;
+    a.sx = a.pc + nih * a.CHP; /* mx, s0, inv: 3 x nih */
+    a.total = a.sx + 3 * nih;
+    return a;
+}
+
+/* keys j0..j0+n-1 of one head's store (rows of D floats) into dst rows of stride DP */
+__device__ __forceinline__ void a3_load(float *dst, const float *b, const int32_t *table, size_t bf, int D, int DP,
+                                        int j0, int n) {
+    const int per = D / 4;
+    for (int t = threadIdx.x; t < n * per; t += blockDim.x) {
+        const int jj = t / per, q = t % per, j = j0 + jj;
+        att_cp16(dst + (size_t)jj * DP + 4 * q, b + (size_t)table[j >> 4] * bf + (size_t)(j & 15) * D + 4 * q);
+    }
+}
+
+__global__ void __launch_bounds__(A3_THR, 1) k_attn3(const float *__restrict__ qkv, int ldq, int rows, int qb, int n_head,
+                                                      int n_kv, int D, float scale, lsc_kvargs kv,
+                                                      float *__restrict__ out) {
+    extern __shared__ __align__(16) float sm[];
+    lsc_pdl_trigger();
+    lsc_pdl_wait();
+    const int kvh = blockIdx.y, nq = n_head / n_kv, tid = threadIdx.x;
+    const A3Layout L = a3_layout(nq, D);
+    const int DP = L.DP, CHP = L.CHP;
+    float *qs = sm + L.qs, *kr = sm + L.kr, *vr = sm + L.vr, *pc = sm + L.pc, *mx = sm + L.sx;
+    float *s0 = mx + A3_QB * nq, *sinv = s0 + A3_QB * nq;
+    const size_t bf = kv.block_floats, KVD = (size_t)n_kv * D;
+    const float *kb = kv.kv + kv.layer_off + (size_t)kvh * 16 * D, *vb = kb + 16 * KVD;
+    const int rA = blockIdx.x * qb, rE = rA + qb < rows ? rA + qb : rows;
+    const int G = A3_THR / D; /* PV: thread (dim tid % D, chains tid / D, + G, + 2G, ...) */
+    const int pd = tid % D, pg = tid / D;
+
+    for (int ra = rA; ra < rE;) {
+        /* the segment ra..rb-1: consecutive rows with one table */
+        const int to = kv.tbl_off[ra];
+        int rb = ra + 1, pmax = kv.pos[ra];
+        while (rb < rE && kv.tbl_off[rb] == to) {
+            pmax = kv.pos[rb] > pmax ? kv.pos[rb] : pmax;
+            rb++;
+        }
+        const int nr = rb - ra, nih = nr * nq, nkmax = pmax + 1, nchunk = (nkmax + A3_CH - 1) / A3_CH;
+        const int32_t *table = kv.tbl + to;
+        __syncthreads(); /* the previous segment is done with the buffers */
+        for (int i = tid; i < nih * D; i += A3_THR) {
+            const int ih = i / D, d = i % D, r = ra + ih / nq, h = ih % nq;
+            qs[(size_t)ih * DP + d] = qkv[(size_t)r * ldq + (size_t)(kvh * nq + h) * D + d];
+        }
+        /* scores of chunk c (keys c*CH ..) for tasks (key jj = tid % CH, heads 2g, 2g+1): into pc */
+        auto scores = [&](const float *kc, int c) {
+            const int jj = tid % A3_CH, j = c * A3_CH + jj;
+            for (int g = tid / A3_CH; 2 * g < nih; g += A3_THR / A3_CH) {
+                float acc[2][16];
+#pragma unroll
+                for (int m = 0; m < 2; m++)
+#pragma unroll
+                    for (int l = 0; l < 16; l++) acc[m][l] = 0.0f;
+                const float *krow = kc + (size_t)jj * DP;
+                const int ih0 = 2 * g, ih1 = 2 * g + 1 < nih ? 2 * g + 1 : nih - 1;
+                for (int d0 = 0; d0 < D; d0 += 16) {
+                    float4 k4[4];
+#pragma unroll
+                    for (int i = 0; i < 4; i++) k4[i] = *(const float4 *)(krow + d0 + 4 * i);
+#pragma unroll
+                    for (int m = 0; m < 2; m++) {
+                        const float *qh = qs + (size_t)(m ? ih1 : ih0) * DP + d0;
+#pragma unroll
+                        for (int i = 0; i < 4; i++) {
+                            const float4 q4 = *(const float4 *)(qh + 4 * i);
+                            acc[m][4 * i + 0] = lsc_fma(q4.x, k4[i].x, acc[m][4 * i + 0]);
+                            acc[m][4 * i + 1] = lsc_fma(q4.y, k4[i].y, acc[m][4 * i + 1]);
+                            acc[m][4 * i + 2] = lsc_fma(q4.z, k4[i].z, acc[m][4 * i + 2]);
+                            acc[m][4 * i + 3] = lsc_fma(q4.w, k4[i].w, acc[m][4 * i + 3]);
+                        }
+                    }
+                }
+#pragma unroll
+                for (int m = 0; m < 2; m++) {
+                    const int ih = 2 * g + m;
+#pragma unroll
+                    for (int n = 16; n > 1; n /= 2)
+#pragma unroll
+                        for (int i = 0; i < n / 2; i++) acc[m][i] = lsc_add(acc[m][2 * i], acc[m][2 * i + 1]);
+                    if (ih < nih && j <= kv.pos[ra + ih / nq]) pc[(size_t)ih * CHP + jj] = lsc_mul(acc[m][0], scale);
+                }
+            }
+        };
+        /* pass 1: the max of each (row, head)'s scores, from s_0 (as k_attn) */
+        a3_load(kr, kb, table, bf, D, DP, 0, nkmax < A3_CH ? nkmax : A3_CH);
+        att_commit();
+        for (int c = 0; c < nchunk; c++) {
+            asm volatile("cp.async.wait_group 0;\n" ::);
+            __syncthreads();
+            if (c + 1 < nchunk) {
+                const int j1 = (c + 1) * A3_CH;
+                a3_load(kr + (size_t)((c + 1) & 1) * A3_CH * DP, kb, table, bf, D, DP, j1,
+                        nkmax - j1 < A3_CH ? nkmax - j1 : A3_CH);
+            }
+            att_commit();
+            scores(kr + (size_t)(c & 1) * A3_CH * DP, c);
+            __syncthreads();
+            /* 8 threads per (row, head), 4 keys each, then xor 1, 2, 4 (a max: any order, from s_0) */
+            if (c == 0) {
+                for (int ih = tid; ih < nih; ih += A3_THR) s0[ih] = pc[(size_t)ih * CHP]; /* key 0: every row has it */
+                __syncthreads();
+            }
+            for (int t0 = 0; t0 < nih * 8; t0 += A3_THR) {
+                const int t = t0 + tid, ih = t / 8 < nih ? t / 8 : nih - 1, k = t % 8;
+                const int lim = kv.pos[ra + ih / nq] + 1 - c * A3_CH;
+                float m = s0[ih];
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    const int jj = 4 * k + q;
+                    if (jj < lim) {
+                        const float v = pc[(size_t)ih * CHP + jj];
+                        m = v > m ? v : m;
+                    }
+                }
+#pragma unroll
+                for (int off = 1; off <= 4; off <<= 1) {
+                    const float o = __shfl_xor_sync(FULL, m, off);
+                    m = o > m ? o : m;
+                }
+                if (t < nih * 8 && k == 0) {
+                    const float cur = c == 0 ? s0[ih] : mx[ih];
+                    mx[ih] = m > cur ? m : cur;
+                }
+            }
+        }
+        /* pass 2: scores again, p, the sums (thread ih < nih), the PV chains */
+        float part = 0.0f, atot = 0.0f;
+        float acc[A3_MAXC];
+#pragma unroll
+        for (int k = 0; k < A3_MAXC; k++) acc[k] = 0.0f;
+        __syncthreads();
+        a3_load(kr, kb, table, bf, D, DP, 0, nkmax < A3_CH ? nkmax : A3_CH);
+        a3_load(vr, vb, table, bf, D, DP, 0, nkmax < A3_CH ? nkmax : A3_CH);
+        att_commit();
+        for (int c = 0; c < nchunk; c++) {
+            asm volatile("cp.async.wait_group 0;\n" ::);
+            __syncthreads();
+            if (c + 1 < nchunk) {
+                const int j1 = (c + 1) * A3_CH, n1 = nkmax - j1 < A3_CH ? nkmax - j1 : A3_CH;
+                a3_load(kr + (size_t)((c + 1) & 1) * A3_CH * DP, kb, table, bf, D, DP, j1, n1);
+                a3_load(vr + (size_t)((c + 1) & 1) * A3_CH * DP, vb, table, bf, D, DP, j1, n1);
+            }
+            att_commit();
+            scores(kr + (size_t)(c & 1) * A3_CH * DP, c);
+            __syncthreads();
+            for (int t = tid; t < nih * A3_CH; t += A3_THR) {
+                const int ih = t / A3_CH, jj = t % A3_CH;
+                if (c * A3_CH + jj <= kv.pos[ra + ih / nq]) {
+                    float *sp = pc + (size_t)ih * CHP + jj;
+                    *sp = lsc_expf(lsc_sub(*sp, mx[ih]));
+                }
+            }
+            __syncthreads();
+            if (tid < nih) { /* the sum chunk of 64 keys runs over two stream chunks */
+                const int lim = kv.pos[ra + tid / nq] + 1 - c * A3_CH;
+                if (lim > 0) {
+                    const int n = lim < A3_CH ? lim : A3_CH;
+                    const float *sp = pc + (size_t)tid * CHP;
+                    for (int jj = 0; jj < n; jj++) part = lsc_add(part, sp[jj]);
+                    if (lim <= A3_CH || (c & 1)) { /* the row's last key, or the end of a 64-key chunk */
+                        atot = lsc_add(atot, part);
+                        part = 0.0f;
+                    }
+                }
+            }
+            const float *vc = vr + (size_t)(c & 1) * A3_CH * DP;
+            bool full = true; /* every chain of this thread takes all keys of the chunk */
+#pragma unroll
+            for (int k = 0; k < A3_MAXC; k++) {
+                const int ih = pg + k * G;
+                if (ih < nih && kv.pos[ra + ih / nq] + 1 - c * A3_CH < A3_CH) full = false;
+            }
+            if (full) { /* keys in groups of 4: one v per key, a float4 of p per chain */
+                for (int jj = 0; jj < A3_CH; jj += 4) {
+                    const float v0 = vc[(size_t)jj * DP + pd], v1 = vc[(size_t)(jj + 1) * DP + pd],
+                                v2 = vc[(size_t)(jj + 2) * DP + pd], v3 = vc[(size_t)(jj + 3) * DP + pd];
+#pragma unroll
+                    for (int k = 0; k < A3_MAXC; k++) {
+                        const int ih = pg + k * G;
+                        if (ih < nih) {
+                            const float4 p4 = *(const float4 *)(pc + (size_t)ih * CHP + jj);
+                            float a = acc[k];
+                            a = lsc_fma(p4.x, v0, a);
+                            a = lsc_fma(p4.y, v1, a);
+                            a = lsc_fma(p4.z, v2, a);
+                            a = lsc_fma(p4.w, v3, a);
+                            acc[k] = a;
+                        }
+                    }
+                }
+            } else {
+#pragma unroll
+                for (int k = 0; k < A3_MAXC; k++) {
+                    const int ih = pg + k * G;
+                    if (ih >= nih) continue;
+                    const int lim = kv.pos[ra + ih / nq] + 1 - c * A3_CH;
+                    if (lim <= 0) continue;
+                    const int n = lim < A3_CH ? lim : A3_CH;
+                    const float *ph = pc + (size_t)ih * CHP;
+                    float a = acc[k];
+                    for (int jj = 0; jj < n; jj++) a = lsc_fma(ph[jj], vc[(size_t)jj * DP + pd], a);
+                    acc[k] = a;
+                }
+            }
+        }
+        asm volatile("cp.async.wait_group 0;\n" ::);
+        if (tid < nih) sinv[tid] = lsc_div(1.0f, atot);
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < A3_MAXC; k++) {
+            const int ih = pg + k * G;
+            if (ih >= nih) break;
+            const int r = ra + ih / nq, h = ih % nq;
+            out[(size_t)r * n_head * D + (size_t)(kvh * nq + h) * D + pd] = lsc_mul(acc[k], sinv[ih]);
+        }
+        ra = rb;
+    }
+}
+
 /* ---- float-weight matmul: 16 fma lanes, then the tree ---------------------------- */
 /* A warp computes 8 outputs; thread t = lane & 3 of an output owns recipe lanes 4t..4t+3
  * (elements k = 16 i + 4t + j).  Level 1-2 of the tree inside the thread, 3-4 across the
@@ -743,6 +992,8 @@ cudaError_t lsc_attn_init(size_t max_smem) {
     g_attn_smem_max = max_smem;
     cudaError_t e = cudaFuncSetAttribute(k_attn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)max_smem);
     if (e != cudaSuccess) return e;
+    if ((e = cudaFuncSetAttribute(k_attn3, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)max_smem)) != cudaSuccess)
+        return e;
     return cudaFuncSetAttribute(k_attn2, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)max_smem);
 }
 
@@ -750,6 +1001,18 @@ cudaError_t lsc_attention(const float *qkv, int ldq, int rows, int n_head, int n
                           lsc_kvargs kv, int max_keys, float *out, int8_t *q, float2 *dxs, int xs, lsc_stream s) {
     if (rows <= 0) return cudaSuccess;
     const int nq = n_head / n_kv;
+    if (s.attn_mr && window == 0 && D % 16 == 0 && A3_THR % D == 0 && rows >= 16) { /* k_attn3 */
+        const int G = A3_THR / D;
+        int qb = A3_QB;
+        while (qb > 1 && (qb * nq + G - 1) / G > A3_MAXC) qb /= 2;
+        const size_t sm3 = a3_layout(nq, D).total * sizeof(float);
+        if (qb >= 4 && sm3 <= g_attn_smem_max) {
+            cudaError_t e = lsc_launch(k_attn3, dim3((rows + qb - 1) / qb, n_kv), dim3(A3_THR), sm3, s, qkv, ldq, rows,
+                                       qb, n_head, n_kv, D, scale, kv, out);
+            if (e != cudaSuccess || !q) return e;
+            return lsc_quant(out, n_head * D, rows, n_head * D, q, dxs, xs, s);
+        }
+    }
     const size_t smem = lsc_attn_smem(n_head, n_kv, D, max_keys);
     if (smem > g_attn_smem_max) return cudaErrorInvalidValue;
     const bool ring = attn_ring(n_head, n_kv, D);
