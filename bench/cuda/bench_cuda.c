@@ -360,9 +360,10 @@ static void bench_prefill(ls_model *m, const char *name) {
     static const int Ns[] = {512, 2048};
     for (int ni = 0; ni < 2; ni++) {
         const int n = Ns[ni];
-        double res[8];
-        for (int fam = 0; fam < 8; fam++) { /* exact, exact with the 2-blocks-per-SM tile, fast, k_mma2 1..3,
-                                             * exact + k_attn3, fast + k_attn3 */
+        double res[9];
+        for (int fam = 0; fam < 9; fam++) { /* exact (default), k_mma uncapped, fast, k_mma2 1..3,
+                                             * exact + k_attn3, fast + k_attn3, k_mma capped (the default
+                                             * before k_mma2) */
             const int R = g_quick ? 2 : 4;
             double v[8];
             ls_cuda_stats st;
@@ -370,7 +371,7 @@ static void bench_prefill(ls_model *m, const char *name) {
             ls_cuda_fwd_get_opts(g, &o0);
             o = o0;
             o.mma_minblocks = fam == 1 ? 1 : 2;
-            o.mma_v2 = fam >= 3 && fam <= 5 ? fam - 2 : 0;
+            o.mma_v2 = fam >= 3 && fam <= 5 ? fam - 2 : fam == 1 || fam == 8 ? 0 : o0.mma_v2;
             o.attn_mr = fam >= 6;
             ls_cuda_fwd_set_opts(g, &o);
             for (int i = 0; i < R + 1; i++) {
@@ -391,7 +392,9 @@ static void bench_prefill(ls_model *m, const char *name) {
             }
             ls_cuda_fwd_set_opts(g, &o0);
         }
-        printf("   pp%-5d exact with the uncapped tile (1 block/SM): %8.2f ms (%7.0f tok/s)\n", n, res[1], n * 1e3 / res[1]);
+        printf("   pp%-5d exact, k_mma (before k_mma2), two blocks/SM: %8.2f ms (%7.0f tok/s); uncapped: %8.2f ms (%7.0f tok/s)\n",
+               n, res[8], n * 1e3 / res[8], res[1], n * 1e3 / res[1]);
+        JSON("{\"bench\":\"prefill_kmma\",\"model\":\"%s\",\"n\":%d,\"minb2_ms\":%.3f,\"minb1_ms\":%.3f}", name, n, res[8], res[1]);
         for (int c = 1; c <= 3; c++) {
             printf("   pp%-5d exact, k_mma2 configuration %d: %8.2f ms (%7.0f tok/s)\n", n, c, res[2 + c], n * 1e3 / res[2 + c]);
             JSON("{\"bench\":\"prefill_v2\",\"model\":\"%s\",\"n\":%d,\"cfg\":%d,\"ms\":%.3f}", name, n, c, res[2 + c]);
@@ -399,7 +402,6 @@ static void bench_prefill(ls_model *m, const char *name) {
         printf("   pp%-5d exact + k_attn3: %8.2f ms (%7.0f tok/s)   fast + k_attn3: %8.2f ms (%7.0f tok/s)\n", n, res[6],
                n * 1e3 / res[6], res[7], n * 1e3 / res[7]);
         JSON("{\"bench\":\"prefill_attn3\",\"model\":\"%s\",\"n\":%d,\"exact_ms\":%.3f,\"fast_ms\":%.3f}", name, n, res[6], res[7]);
-        if (res[1] < res[0]) res[0] = res[1];
         res[1] = res[2];
         const double tops_e = 2.0 * params * n / (res[0] * 1e-3) / 1e12, tops_f = 2.0 * params * n / (res[1] * 1e-3) / 1e12;
         printf("   pp%-5d exact %8.2f ms (%7.0f tok/s, %5.0f TOPS)   fast %8.2f ms (%7.0f tok/s, %5.0f TFLOPS)   "
