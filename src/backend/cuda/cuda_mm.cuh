@@ -823,7 +823,11 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) k_mma2(const lsc_mat w, co
                         mma_k16(af[mt][0], af[mt][1], blo, lo);
                         mma_k16(af[mt][2], af[mt][3], bhi, hi);
                     } else if (Biased<T>::on) {
+#ifdef LS_CUDA_MUTATE_TREE /* a bias one too large: every k_mma2 contribution off by one (must fail) */
+                        mma_k32c(af[mt][0], af[mt][1], af[mt][2], af[mt][3], blo, bhi, 0x4B400001, lo);
+#else
                         mma_k32c(af[mt][0], af[mt][1], af[mt][2], af[mt][3], blo, bhi, 0x4B400000, lo);
+#endif
                     } else {
                         mma_k32(af[mt][0], af[mt][1], af[mt][2], af[mt][3], blo, bhi, lo);
                     }
