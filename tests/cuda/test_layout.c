@@ -250,18 +250,6 @@ int main(void) {
     }
     printf("lsc_i2f_small: %zu of %d conversions differ from (float)i\n", ibad, (1 << 23) - 1);
     ebad += ibad;
-    /* the byte-wise a - h of the code expansion: every byte value below 2h in every lane,
-     * for the three offsets the types use (Q4_0 8, Q5_0 16, Q6_K 32) */
-    size_t vbad = 0, vn = 0;
-    for (uint32_t h = 8; h <= 32; h *= 2)
-        for (uint32_t x = 0; x < 2 * h; x++)
-            for (uint32_t y = 0; y < 2 * h; y++) {
-                const uint32_t a = x | y << 8 | (2 * h - 1 - x) << 16 | (x ^ y) % (2 * h) << 24;
-                vbad += lsc_vsub_half(a, h) != lsc_vsub4(a, h * 0x01010101u);
-                vn++;
-            }
-    printf("lsc_vsub_half: %zu of %zu words differ from the byte-wise subtraction\n", vbad, vn);
-    ebad += vbad;
     /* the gated activations of the matmul epilogues vs the CPU's (ls_swiglu's scalar row
      * kernel, ls_geglu) over 2^22 gate values in [-60, 60] x several up values, and specials */
     size_t gbad = 0, gn = 0;

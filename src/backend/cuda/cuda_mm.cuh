@@ -650,61 +650,33 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) k_mma2(const lsc_mat w, co
     int ns = 0;
     for (int p = p0; p < p1; p++) ns += pair_stages(nb, p);
 
-    /* Each thread's share of a stage's copies is the same in every stage: its source offsets
-     * (bytes, relative to a stage's first unit) and shared-memory destinations are set once. */
-    constexpr int NA = (BM * 5 + NTHR - 1) / NTHR, CC = QT<T>::CB / 8, NB = (BN * CC + NTHR - 1) / NTHR;
-    constexpr int NF = (BN + NTHR - 1) / NTHR;
-    const uint8_t *a_src[NA];
-    int a_dst[NA], a_sh[NA];
-#pragma unroll
-    for (int k = 0; k < NA; k++) {
-        const int c = tid + k * NTHR, row = (c < BM * 5 ? c : 0) / 5, pt = c % 5;
-        const int mr = m0 + row < rows ? m0 + row : rows - 1;
-        a_dst[k] = c < BM * 5 ? (pt < 4 ? L::OFF_A + row * L::AS + pt * 16 : L::OFF_D + row * 16) : -1;
-        a_src[k] = pt < 4 ? (const uint8_t *)(xq + (size_t)mr * xs * 32 + pt * 16) : (const uint8_t *)(dxs + (size_t)mr * xs);
-        a_sh[k] = pt < 4 ? 5 : 3; /* a unit is 32 bytes of codes, 8 of (d, d*s) */
-    }
-    const uint8_t *b_src[NB];
-    int b_dst[NB];
-#pragma unroll
-    for (int k = 0; k < NB; k++) {
-        const int c = tid + k * NTHR, col = (c < BN * CC ? c : 0) / CC, pt = c % CC;
-        const int nr = n0 + col < w.N ? n0 + col : w.N - 1;
-        b_dst[k] = c < BN * CC ? L::OFF_B + col * L::BS + pt * 16 : -1;
-        b_src[k] = w.codes + (size_t)nr * nbp * QT<T>::CB + pt * 16;
-    }
-    size_t f_ub[NF], f_sb[NF];
-    int f_col[NF];
-#pragma unroll
-    for (int k = 0; k < NF; k++) {
-        const int col = tid + k * NTHR;
-        const int nr = n0 + col < w.N ? n0 + col : w.N - 1;
-        f_col[k] = col < BN ? col : -1;
-        f_ub[k] = (size_t)nr * nbp;
-        f_sb[k] = (size_t)nr * (nbp / 8);
-    }
-
     auto load = [&](int lp, int li, int buf) {
         uint8_t *st = smem + buf * L::STG;
         const int b0 = 2 * lp + 32 * li;
-#pragma unroll
-        for (int k = 0; k < NA; k++)
-            if (a_dst[k] >= 0) cp16(st + a_dst[k], a_src[k] + ((size_t)b0 << a_sh[k]));
-#pragma unroll
-        for (int k = 0; k < NB; k++)
-            if (b_dst[k] >= 0) cp16(st + b_dst[k], b_src[k] + (size_t)b0 * QT<T>::CB);
-#pragma unroll
-        for (int k = 0; k < NF; k++) {
-            const int col = f_col[k];
-            if (col < 0) continue;
-            const size_t ub = f_ub[k] + b0;
+        for (int c = tid; c < BM * 5; c += NTHR) {
+            const int row = c / 5, pt = c % 5;
+            const int mr = m0 + row < rows ? m0 + row : rows - 1;
+            if (pt < 4)
+                cp16(st + L::OFF_A + row * L::AS + pt * 16, xq + ((size_t)mr * xs + b0) * 32 + pt * 16);
+            else
+                cp16(st + L::OFF_D + row * 16, dxs + (size_t)mr * xs + b0);
+        }
+        constexpr int CC = QT<T>::CB / 8;
+        for (int c = tid; c < BN * CC; c += NTHR) {
+            const int col = c / CC, pt = c % CC;
+            const int nr = n0 + col < w.N ? n0 + col : w.N - 1;
+            cp16(st + L::OFF_B + col * L::BS + pt * 16, w.codes + ((size_t)nr * nbp + b0) * QT<T>::CB + pt * 16);
+        }
+        for (int col = tid; col < BN; col += NTHR) {
+            const int nr = n0 + col < w.N ? n0 + col : w.N - 1;
+            const size_t ub = (size_t)nr * nbp + b0;
             if (QT<T>::HB == 4) cp8(st + L::OFF_H + col * L::HS, w.hi + ub * 4);
             if (QT<T>::HB == 8) cp16(st + L::OFF_H + col * L::HS, w.hi + ub * 8);
             if (QT<T>::SCB == 2)
                 cp4(st + L::OFF_S + col * L::SS, w.sc + ub * 2);
             else
                 cp8(st + L::OFF_S + col * L::SS, w.sc + ub * 4);
-            if (QT<T>::SBB) cp4(st + L::OFF_SB + col * 4, w.sb + (f_sb[k] + b0 / 8) * 4);
+            if (QT<T>::SBB) cp4(st + L::OFF_SB + col * 4, w.sb + ((size_t)nr * (nbp / 8) + b0 / 8) * 4);
         }
     };
 

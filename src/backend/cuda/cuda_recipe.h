@@ -199,11 +199,6 @@ LS_HD uint32_t lsc_perm(uint32_t x, uint32_t y, uint32_t s) {
 #endif
 }
 /* MXFP4: bytes of v hold table indices 0..15; returns the int8 values kvalues_mxfp4[i] */
-/* a - h in every byte, for bytes a < 2h and h in 1..64: (a + 0x80 - h) stays below 0x100 (no
- * carry between bytes) and xor 0x80 makes it the signed byte a - h.  Two instructions on the
- * GPU, where __vsub4 takes several; test_layout checks it against lsc_vsub4 over every byte. */
-LS_HD uint32_t lsc_vsub_half(uint32_t a, uint32_t h) { return (a + (0x80u - h) * 0x01010101u) ^ 0x80808080u; }
-
 LS_HD uint32_t lsc_mxfp4_lookup(uint32_t v) {
     const uint32_t t0 = 0x03020100u, t1 = 0x0C080604u, t2 = 0xFDFEFF00u, t3 = 0xF4F8FAFCu;
     uint32_t s = (v & 0x7u) | ((v >> 4) & 0x70u) | ((v >> 8) & 0x700u) | ((v >> 12) & 0x7000u);
@@ -230,9 +225,9 @@ LS_HD void lsc_expand(int t, uint32_t c, uint32_t h0, uint32_t h1, int r, uint32
         b |= ((h1 >> (2 * r)) & 0x03030303u) << 4;
     }
     switch (t) {
-    case LSC_Q4_0: a = lsc_vsub_half(a, 0x08u); b = lsc_vsub_half(b, 0x08u); break;
-    case LSC_Q5_0: a = lsc_vsub_half(a, 0x10u); b = lsc_vsub_half(b, 0x10u); break;
-    case LSC_Q6_K: a = lsc_vsub_half(a, 0x20u); b = lsc_vsub_half(b, 0x20u); break;
+    case LSC_Q4_0: a = lsc_vsub4(a, 0x08080808u); b = lsc_vsub4(b, 0x08080808u); break;
+    case LSC_Q5_0: a = lsc_vsub4(a, 0x10101010u); b = lsc_vsub4(b, 0x10101010u); break;
+    case LSC_Q6_K: a = lsc_vsub4(a, 0x20202020u); b = lsc_vsub4(b, 0x20202020u); break;
     case LSC_MXFP4: a = lsc_mxfp4_lookup(a); b = lsc_mxfp4_lookup(b); break;
     default: break; /* Q4_1, Q5_1, Q4_K, Q5_K: unsigned codes */
     }
