@@ -36,6 +36,10 @@ def opcode(ins):
     return re.split(r"[ .]", re.sub(r"^@!?U?P\w+\s+", "", ins))[0]
 
 
+def is_mma(ins):
+    return "IMMA" in ins or "HMMA" in ins
+
+
 def mix(body, n=12):
     c = collections.Counter(opcode(x[1]) for x in body)
     return ", ".join("%s %d" % kv for kv in c.most_common(n))
@@ -48,10 +52,12 @@ def main():
     ap.add_argument("--all", action="store_true")
     ap.add_argument("--min", type=int, default=40)
     a = ap.parse_args()
+    def mma(body):
+        return sum(1 for x in body if is_mma(x[1]))
+
     for name, ops in kernels(open(a.sass).read()):
         if a.match not in name:
             continue
-        mma = lambda body: sum(1 for x in body if "IMMA" in x[1] or "HMMA" in x[1])
         print("%s: %d instructions, %d mma" % (name, len(ops), mma(ops)))
         ls = loops(ops)
         if a.all:
@@ -64,8 +70,8 @@ def main():
             continue
         body = min(ls, key=lambda b: (-mma(b), len(b)))
         nm = mma(body)
-        first = next(i for i, x in enumerate(body) if "IMMA" in x[1] or "HMMA" in x[1])
-        last = max(i for i, x in enumerate(body) if "IMMA" in x[1] or "HMMA" in x[1])
+        first = next(i for i, x in enumerate(body) if is_mma(x[1]))
+        last = max(i for i, x in enumerate(body) if is_mma(x[1]))
         dep = [i for i, x in enumerate(body[:first]) if "LDGDEPBAR" in x[1]]
         c0 = dep[-1] + 1 if dep else 0
         c1 = next((i for i in range(last, len(body)) if re.search(r"@!?P\d BRA", body[i][1])), len(body))
