@@ -250,6 +250,19 @@ int main(void) {
     }
     printf("lsc_i2f_small: %zu of %d conversions differ from (float)i\n", ibad, (1 << 23) - 1);
     ebad += ibad;
+    /* lsc_vsub_half (the code offsets of Q4_0, Q5_0, Q6_K) against the byte-wise reference, every
+     * byte value 0..127 in every byte position, beside every other byte value */
+    size_t vbad = 0, vn = 0;
+    static const uint32_t offs[] = {0x08u, 0x10u, 0x20u};
+    for (int oi = 0; oi < 3; oi++)
+        for (uint32_t a = 0; a < 128; a++)
+            for (uint32_t b = 0; b < 128; b++) {
+                const uint32_t o = offs[oi], v = a | b << 8 | (127u - a) << 16 | (a ^ b) << 24;
+                vbad += lsc_vsub_half(v, o) != lsc_vsub4(v, o * 0x01010101u);
+                vn++;
+            }
+    printf("lsc_vsub_half: %zu of %zu words differ from lsc_vsub4\n", vbad, vn);
+    ebad += vbad;
     /* the gated activations of the matmul epilogues vs the CPU's (ls_swiglu's scalar row
      * kernel, ls_geglu) over 2^22 gate values in [-60, 60] x several up values, and specials */
     size_t gbad = 0, gn = 0;

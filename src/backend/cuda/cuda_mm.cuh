@@ -650,33 +650,53 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) k_mma2(const lsc_mat w, co
     int ns = 0;
     for (int p = p0; p < p1; p++) ns += pair_stages(nb, p);
 
+    /* The copy plan, worked out once per thread (the copies of a stage differ only by the
+     * unit b0): every thread moves NAC 16-byte chunks of activation codes and NBC of weight
+     * codes; threads [0, BM) a row's (dx, sx) pair, threads [BM, BM + BN) a column's fields.
+     * Offsets are 32-bit (launch_mma2 checks that they fit). */
+    constexpr int CC = QT<T>::CB / 8, NAC = BM * 4 / NTHR, NBC = (BN * CC + NTHR - 1) / NTHR;
+    static_assert(BM * 4 % NTHR == 0 && BM + BN <= NTHR, "k_mma2 copy plan");
+    uint32_t a_src[NAC], a_dst[NAC], b_src[NBC], b_dst[NBC];
+#pragma unroll
+    for (int j = 0; j < NAC; j++) {
+        const int c = tid + j * NTHR, row = c >> 2, pt = c & 3;
+        const int mr = m0 + row < rows ? m0 + row : rows - 1;
+        a_src[j] = (uint32_t)mr * (uint32_t)xs * 32u + (uint32_t)pt * 16u;
+        a_dst[j] = (uint32_t)(L::OFF_A + row * L::AS + pt * 16);
+    }
+#pragma unroll
+    for (int j = 0; j < NBC; j++) {
+        const int c = tid + j * NTHR, col = c / CC, pt = c % CC;
+        const int nr = n0 + col < w.N ? n0 + col : w.N - 1;
+        b_src[j] = (uint32_t)nr * (uint32_t)nbp * (uint32_t)QT<T>::CB + (uint32_t)pt * 16u;
+        b_dst[j] = c < BN * CC ? (uint32_t)(L::OFF_B + col * L::BS + pt * 16) : 0xFFFFFFFFu;
+    }
+    const int mrow = m0 + tid < rows ? m0 + tid : rows - 1;
+    const uint32_t d_src = (uint32_t)mrow * (uint32_t)xs; /* threads [0, BM) */
+    const int fcol = tid - BM, ncol = n0 + fcol < w.N ? n0 + fcol : w.N - 1;
+    const uint32_t f_ub = (uint32_t)ncol * (uint32_t)nbp, f_sb = (uint32_t)ncol * (uint32_t)(nbp / 8);
+
     auto load = [&](int lp, int li, int buf) {
         uint8_t *st = smem + buf * L::STG;
         const int b0 = 2 * lp + 32 * li;
-        for (int c = tid; c < BM * 5; c += NTHR) {
-            const int row = c / 5, pt = c % 5;
-            const int mr = m0 + row < rows ? m0 + row : rows - 1;
-            if (pt < 4)
-                cp16(st + L::OFF_A + row * L::AS + pt * 16, xq + ((size_t)mr * xs + b0) * 32 + pt * 16);
-            else
-                cp16(st + L::OFF_D + row * 16, dxs + (size_t)mr * xs + b0);
-        }
-        constexpr int CC = QT<T>::CB / 8;
-        for (int c = tid; c < BN * CC; c += NTHR) {
-            const int col = c / CC, pt = c % CC;
-            const int nr = n0 + col < w.N ? n0 + col : w.N - 1;
-            cp16(st + L::OFF_B + col * L::BS + pt * 16, w.codes + ((size_t)nr * nbp + b0) * QT<T>::CB + pt * 16);
-        }
-        for (int col = tid; col < BN; col += NTHR) {
-            const int nr = n0 + col < w.N ? n0 + col : w.N - 1;
-            const size_t ub = (size_t)nr * nbp + b0;
-            if (QT<T>::HB == 4) cp8(st + L::OFF_H + col * L::HS, w.hi + ub * 4);
-            if (QT<T>::HB == 8) cp16(st + L::OFF_H + col * L::HS, w.hi + ub * 8);
+        const int8_t *xb = xq + (size_t)b0 * 32;
+#pragma unroll
+        for (int j = 0; j < NAC; j++) cp16(st + a_dst[j], xb + a_src[j]);
+        const uint8_t *wb = w.codes + (size_t)b0 * QT<T>::CB;
+#pragma unroll
+        for (int j = 0; j < NBC; j++)
+            if (NBC * NTHR == BN * CC || b_dst[j] != 0xFFFFFFFFu) cp16(st + b_dst[j], wb + b_src[j]);
+        if (tid < BM) {
+            cp16(st + L::OFF_D + tid * 16, dxs + d_src + b0);
+        } else if (tid < BM + BN) {
+            const size_t ub = (size_t)f_ub + b0;
+            if (QT<T>::HB == 4) cp8(st + L::OFF_H + fcol * L::HS, w.hi + ub * 4);
+            if (QT<T>::HB == 8) cp16(st + L::OFF_H + fcol * L::HS, w.hi + ub * 8);
             if (QT<T>::SCB == 2)
-                cp4(st + L::OFF_S + col * L::SS, w.sc + ub * 2);
+                cp4(st + L::OFF_S + fcol * L::SS, w.sc + ub * 2);
             else
-                cp8(st + L::OFF_S + col * L::SS, w.sc + ub * 4);
-            if (QT<T>::SBB) cp4(st + L::OFF_SB + col * 4, w.sb + ((size_t)nr * (nbp / 8) + b0 / 8) * 4);
+                cp8(st + L::OFF_S + fcol * L::SS, w.sc + ub * 4);
+            if (QT<T>::SBB) cp4(st + L::OFF_SB + fcol * 4, w.sb + ((size_t)f_sb + b0 / 8) * 4);
         }
     };
 
@@ -726,6 +746,13 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) k_mma2(const lsc_mat w, co
                 }
     };
 
+    /* this lane's shared-memory offsets in a stage (the fragments' rows and columns) */
+    const int ra = wm * MT * 16, cbw = wn * NT * 8;
+    const uint32_t o_a = L::OFF_A + (ra + (lane & 7) + ((lane >> 3) & 1) * 8) * L::AS + (lane >> 4) * 16;
+    const uint32_t o_d = L::OFF_D + (ra + grp) * 16;
+    const uint32_t o_b = L::OFF_B + (cbw + grp) * L::BS + 4 * t4, o_h = L::OFF_H + (cbw + grp) * L::HS;
+    const uint32_t o_s = L::OFF_S + (cbw + 2 * t4) * L::SS, o_sb = L::OFF_SB + (cbw + 2 * t4) * 4;
+
     int lp = p0, li = 0;
 #pragma unroll
     for (int s = 0; s < LSC_STAGES - 1; s++) {
@@ -753,39 +780,34 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) k_mma2(const lsc_mat w, co
             float2 ds[MT][2];
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
-                const int r0 = wm * MT * 16 + mt * 16;
                 /* ldmatrix x4: matrices (rows 0-7, bytes 0-15), (8-15, 0-15), (0-7, 16-31), (8-15, 16-31) */
-                const uint8_t *ap = st + L::OFF_A + (r0 + (lane & 7) + ((lane >> 3) & 1) * 8) * L::AS + u * 32 +
-                                    (lane >> 4) * 16;
-                ldsm_x4(ap, af[mt][0], af[mt][1], af[mt][2], af[mt][3]);
-                ds[mt][0] = *(const float2 *)(st + L::OFF_D + (r0 + grp) * 16 + u * 8);
-                ds[mt][1] = *(const float2 *)(st + L::OFF_D + (r0 + grp + 8) * 16 + u * 8);
+                ldsm_x4(st + o_a + mt * 16 * L::AS + u * 32, af[mt][0], af[mt][1], af[mt][2], af[mt][3]);
+                ds[mt][0] = *(const float2 *)(st + o_d + mt * 16 * 16 + u * 8);
+                ds[mt][1] = *(const float2 *)(st + o_d + (mt * 16 + 8) * 16 + u * 8);
             }
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
-                const int cb = wn * NT * 8 + nt * 8;
                 uint32_t blo, bhi;
                 if (T == LSC_Q8_0) {
-                    const uint8_t *B = st + L::OFF_B + (cb + grp) * L::BS + u * 32 + 4 * t4;
+                    const uint8_t *B = st + o_b + nt * 8 * L::BS + u * 32;
                     blo = *(const uint32_t *)B;
                     bhi = *(const uint32_t *)(B + 16);
                 } else {
-                    const uint32_t c = *(const uint32_t *)(st + L::OFF_B + (cb + grp) * L::BS + u * 16 + 4 * t4);
+                    const uint32_t c = *(const uint32_t *)(st + o_b + nt * 8 * L::BS + u * 16);
                     uint32_t h0 = 0, h1 = 0;
-                    if (QT<T>::HB == 4) h0 = *(const uint32_t *)(st + L::OFF_H + (cb + grp) * L::HS + u * 4);
+                    if (QT<T>::HB == 4) h0 = *(const uint32_t *)(st + o_h + nt * 8 * L::HS + u * 4);
                     if (QT<T>::HB == 8) {
-                        h0 = *(const uint32_t *)(st + L::OFF_H + (cb + grp) * L::HS + u * 8);
-                        h1 = *(const uint32_t *)(st + L::OFF_H + (cb + grp) * L::HS + u * 8 + 4);
+                        h0 = *(const uint32_t *)(st + o_h + nt * 8 * L::HS + u * 8);
+                        h1 = *(const uint32_t *)(st + o_h + nt * 8 * L::HS + u * 8 + 4);
                     }
                     lsc_expand(T, c, h0, h1, t4, &blo, &bhi);
                 }
                 lsc_unit fu[2];
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
-                    const int col = cb + 2 * t4 + e;
-                    uint32_t scv = QT<T>::SCB == 4 ? *(const uint32_t *)(st + L::OFF_S + col * L::SS + u * 4)
-                                                   : *(const uint16_t *)(st + L::OFF_S + col * L::SS + u * 2);
-                    uint32_t sbv = QT<T>::SBB ? *(const uint32_t *)(st + L::OFF_SB + col * 4) : 0u;
+                    const uint8_t *sp = st + o_s + (nt * 8 + e) * L::SS;
+                    uint32_t scv = QT<T>::SCB == 4 ? *(const uint32_t *)(sp + u * 4) : *(const uint16_t *)(sp + u * 2);
+                    uint32_t sbv = QT<T>::SBB ? *(const uint32_t *)(st + o_sb + (nt * 8 + e) * 4) : 0u;
                     lsc_fields(T, scv, sbv, &fu[e]);
                 }
 #pragma unroll
@@ -902,7 +924,10 @@ cudaError_t init_mma2() {
 template <int T>
 cudaError_t mma_t(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy, int mode, float *part, size_t pf,
                   lsc_stream s) {
-    if (rows > 32 && s.mma_v2) {
+    /* k_mma2's copy plan keeps 32-bit byte offsets into the activation and weight codes */
+    const bool fits = (uint64_t)rows * (uint64_t)a.xs * 32u < (1ull << 32) &&
+                      (uint64_t)w.N * (uint64_t)w.nbp * QT<T>::CB < (1ull << 32);
+    if (rows > 32 && s.mma_v2 && fits) {
         /* 4 (the forward's default): the K-quants' heavier fields amortize over 64 rows a warp
          * (configuration 3), the others take the two-blocks-per-SM tile (2); measured, H100 */
         const int v = s.mma_v2 != 4 ? s.mma_v2 : (T == LSC_Q4_K || T == LSC_Q5_K || T == LSC_Q6_K) ? 3 : 2;

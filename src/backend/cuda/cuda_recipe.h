@@ -187,6 +187,11 @@ LS_HD uint32_t lsc_vsub4(uint32_t a, uint32_t b) {
     return r;
 #endif
 }
+/* per-byte a - o mod 256 for bytes a <= 127 and 0 < o <= 128: a + (128 - o) stays under 256 in
+ * every byte (no carry into the next), and the xor with 128 takes 128 back off mod 256; two
+ * instructions where __vsub4 takes more (test_layout checks it against lsc_vsub4 for every
+ * byte and offset used) */
+LS_HD uint32_t lsc_vsub_half(uint32_t a, uint32_t o) { return (a + (0x80u - o) * 0x01010101u) ^ 0x80808080u; }
 /* byte k of the result = byte (s >> 4k) & 7 of {y:x} */
 LS_HD uint32_t lsc_perm(uint32_t x, uint32_t y, uint32_t s) {
 #if defined(__CUDA_ARCH__)
@@ -225,9 +230,9 @@ LS_HD void lsc_expand(int t, uint32_t c, uint32_t h0, uint32_t h1, int r, uint32
         b |= ((h1 >> (2 * r)) & 0x03030303u) << 4;
     }
     switch (t) {
-    case LSC_Q4_0: a = lsc_vsub4(a, 0x08080808u); b = lsc_vsub4(b, 0x08080808u); break;
-    case LSC_Q5_0: a = lsc_vsub4(a, 0x10101010u); b = lsc_vsub4(b, 0x10101010u); break;
-    case LSC_Q6_K: a = lsc_vsub4(a, 0x20202020u); b = lsc_vsub4(b, 0x20202020u); break;
+    case LSC_Q4_0: a = lsc_vsub_half(a, 0x08u); b = lsc_vsub_half(b, 0x08u); break;
+    case LSC_Q5_0: a = lsc_vsub_half(a, 0x10u); b = lsc_vsub_half(b, 0x10u); break;
+    case LSC_Q6_K: a = lsc_vsub_half(a, 0x20u); b = lsc_vsub_half(b, 0x20u); break;
     case LSC_MXFP4: a = lsc_mxfp4_lookup(a); b = lsc_mxfp4_lookup(b); break;
     default: break; /* Q4_1, Q5_1, Q4_K, Q5_K: unsigned codes */
     }
