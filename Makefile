@@ -306,10 +306,13 @@ CUDA_CU    := $(sort $(wildcard src/backend/cuda/*.cu))
 CUDA_OBJ   := $(CUDA_CU:%.cu=$(BUILD)/cuda/obj/%.o) $(BUILD)/cuda/obj/src/backend/cuda/cuda_src.o
 CUDA_MUT_OBJ := $(filter-out $(BUILD)/cuda/obj/src/backend/cuda/cuda_mm_%,$(CUDA_OBJ)) \
                 $(patsubst %.cu,$(BUILD)/cuda/mut/%.o,$(filter src/backend/cuda/cuda_mm_%,$(CUDA_CU)))
+# the attention mutant: k_attn4 sums its p in chunks of 32 keys instead of the recipe's 64
+CUDA_MUTA_OBJ := $(filter-out $(BUILD)/cuda/obj/src/backend/cuda/cuda_ops.o,$(CUDA_OBJ)) \
+                 $(BUILD)/cuda/muta/src/backend/cuda/cuda_ops.o
 # CUDA runtime linked statically; cuBLAS (the fast family) is opened at run time.
 CUDA_LDLIBS ?= -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -Wl,-Bstatic -lstdc++ -Wl,-Bdynamic -static-libgcc $(LDLIBS)
 CUDA_TESTS := $(BUILD)/cuda/test_layout $(BUILD)/cuda/test_cuda $(BUILD)/cuda/test_cuda_mut $(BUILD)/cuda/bench_cuda \
-              $(BUILD)/cuda/test_engine_cuda
+              $(BUILD)/cuda/test_engine_cuda $(BUILD)/cuda/test_cuda_muta
 
 .PHONY: cuda test-cuda bench-cuda
 ifeq ($(CUDA),1)
@@ -332,6 +335,9 @@ $(BUILD)/cuda/obj/%.o: %.cu $(CUDA_HDRS)
 $(BUILD)/cuda/mut/%.o: %.cu $(CUDA_HDRS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $(CUDA_ARCH) -DLS_CUDA_MUTATE_TREE -Iinclude -Isrc -Xcompiler -ffp-contract=off,-fPIC -c $< -o $@
+$(BUILD)/cuda/muta/%.o: %.cu $(CUDA_HDRS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $(CUDA_ARCH) -DLS_CUDA_MUTATE_ATTN -Iinclude -Isrc -Xcompiler -ffp-contract=off,-fPIC -c $< -o $@
 $(BUILD)/cuda/obj/src/backend/cuda/cuda_src.o: src/backend/cuda/cuda_src.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
@@ -341,6 +347,10 @@ $(BUILD)/liblockstep_cuda.a: $(CUDA_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 $(BUILD)/cuda/liblockstep_cuda_mut.a: $(CUDA_MUT_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/cuda/liblockstep_cuda_muta.a: $(CUDA_MUTA_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
@@ -354,6 +364,9 @@ $(BUILD)/cuda/test_cuda: tests/cuda/test_cuda.c $(CUDA_TEST_DEPS) $(BUILD)/liblo
 $(BUILD)/cuda/test_cuda_mut: tests/cuda/test_cuda.c $(CUDA_TEST_DEPS) $(BUILD)/cuda/liblockstep_cuda_mut.a $(BUILD)/liblockstep.a
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Itests/cuda -o $@ $< tests/cuda/synth.c tests/cuda/parity.c $(BUILD)/cuda/liblockstep_cuda_mut.a $(BUILD)/liblockstep.a $(CUDA_LDLIBS)
+$(BUILD)/cuda/test_cuda_muta: tests/cuda/test_cuda.c $(CUDA_TEST_DEPS) $(BUILD)/cuda/liblockstep_cuda_muta.a $(BUILD)/liblockstep.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Itests/cuda -o $@ $< tests/cuda/synth.c tests/cuda/parity.c $(BUILD)/cuda/liblockstep_cuda_muta.a $(BUILD)/liblockstep.a $(CUDA_LDLIBS)
 $(BUILD)/cuda/test_engine_cuda: tests/cuda/test_engine_cuda.c $(CUDA_TEST_DEPS) $(BUILD)/liblockstep_cuda.a $(BUILD)/liblockstep.a
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Itests/cuda -o $@ $< tests/cuda/synth.c -Wl,--start-group $(BUILD)/liblockstep_cuda.a $(BUILD)/liblockstep.a -Wl,--end-group $(CUDA_LDLIBS)
@@ -372,6 +385,9 @@ test-cuda: cuda
 	@if $(BUILD)/cuda/test_cuda_mut --quick > $(BUILD)/cuda/mutant.log 2>&1; then \
 	    echo "test-cuda: the mutant (wrong tree order) passed: the parity tests cannot fail"; exit 1; \
 	else echo "test-cuda: the mutant (wrong tree order) fails, as it must ($$(grep -c FAIL $(BUILD)/cuda/mutant.log) failing checks)"; fi
+	@if $(BUILD)/cuda/test_cuda_muta --attn > $(BUILD)/cuda/mutant_attn.log 2>&1; then \
+	    echo "test-cuda: the attention mutant (sum chunks of 32 keys) passed: the k_attn4 checks cannot fail"; exit 1; \
+	else echo "test-cuda: the attention mutant fails, as it must ($$(grep -c FAIL $(BUILD)/cuda/mutant_attn.log) failing checks)"; fi
 bench-cuda: cuda
 	@mkdir -p bench/results/cuda
 	$(BUILD)/cuda/bench_cuda --out bench/results/cuda

@@ -362,7 +362,7 @@ static void bench_prefill(ls_model *m, const char *name) {
         const int n = Ns[ni];
         double res[9];
         for (int fam = 0; fam < 9; fam++) { /* exact (default), k_mma uncapped, fast, k_mma2 1..3,
-                                             * exact + k_attn3, fast + k_attn3, k_mma capped (the default
+                                             * exact + k_attn4, fast + k_attn4, k_mma capped (the default
                                              * before k_mma2) */
             const int R = g_quick ? 2 : 4;
             double v[8];
@@ -387,7 +387,7 @@ static void bench_prefill(ls_model *m, const char *name) {
                 o.profile = 1;
                 ls_cuda_fwd_set_opts(g, &o);
                 if (run_rows(g, kv, tabs, 1, sq, tok, pos, n, fam != 2 && fam != 7, 1, logits, &st)) return;
-                printf("   pp512 %s, profile:\n", fam == 6 ? "exact + k_attn3" : fam == 3 ? "exact k_mma2 1" : fam ? "fast" : "exact");
+                printf("   pp512 %s, profile:\n", fam == 6 ? "exact + k_attn4" : fam == 3 ? "exact k_mma2 1" : fam ? "fast" : "exact");
                 print_profile(g, 1);
             }
             ls_cuda_fwd_set_opts(g, &o0);
@@ -399,7 +399,7 @@ static void bench_prefill(ls_model *m, const char *name) {
             printf("   pp%-5d exact, k_mma2 configuration %d: %8.2f ms (%7.0f tok/s)\n", n, c, res[2 + c], n * 1e3 / res[2 + c]);
             JSON("{\"bench\":\"prefill_v2\",\"model\":\"%s\",\"n\":%d,\"cfg\":%d,\"ms\":%.3f}", name, n, c, res[2 + c]);
         }
-        printf("   pp%-5d exact + k_attn3: %8.2f ms (%7.0f tok/s)   fast + k_attn3: %8.2f ms (%7.0f tok/s)\n", n, res[6],
+        printf("   pp%-5d exact + k_attn4: %8.2f ms (%7.0f tok/s)   fast + k_attn4: %8.2f ms (%7.0f tok/s)\n", n, res[6],
                n * 1e3 / res[6], res[7], n * 1e3 / res[7]);
         JSON("{\"bench\":\"prefill_attn3\",\"model\":\"%s\",\"n\":%d,\"exact_ms\":%.3f,\"fast_ms\":%.3f}", name, n, res[6], res[7]);
         res[1] = res[2];

@@ -25,7 +25,9 @@
  *  5. MTP modules (test_mtp): the trunk of a file with one as above, and the module's own
  *     forward (norms, eh_proj, its block on a one-layer store, its head) == the CPU's.
  *
- * --quick: a subset (the mutant build of `make test-cuda` runs it and must fail). */
+ * --quick: a subset (the mutant build of `make test-cuda` runs it and must fail).
+ * --attn: only the two quick models under the policy that sends every batch of 16+ rows to
+ *   k_attn4 (the attention mutant of `make test-cuda` runs it and must fail). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,7 +42,7 @@
 #include "parity.h"
 #include "synth.h"
 
-static int g_quick;
+static int g_quick, g_attn;
 static size_t g_checks, g_failed;
 static size_t g_bytes_cmp, g_bytes_diff;
 
@@ -301,10 +303,11 @@ static void test_model(const synth_cfg *c, uint64_t seed) {
     static const struct { int gemv_max, graphs, v2, bmax, amr; const char *name; } pol[] = {
         {8, 1, 4, 64, 0, "default policy"}, {0, 0, 0, 32, 0, "tensor-core GEMM (k_mma) for every run, no graphs"},
         {64, 1, 4, 32, 0, "warp kernel for every run"},
-        {8, 1, 1, 64, 2, "k_mma2 configuration 1 for runs over 32 rows, k_attn3 for batches of 16+ rows"},
-        {8, 0, 3, 64, 2, "k_mma2 configuration 3, k_attn3, no graphs"},
-        {8, 0, 2, 64, 1, "k_mma2 configuration 2, k_attn3 where 8+ rows a sequence, no graphs"}};
-    for (int pi = 0; pi < (g_quick ? 1 : 6); pi++) {
+        {8, 1, 1, 64, 2, "k_mma2 configuration 1 for runs over 32 rows, k_attn4 for batches of 16+ rows"},
+        {8, 0, 3, 64, 2, "k_mma2 configuration 3, k_attn4, no graphs"},
+        {8, 0, 2, 64, 1, "k_mma2 configuration 2, k_attn4 where 8+ rows a sequence, no graphs"}};
+    for (int pi = 0; pi < (g_attn ? 6 : g_quick ? 1 : 6); pi++) {
+        if (g_attn && pol[pi].amr != 2) continue;
         ls_cuda_opts o, o0;
         ls_cuda_fwd_get_opts(g, &o0);
         o = o0;
@@ -321,7 +324,7 @@ static void test_model(const synth_cfg *c, uint64_t seed) {
                  pol[pi].name);
         report(what, d, cmp);
     }
-    {
+    if (!g_attn) {
         ls_cuda_opts o;
         ls_cuda_fwd_get_opts(g, &o);
         o.gemv_max_rows = 8;
@@ -335,7 +338,7 @@ static void test_model(const synth_cfg *c, uint64_t seed) {
                  "others compared; fast rows' relative error %.2e)", c->name, rows, fe);
         report(what, d, cmp);
     }
-    {   /* the fast family where it runs: the fast sequences' rows side by side in runs of at
+    if (!g_attn) { /* the fast family where it runs: the fast sequences' rows side by side in runs of at
          * least fast_min_rows (64), which cuBLAS serves, with exact sequences in the same
          * forwards; the exact rows compared, the fast ones checked to differ (they took a
          * free-order fp16 GEMM) and to stay within FAST_ERR_MAX of the CPU's logits */
@@ -508,6 +511,7 @@ static void cpu_info(void) {
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         g_quick |= !strcmp(argv[i], "--quick");
+        if (!strcmp(argv[i], "--attn")) g_quick = g_attn = 1;
         if (!strcmp(argv[i], "--families")) g_models = 0; /* only the family files */
     }
     char name[256];
@@ -519,7 +523,7 @@ int main(int argc, char **argv) {
     printf("gpu: %s\n", name);
     cpu_info();
     const double t0 = now_s();
-    if (g_models) {
+    if (g_models && !g_attn) {
         test_quant();
         test_matmul();
     }
@@ -539,7 +543,7 @@ int main(int argc, char **argv) {
     {
         int nf;
         const synth_cfg *fam = synth_families(&nf);
-        for (int i = 0; i < (g_quick ? 2 : nf); i++) test_model(&fam[i], 2000 + (uint64_t)i);
+        for (int i = 0; i < (g_attn ? 0 : g_quick ? 2 : nf); i++) test_model(&fam[i], 2000 + (uint64_t)i);
     }
     { /* MTP modules: a llama one sharing the tied head and embedding, a gemma3 one with its own */
         static const synth_cfg mtp[] = {
@@ -552,7 +556,7 @@ int main(int argc, char **argv) {
             {"gemma3 + MTP, its own F16 head over every third token", 2048, 128, 6, 2, 1, 512, 4096, 8, 8, 6, 2, 8, 8, 2, 8,
              1, 1000000.0f, "gemma3", 256, 11, SYNTH_QK_NORM | SYNTH_POST | SYNTH_MTP | SYNTH_MTP_VOCAB, 0, 0, 0},
         };
-        for (int i = 0; i < (g_quick ? 1 : 4); i++) test_mtp(&mtp[i], 3000 + (uint64_t)i);
+        for (int i = 0; i < (g_attn ? 0 : g_quick ? 1 : 4); i++) test_mtp(&mtp[i], 3000 + (uint64_t)i);
     }
     printf("test_cuda: %zu checks, %zu failed; %zu differing bytes of %zu compared (%.1f s) %s\n", g_checks, g_failed,
            g_bytes_diff, g_bytes_cmp, now_s() - t0, g_failed ? "FAIL" : "ok");

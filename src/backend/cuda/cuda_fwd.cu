@@ -768,7 +768,7 @@ struct Plan {
     std::vector<Run> rows, head; /* runs of consecutive rows (gathered head rows) of one family */
     uint64_t rows_fast, rows_exact; /* the rows each family was asked for (before runs merge) */
     int max_keys;
-    int attn_mr; /* k_attn3 may serve this batch's attention */
+    int attn_mr; /* k_attn4 may serve this batch's attention */
     bool hidden;
     bool blas_used;
 };
@@ -884,7 +884,7 @@ static ls_status enqueue(ls_cuda_fwd *f, ls_cuda_kv *kv, const Plan &pl, ls_err 
         PROF(f, "(bias, q/k norm,) rope+kv write");
         const bool q_att = !lsc_is_float(L.wo.m.type);
         CK(lsc_attention(f->qkv, f->QKVD, M, s->n_head, s->n_head_kv, D, L.attn_scale, L.window, ka, pl.max_keys,
-                         f->att, q_att ? f->xq : NULL, f->dxs, xsQ, st));
+                         f->att, q_att ? f->xq : NULL, f->dxs, xsQ, f->part, f->part_floats, st));
         PROF(f, "attention(+quant)");
         const lsc_act aQ = {f->xq, f->dxs, xsQ};
         if (L.post_attn_norm) { /* plan steps 7-9: t = att Wo; x = x + rmsnorm(t) */

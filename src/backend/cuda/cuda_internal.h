@@ -47,7 +47,7 @@ struct lsc_stream {
     int gemv_nw1; /* weight rows per warp of the one-row warp kernel (1, 2, 4) */
     int mma_minb; /* 2: the 64 x 64 GEMM tile capped at 128 registers (two blocks per SM) */
     int mma_v2;   /* runs over 32 rows: 0 k_mma, 1..3 a k_mma2 configuration, 4 k_mma2 by type (cuda_mm.cuh) */
-    int attn_mr;  /* 1: attention may take k_attn3 (many rows of one sequence share each K/V chunk) */
+    int attn_mr;  /* 1: attention may take k_attn4 (many rows of one sequence share each K/V chunk) */
     explicit lsc_stream(cudaStream_t s = 0, int pdl_ = 0, int nw = 1, int minb = 1, int v2 = 0, int mr = 0)
         : st(s), pdl(pdl_), gemv_nw1(nw), mma_minb(minb), mma_v2(v2), attn_mr(mr) {}
     operator cudaStream_t() const { return st; }
@@ -144,8 +144,8 @@ cudaError_t lsc_rope_kv(float *qkv, int ldq, int rows, int n_head, int n_kv, int
  * 0..n-1 of the recipe (docs/numerics.md); 0: keys 0..p. */
 size_t lsc_attn_smem(int n_head, int n_kv, int D, int max_keys);
 cudaError_t lsc_attention(const float *qkv, int ldq, int rows, int n_head, int n_kv, int D, float scale, int window,
-                          lsc_kvargs kv, int max_keys, float *out, int8_t *q, float2 *dxs, int xs,
-                          lsc_stream s);
+                          lsc_kvargs kv, int max_keys, float *out, int8_t *q, float2 *dxs, int xs, float *scratch,
+                          size_t scratch_floats, lsc_stream s);
 cudaError_t lsc_attn_init(size_t max_smem);
 
 /* fast family helpers */

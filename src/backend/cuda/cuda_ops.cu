@@ -522,62 +522,83 @@ __global__ void k_attn2(const float *__restrict__ qkv, int ldq, int n_head, int 
 }
 
 /* ---- attention for many rows of one sequence (prefill) ----------------------------------
- * k_attn3: one block per (group of up to A3_QB rows, kv head).  Rows of the group that share
- * a table (a run of one sequence) share every K and V chunk the block streams through shared
- * memory, so a chunk is read once for up to A3_QB rows instead of once per row.  Two passes
- * over the keys: the first computes the scores for the max; the second computes them again
- * (the same operations: the same bits), then p = ls_expf(s - mx), the sums in chunks of 64
- * keys in order, and each (row, head, dim)'s fma chain over the keys in order.  The recipe is
- * k_attn's, value for value; only the schedule differs.  Used for window == 0, D % 16 == 0,
- * 512 % D == 0 (lsc_attention decides). */
-#define A3_QB 16
-#define A3_CH 32 /* keys per streamed chunk (a recipe sum chunk of 64 is two of them) */
-#define A3_THR 512
-#define A3_MAXC 16 /* (row, head) chains per thread in the PV step: qb * nq <= A3_MAXC * (A3_THR / D) */
+ * k_attn4: one block per (group of rows, kv head); the group's rows of one sequence (a
+ * segment) and their query heads, up to A4_RH (row, head) pairs, share every K and V chunk of
+ * A4_CH keys the block streams through shared memory.  The recipe is k_attn's, value for
+ * value; only the schedule differs:
+ *   A. scores: a 16 x 16 thread grid, thread (lane l, tile t) holds recipe lane l of the dot16
+ *      of 8 (row, head) pairs x 8 keys (elements l, l + 16, ... in order, from +0); the tree
+ *      is a reduce-scatter butterfly over the 16 lanes (xor 1, 2, 4, 8: adjacent pairs first,
+ *      as dot16's tree; at each level a lane keeps half its outputs), after which the thread
+ *      holds 4 keys of one pair; times scale, they go to the scratch `sg` (global memory, one
+ *      A4_RH x nkp slab per block);
+ *   B. the max of each pair's scores, seeded with s_0 (as k_attn3);
+ *   C. p = ls_expf(s - mx) in place, and the sums: a thread per (pair, 64-key chunk) adds its
+ *      chunk in key order, a thread per pair adds the chunks in order;
+ *   D. each (pair, dim)'s fma chain over the keys in order, V and p chunks streamed together;
+ *      thread (dim tid % D) holds the chains of pairs tid / D, + G, ...
+ * Built for D = 64 and 128; used for window == 0 (lsc_attention decides). */
+#define A4_THR 256
+#define A4_RH 32 /* (row, head) pairs per block */
+#define A4_CH 32 /* keys per streamed chunk (a recipe sum chunk of 64 is two of them) */
 
-struct A3Layout {
-    int DP, CHP;                       /* padded row strides (floats) */
-    size_t qs, kr, vr, pc, sx, total; /* offsets (floats) */
+struct A4Layout {
+    int QP, nch64;
+    size_t qs, kv, pc, mx, inv, part, total; /* offsets (floats) */
 };
-__host__ __device__ inline A3Layout a3_layout(int nq, int D) {
-    A3Layout a;
-    a.DP = D + 4;
-    a.CHP = A3_CH + 4;
-    const size_t nih = (size_t)A3_QB * nq;
+__host__ __device__ inline A4Layout a4_layout(int D, int max_keys) {
+    A4Layout a;
+    a.QP = D + 2; /* the two tiles of a warp read pair rows 8 apart: 16 banks apart */
+    a.nch64 = (max_keys + 31) / 32; /* room for sum chunks of 32 (the mutant build) */
     a.qs = 0;
-    a.kr = a.qs + nih * a.DP;
-    a.vr = a.kr + 2 * (size_t)A3_CH * a.DP;
-    a.pc = a.vr + 2 * (size_t)A3_CH * a.DP;
-    a.sx = a.pc + nih * a.CHP; /* mx, s0, inv: 3 x nih */
-    a.total = a.sx + 3 * nih;
+    a.kv = ((size_t)A4_RH * a.QP + 3) / 4 * 4;
+    a.pc = a.kv + 2 * (size_t)A4_CH * D;
+    a.mx = a.pc + 2 * (size_t)A4_RH * A4_CH;
+    a.inv = a.mx + A4_RH;
+    a.part = a.inv + A4_RH;
+    a.total = a.part + (size_t)A4_RH * a.nch64;
     return a;
 }
 
-/* keys j0..j0+n-1 of one head's store (rows of D floats) into dst rows of stride DP */
-__device__ __forceinline__ void a3_load(float *dst, const float *b, const int32_t *table, size_t bf, int D, int DP,
-                                        int j0, int n) {
+/* keys j0..j0+n-1 of one head's store into dst rows of D floats */
+__device__ __forceinline__ void a4_load(float *dst, const float *b, const int32_t *table, size_t bf, int D, int j0,
+                                        int n) {
     const int per = D / 4;
     for (int t = threadIdx.x; t < n * per; t += blockDim.x) {
         const int jj = t / per, q = t % per, j = j0 + jj;
-        att_cp16(dst + (size_t)jj * DP + 4 * q, b + (size_t)table[j >> 4] * bf + (size_t)(j & 15) * D + 4 * q);
+        att_cp16(dst + (size_t)jj * D + 4 * q, b + (size_t)table[j >> 4] * bf + (size_t)(j & 15) * D + 4 * q);
     }
 }
 
-__global__ void __launch_bounds__(A3_THR, 1) k_attn3(const float *__restrict__ qkv, int ldq, int rows, int qb, int n_head,
-                                                      int n_kv, int D, float scale, lsc_kvargs kv,
-                                                      float *__restrict__ out) {
+/* one level of the butterfly: N outputs -> N / 2, the upper half kept where lane bit `m` is set */
+template <int N>
+__device__ __forceinline__ void a4_fold(float *v, int lane, int m) {
+    const bool up = (lane & m) != 0;
+#pragma unroll
+    for (int i = 0; i < N / 2; i++) {
+        const float send = up ? v[i] : v[i + N / 2], keep = up ? v[i + N / 2] : v[i];
+        v[i] = lsc_add(keep, __shfl_xor_sync(FULL, send, m));
+    }
+}
+
+template <int D>
+__global__ void __launch_bounds__(A4_THR, 2) k_attn4(const float *__restrict__ qkv, int ldq, int r0, int rows, int qb,
+                                                      int n_head, int n_kv, float scale, lsc_kvargs kv,
+                                                      float *__restrict__ out, float *__restrict__ sg, int nkp,
+                                                      int max_keys) {
     extern __shared__ __align__(16) float sm[];
     lsc_pdl_trigger();
     lsc_pdl_wait();
     const int kvh = blockIdx.y, nq = n_head / n_kv, tid = threadIdx.x;
-    const A3Layout L = a3_layout(nq, D);
-    const int DP = L.DP, CHP = L.CHP;
-    float *qs = sm + L.qs, *kr = sm + L.kr, *vr = sm + L.vr, *pc = sm + L.pc, *mx = sm + L.sx;
-    float *s0 = mx + A3_QB * nq, *sinv = s0 + A3_QB * nq;
+    const A4Layout L = a4_layout(D, max_keys);
+    const int QP = L.QP;
+    float *qs = sm + L.qs, *kvb = sm + L.kv, *pc = sm + L.pc, *mx = sm + L.mx, *sinv = sm + L.inv, *part = sm + L.part;
+    float *sgb = sg + ((size_t)blockIdx.y * gridDim.x + blockIdx.x) * A4_RH * (size_t)nkp;
     const size_t bf = kv.block_floats, KVD = (size_t)n_kv * D;
     const float *kb = kv.kv + kv.layer_off + (size_t)kvh * 16 * D, *vb = kb + 16 * KVD;
-    const int rA = blockIdx.x * qb, rE = rA + qb < rows ? rA + qb : rows;
-    const int G = A3_THR / D; /* PV: thread (dim tid % D, chains tid / D, + G, + 2G, ...) */
+    const int rA = r0 + blockIdx.x * qb, rE = rA + qb < r0 + rows ? rA + qb : r0 + rows;
+    const int lane = tid & 15, tile = tid >> 4, trh = (tile & 3) * 8, tkey = (tile >> 2) * 8;
+    constexpr int G = A4_THR / D, NC = A4_RH / G; /* step D: chains per thread */
     const int pd = tid % D, pg = tid / D;
 
     for (int ra = rA; ra < rE;) {
@@ -588,179 +609,174 @@ __global__ void __launch_bounds__(A3_THR, 1) k_attn3(const float *__restrict__ q
             pmax = kv.pos[rb] > pmax ? kv.pos[rb] : pmax;
             rb++;
         }
-        const int nr = rb - ra, nih = nr * nq, nkmax = pmax + 1, nchunk = (nkmax + A3_CH - 1) / A3_CH;
+        const int nih = (rb - ra) * nq, nkmax = pmax + 1, nchunk = (nkmax + A4_CH - 1) / A4_CH;
         const int32_t *table = kv.tbl + to;
         __syncthreads(); /* the previous segment is done with the buffers */
-        for (int i = tid; i < nih * D; i += A3_THR) {
+        for (int i = tid; i < A4_RH * D; i += A4_THR) {
             const int ih = i / D, d = i % D, r = ra + ih / nq, h = ih % nq;
-            qs[(size_t)ih * DP + d] = qkv[(size_t)r * ldq + (size_t)(kvh * nq + h) * D + d];
+            qs[(size_t)ih * QP + d] = ih < nih ? qkv[(size_t)r * ldq + (size_t)(kvh * nq + h) * D + d] : 0.0f;
         }
-        /* scores of chunk c (keys c*CH ..) for tasks (key jj = tid % CH, heads 2g, 2g+1): into pc */
-        auto scores = [&](const float *kc, int c) {
-            const int jj = tid % A3_CH, j = c * A3_CH + jj;
-            for (int g = tid / A3_CH; 2 * g < nih; g += A3_THR / A3_CH) {
-                float acc[2][16];
+        /* A. scores */
+        a4_load(kvb, kb, table, bf, D, 0, nkmax < A4_CH ? nkmax : A4_CH);
+        att_commit();
+        for (int c = 0; c < nchunk; c++) {
+            asm volatile("cp.async.wait_group 0;\n" ::);
+            __syncthreads();
+            if (c + 1 < nchunk) {
+                const int j1 = (c + 1) * A4_CH;
+                a4_load(kvb + (size_t)((c + 1) & 1) * A4_CH * D, kb, table, bf, D, j1,
+                        nkmax - j1 < A4_CH ? nkmax - j1 : A4_CH);
+            }
+            att_commit();
+            const float *kc = kvb + (size_t)(c & 1) * A4_CH * D;
+            float v[64];
 #pragma unroll
-                for (int m = 0; m < 2; m++)
+            for (int i = 0; i < 64; i++) v[i] = 0.0f;
+#pragma unroll 2
+            for (int d0 = 0; d0 < D; d0 += 16) {
+                const int d = d0 + lane;
+                float qv[8], kv8[8];
 #pragma unroll
-                    for (int l = 0; l < 16; l++) acc[m][l] = 0.0f;
-                const float *krow = kc + (size_t)jj * DP;
-                const int ih0 = 2 * g, ih1 = 2 * g + 1 < nih ? 2 * g + 1 : nih - 1;
-                for (int d0 = 0; d0 < D; d0 += 16) {
-                    float4 k4[4];
+                for (int a = 0; a < 8; a++) qv[a] = qs[(size_t)(trh + a) * QP + d];
 #pragma unroll
-                    for (int i = 0; i < 4; i++) k4[i] = *(const float4 *)(krow + d0 + 4 * i);
+                for (int b = 0; b < 8; b++) kv8[b] = kc[(size_t)(tkey + b) * D + d];
 #pragma unroll
-                    for (int m = 0; m < 2; m++) {
-                        const float *qh = qs + (size_t)(m ? ih1 : ih0) * DP + d0;
+                for (int a = 0; a < 8; a++)
 #pragma unroll
-                        for (int i = 0; i < 4; i++) {
-                            const float4 q4 = *(const float4 *)(qh + 4 * i);
-                            acc[m][4 * i + 0] = lsc_fma(q4.x, k4[i].x, acc[m][4 * i + 0]);
-                            acc[m][4 * i + 1] = lsc_fma(q4.y, k4[i].y, acc[m][4 * i + 1]);
-                            acc[m][4 * i + 2] = lsc_fma(q4.z, k4[i].z, acc[m][4 * i + 2]);
-                            acc[m][4 * i + 3] = lsc_fma(q4.w, k4[i].w, acc[m][4 * i + 3]);
-                        }
-                    }
+                    for (int b = 0; b < 8; b++) v[a * 8 + b] = lsc_fma(qv[a], kv8[b], v[a * 8 + b]);
+            }
+            a4_fold<64>(v, lane, 1);
+            a4_fold<32>(v, lane, 2);
+            a4_fold<16>(v, lane, 4);
+            a4_fold<8>(v, lane, 8);
+            /* v[i] is pair trh + a, key tkey + b0 + i */
+            const int a = (lane & 1) * 4 + (lane & 2) + ((lane >> 2) & 1), b0 = ((lane >> 3) & 1) * 4;
+            const int ih = trh + a;
+            if (ih < nih)
+                *(float4 *)(sgb + (size_t)ih * nkp + c * A4_CH + tkey + b0) =
+                    make_float4(lsc_mul(v[0], scale), lsc_mul(v[1], scale), lsc_mul(v[2], scale), lsc_mul(v[3], scale));
+        }
+        __syncthreads(); /* every score is in sg */
+        /* B. the max: 8 threads per pair, from s_0 (any order: a max) */
+        {
+            const int ih = tid / 8 < nih ? tid / 8 : nih - 1, k = tid % 8;
+            const int nk = kv.pos[ra + ih / nq] + 1;
+            const float *sp = sgb + (size_t)ih * nkp;
+            float m = __ldcg(sp);
+            for (int j = k; j < nk; j += 8) {
+                const float x = __ldcg(sp + j);
+                m = x > m ? x : m;
+            }
+#pragma unroll
+            for (int off = 1; off <= 4; off <<= 1) {
+                const float o = __shfl_xor_sync(FULL, m, off);
+                m = o > m ? o : m;
+            }
+            if (tid < nih * 8 && k == 0) mx[ih] = m;
+        }
+        __syncthreads();
+        /* C. p in place; the sums of 64-key chunks, then of the chunks */
+#ifdef LS_CUDA_MUTATE_ATTN /* sum chunks of 32 keys, not the recipe's 64 (make test-cuda: must fail) */
+#define A4_SUM 32
+#else
+#define A4_SUM 64
+#endif
+        const int nch = (nkmax + A4_SUM - 1) / A4_SUM;
+        for (int t = tid; t < nih * nch; t += A4_THR) {
+            const int ih = t / nch, c = t % nch, nk = kv.pos[ra + ih / nq] + 1;
+            if (c * A4_SUM >= nk) continue;
+            const int e = (c + 1) * A4_SUM < nk ? (c + 1) * A4_SUM : nk;
+            float *sp = sgb + (size_t)ih * nkp;
+            const float m = mx[ih];
+            float acc = 0.0f;
+            int j = c * A4_SUM;
+            for (; j + 16 <= e; j += 16) {
+                float x[16];
+#pragma unroll
+                for (int i = 0; i < 16; i++) x[i] = __ldcg(sp + j + i);
+#pragma unroll
+                for (int i = 0; i < 16; i++) {
+                    x[i] = lsc_expf(lsc_sub(x[i], m));
+                    acc = lsc_add(acc, x[i]);
                 }
 #pragma unroll
-                for (int m = 0; m < 2; m++) {
-                    const int ih = 2 * g + m;
-#pragma unroll
-                    for (int n = 16; n > 1; n /= 2)
-#pragma unroll
-                        for (int i = 0; i < n / 2; i++) acc[m][i] = lsc_add(acc[m][2 * i], acc[m][2 * i + 1]);
-                    if (ih < nih && j <= kv.pos[ra + ih / nq]) pc[(size_t)ih * CHP + jj] = lsc_mul(acc[m][0], scale);
-                }
+                for (int i = 0; i < 16; i += 4) __stcg((float4 *)(sp + j + i), make_float4(x[i], x[i + 1], x[i + 2], x[i + 3]));
+            }
+            for (; j < e; j++) {
+                const float p = lsc_expf(lsc_sub(__ldcg(sp + j), m));
+                __stcg(sp + j, p);
+                acc = lsc_add(acc, p);
+            }
+            part[(size_t)ih * L.nch64 + c] = acc;
+        }
+        __syncthreads();
+        if (tid < nih) {
+            const int nk = kv.pos[ra + tid / nq] + 1;
+            float a = 0.0f;
+            for (int c = 0; c * A4_SUM < nk; c++) a = lsc_add(a, part[(size_t)tid * L.nch64 + c]);
+            sinv[tid] = lsc_div(1.0f, a);
+        }
+        /* D. acc = fma(p_j, v_j[d], acc) in key order: V and p chunks through shared memory */
+        auto load_pv = [&](int c, int buf) {
+            const int j1 = c * A4_CH;
+            a4_load(kvb + (size_t)buf * A4_CH * D, vb, table, bf, D, j1, nkmax - j1 < A4_CH ? nkmax - j1 : A4_CH);
+            for (int t = tid; t < nih * (A4_CH / 4); t += A4_THR) {
+                const int ih = t / (A4_CH / 4), q = t % (A4_CH / 4);
+                att_cp16(pc + (size_t)buf * A4_RH * A4_CH + (size_t)ih * A4_CH + 4 * q, sgb + (size_t)ih * nkp + j1 + 4 * q);
             }
         };
-        /* pass 1: the max of each (row, head)'s scores, from s_0 (as k_attn) */
-        a3_load(kr, kb, table, bf, D, DP, 0, nkmax < A3_CH ? nkmax : A3_CH);
+        float acc[NC];
+#pragma unroll
+        for (int k = 0; k < NC; k++) acc[k] = 0.0f;
+        __syncthreads(); /* step C's p are in sg (the cp.async below reads them from L2) */
+        load_pv(0, 0);
         att_commit();
         for (int c = 0; c < nchunk; c++) {
             asm volatile("cp.async.wait_group 0;\n" ::);
             __syncthreads();
-            if (c + 1 < nchunk) {
-                const int j1 = (c + 1) * A3_CH;
-                a3_load(kr + (size_t)((c + 1) & 1) * A3_CH * DP, kb, table, bf, D, DP, j1,
-                        nkmax - j1 < A3_CH ? nkmax - j1 : A3_CH);
-            }
+            if (c + 1 < nchunk) load_pv(c + 1, (c + 1) & 1);
             att_commit();
-            scores(kr + (size_t)(c & 1) * A3_CH * DP, c);
-            __syncthreads();
-            /* 8 threads per (row, head), 4 keys each, then xor 1, 2, 4 (a max: any order, from s_0) */
-            if (c == 0) {
-                for (int ih = tid; ih < nih; ih += A3_THR) s0[ih] = pc[(size_t)ih * CHP]; /* key 0: every row has it */
-                __syncthreads();
-            }
-            for (int t0 = 0; t0 < nih * 8; t0 += A3_THR) {
-                const int t = t0 + tid, ih = t / 8 < nih ? t / 8 : nih - 1, k = t % 8;
-                const int lim = kv.pos[ra + ih / nq] + 1 - c * A3_CH;
-                float m = s0[ih];
-#pragma unroll
-                for (int q = 0; q < 4; q++) {
-                    const int jj = 4 * k + q;
-                    if (jj < lim) {
-                        const float v = pc[(size_t)ih * CHP + jj];
-                        m = v > m ? v : m;
-                    }
-                }
-#pragma unroll
-                for (int off = 1; off <= 4; off <<= 1) {
-                    const float o = __shfl_xor_sync(FULL, m, off);
-                    m = o > m ? o : m;
-                }
-                if (t < nih * 8 && k == 0) {
-                    const float cur = c == 0 ? s0[ih] : mx[ih];
-                    mx[ih] = m > cur ? m : cur;
-                }
-            }
-        }
-        /* pass 2: scores again, p, the sums (thread ih < nih), the PV chains */
-        float part = 0.0f, atot = 0.0f;
-        float acc[A3_MAXC];
-#pragma unroll
-        for (int k = 0; k < A3_MAXC; k++) acc[k] = 0.0f;
-        __syncthreads();
-        a3_load(kr, kb, table, bf, D, DP, 0, nkmax < A3_CH ? nkmax : A3_CH);
-        a3_load(vr, vb, table, bf, D, DP, 0, nkmax < A3_CH ? nkmax : A3_CH);
-        att_commit();
-        for (int c = 0; c < nchunk; c++) {
-            asm volatile("cp.async.wait_group 0;\n" ::);
-            __syncthreads();
-            if (c + 1 < nchunk) {
-                const int j1 = (c + 1) * A3_CH, n1 = nkmax - j1 < A3_CH ? nkmax - j1 : A3_CH;
-                a3_load(kr + (size_t)((c + 1) & 1) * A3_CH * DP, kb, table, bf, D, DP, j1, n1);
-                a3_load(vr + (size_t)((c + 1) & 1) * A3_CH * DP, vb, table, bf, D, DP, j1, n1);
-            }
-            att_commit();
-            scores(kr + (size_t)(c & 1) * A3_CH * DP, c);
-            __syncthreads();
-            for (int t = tid; t < nih * A3_CH; t += A3_THR) {
-                const int ih = t / A3_CH, jj = t % A3_CH;
-                if (c * A3_CH + jj <= kv.pos[ra + ih / nq]) {
-                    float *sp = pc + (size_t)ih * CHP + jj;
-                    *sp = lsc_expf(lsc_sub(*sp, mx[ih]));
-                }
-            }
-            __syncthreads();
-            if (tid < nih) { /* the sum chunk of 64 keys runs over two stream chunks */
-                const int lim = kv.pos[ra + tid / nq] + 1 - c * A3_CH;
-                if (lim > 0) {
-                    const int n = lim < A3_CH ? lim : A3_CH;
-                    const float *sp = pc + (size_t)tid * CHP;
-                    for (int jj = 0; jj < n; jj++) part = lsc_add(part, sp[jj]);
-                    if (lim <= A3_CH || (c & 1)) { /* the row's last key, or the end of a 64-key chunk */
-                        atot = lsc_add(atot, part);
-                        part = 0.0f;
-                    }
-                }
-            }
-            const float *vc = vr + (size_t)(c & 1) * A3_CH * DP;
+            const float *vc = kvb + (size_t)(c & 1) * A4_CH * D, *pcc = pc + (size_t)(c & 1) * A4_RH * A4_CH;
             bool full = true; /* every chain of this thread takes all keys of the chunk */
 #pragma unroll
-            for (int k = 0; k < A3_MAXC; k++) {
+            for (int k = 0; k < NC; k++) {
                 const int ih = pg + k * G;
-                if (ih < nih && kv.pos[ra + ih / nq] + 1 - c * A3_CH < A3_CH) full = false;
+                if (ih < nih && kv.pos[ra + ih / nq] + 1 - c * A4_CH < A4_CH) full = false;
             }
-            if (full) { /* keys in groups of 4: one v per key, a float4 of p per chain */
-                for (int jj = 0; jj < A3_CH; jj += 4) {
-                    const float v0 = vc[(size_t)jj * DP + pd], v1 = vc[(size_t)(jj + 1) * DP + pd],
-                                v2 = vc[(size_t)(jj + 2) * DP + pd], v3 = vc[(size_t)(jj + 3) * DP + pd];
+            if (full) { /* chains past nih run on pair 0's p (their sums are never stored) */
+#pragma unroll 2
+                for (int jj = 0; jj < A4_CH; jj += 4) {
+                    const float v0 = vc[(size_t)jj * D + pd], v1 = vc[(size_t)(jj + 1) * D + pd],
+                                v2 = vc[(size_t)(jj + 2) * D + pd], v3 = vc[(size_t)(jj + 3) * D + pd];
 #pragma unroll
-                    for (int k = 0; k < A3_MAXC; k++) {
-                        const int ih = pg + k * G;
-                        if (ih < nih) {
-                            const float4 p4 = *(const float4 *)(pc + (size_t)ih * CHP + jj);
-                            float a = acc[k];
-                            a = lsc_fma(p4.x, v0, a);
-                            a = lsc_fma(p4.y, v1, a);
-                            a = lsc_fma(p4.z, v2, a);
-                            a = lsc_fma(p4.w, v3, a);
-                            acc[k] = a;
-                        }
+                    for (int k = 0; k < NC; k++) {
+                        const float4 p4 = *(const float4 *)(pcc + (size_t)(pg + k * G < nih ? pg + k * G : 0) * A4_CH + jj);
+                        float a = acc[k];
+                        a = lsc_fma(p4.x, v0, a);
+                        a = lsc_fma(p4.y, v1, a);
+                        a = lsc_fma(p4.z, v2, a);
+                        a = lsc_fma(p4.w, v3, a);
+                        acc[k] = a;
                     }
                 }
             } else {
 #pragma unroll
-                for (int k = 0; k < A3_MAXC; k++) {
+                for (int k = 0; k < NC; k++) {
                     const int ih = pg + k * G;
                     if (ih >= nih) continue;
-                    const int lim = kv.pos[ra + ih / nq] + 1 - c * A3_CH;
+                    const int lim = kv.pos[ra + ih / nq] + 1 - c * A4_CH;
                     if (lim <= 0) continue;
-                    const int n = lim < A3_CH ? lim : A3_CH;
-                    const float *ph = pc + (size_t)ih * CHP;
+                    const int n = lim < A4_CH ? lim : A4_CH;
+                    const float *ph = pcc + (size_t)ih * A4_CH;
                     float a = acc[k];
-                    for (int jj = 0; jj < n; jj++) a = lsc_fma(ph[jj], vc[(size_t)jj * DP + pd], a);
+                    for (int jj = 0; jj < n; jj++) a = lsc_fma(ph[jj], vc[(size_t)jj * D + pd], a);
                     acc[k] = a;
                 }
             }
         }
         asm volatile("cp.async.wait_group 0;\n" ::);
-        if (tid < nih) sinv[tid] = lsc_div(1.0f, atot);
-        __syncthreads();
 #pragma unroll
-        for (int k = 0; k < A3_MAXC; k++) {
+        for (int k = 0; k < NC; k++) {
             const int ih = pg + k * G;
             if (ih >= nih) break;
             const int r = ra + ih / nq, h = ih % nq;
@@ -992,25 +1008,30 @@ cudaError_t lsc_attn_init(size_t max_smem) {
     g_attn_smem_max = max_smem;
     cudaError_t e = cudaFuncSetAttribute(k_attn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)max_smem);
     if (e != cudaSuccess) return e;
-    if ((e = cudaFuncSetAttribute(k_attn3, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)max_smem)) != cudaSuccess)
+    if ((e = cudaFuncSetAttribute(k_attn4<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)max_smem)) != cudaSuccess ||
+        (e = cudaFuncSetAttribute(k_attn4<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)max_smem)) != cudaSuccess)
         return e;
     return cudaFuncSetAttribute(k_attn2, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)max_smem);
 }
 
 cudaError_t lsc_attention(const float *qkv, int ldq, int rows, int n_head, int n_kv, int D, float scale, int window,
-                          lsc_kvargs kv, int max_keys, float *out, int8_t *q, float2 *dxs, int xs, lsc_stream s) {
+                          lsc_kvargs kv, int max_keys, float *out, int8_t *q, float2 *dxs, int xs, float *scratch,
+                          size_t scratch_floats, lsc_stream s) {
     if (rows <= 0) return cudaSuccess;
     const int nq = n_head / n_kv;
-    if (s.attn_mr && window == 0 && D % 16 == 0 && A3_THR % D == 0 && rows >= 16) { /* k_attn3 */
-        const int G = A3_THR / D;
-        int qb = A3_QB;
-        while (qb > 1 && (qb * nq + G - 1) / G > A3_MAXC) qb /= 2;
-        const size_t sm3 = a3_layout(nq, D).total * sizeof(float);
-        if (qb >= 4 && sm3 <= g_attn_smem_max) {
-            cudaError_t e = lsc_launch(k_attn3, dim3((rows + qb - 1) / qb, n_kv), dim3(A3_THR), sm3, s, qkv, ldq, rows,
-                                       qb, n_head, n_kv, D, scale, kv, out);
-            if (e != cudaSuccess || !q) return e;
-            return lsc_quant(out, n_head * D, rows, n_head * D, q, dxs, xs, s);
+    if (s.attn_mr && window == 0 && (D == 64 || D == 128) && nq <= A4_RH && rows >= 16 && scratch) { /* k_attn4, in launches whose score slabs fit the scratch */
+        const int qb = A4_RH / nq, nbx = (rows + qb - 1) / qb, nkp = (max_keys + A4_CH - 1) / A4_CH * A4_CH;
+        const size_t slab = (size_t)A4_RH * nkp, sm4 = a4_layout(D, max_keys).total * sizeof(float);
+        const size_t fit = scratch_floats / (slab * n_kv);
+        if (fit >= 1 && sm4 <= g_attn_smem_max) {
+            const int bx = fit < (size_t)nbx ? (int)fit : nbx;
+            for (int x0 = 0; x0 < nbx; x0 += bx) {
+                const int gx = nbx - x0 < bx ? nbx - x0 : bx, r0 = x0 * qb, nr = rows - r0 < gx * qb ? rows - r0 : gx * qb;
+                cudaError_t e = lsc_launch(D == 64 ? k_attn4<64> : k_attn4<128>, dim3(gx, n_kv), dim3(A4_THR), sm4, s, qkv,
+                                           ldq, r0, nr, qb, n_head, n_kv, scale, kv, out, scratch, nkp, max_keys);
+                if (e != cudaSuccess) return e;
+            }
+            return q ? lsc_quant(out, n_head * D, rows, n_head * D, q, dxs, xs, s) : cudaSuccess;
         }
     }
     const size_t smem = lsc_attn_smem(n_head, n_kv, D, max_keys);
