@@ -362,8 +362,9 @@ static void bench_prefill(ls_model *m, const char *name) {
         const int n = Ns[ni];
         double res[9];
         for (int fam = 0; fam < 9; fam++) { /* exact (default), k_mma uncapped, fast, k_mma2 1..3,
-                                             * exact + k_attn4, fast + k_attn4, k_mma capped (the default
-                                             * before k_mma2) */
+                                             * exact and fast with the per-row attention kernel (the
+                                             * default before k_attn4), k_mma capped (the default before
+                                             * k_mma2) */
             const int R = g_quick ? 2 : 4;
             double v[8];
             ls_cuda_stats st;
@@ -372,7 +373,7 @@ static void bench_prefill(ls_model *m, const char *name) {
             o = o0;
             o.mma_minblocks = fam == 1 ? 1 : 2;
             o.mma_v2 = fam >= 3 && fam <= 5 ? fam - 2 : fam == 1 || fam == 8 ? 0 : o0.mma_v2;
-            o.attn_mr = fam >= 6;
+            o.attn_mr = fam == 6 || fam == 7 ? 0 : o0.attn_mr;
             ls_cuda_fwd_set_opts(g, &o);
             for (int i = 0; i < R + 1; i++) {
                 if (run_rows(g, kv, tabs, 1, sq, tok, pos, n, fam != 2 && fam != 7, 1, logits, &st)) return;
@@ -387,7 +388,7 @@ static void bench_prefill(ls_model *m, const char *name) {
                 o.profile = 1;
                 ls_cuda_fwd_set_opts(g, &o);
                 if (run_rows(g, kv, tabs, 1, sq, tok, pos, n, fam != 2 && fam != 7, 1, logits, &st)) return;
-                printf("   pp512 %s, profile:\n", fam == 6 ? "exact + k_attn4" : fam == 3 ? "exact k_mma2 1" : fam ? "fast" : "exact");
+                printf("   pp512 %s, profile:\n", fam == 6 ? "exact, per-row attention" : fam == 3 ? "exact k_mma2 1" : fam ? "fast" : "exact");
                 print_profile(g, 1);
             }
             ls_cuda_fwd_set_opts(g, &o0);
@@ -399,9 +400,9 @@ static void bench_prefill(ls_model *m, const char *name) {
             printf("   pp%-5d exact, k_mma2 configuration %d: %8.2f ms (%7.0f tok/s)\n", n, c, res[2 + c], n * 1e3 / res[2 + c]);
             JSON("{\"bench\":\"prefill_v2\",\"model\":\"%s\",\"n\":%d,\"cfg\":%d,\"ms\":%.3f}", name, n, c, res[2 + c]);
         }
-        printf("   pp%-5d exact + k_attn4: %8.2f ms (%7.0f tok/s)   fast + k_attn4: %8.2f ms (%7.0f tok/s)\n", n, res[6],
+        printf("   pp%-5d per-row attention: exact %8.2f ms (%7.0f tok/s)   fast %8.2f ms (%7.0f tok/s)\n", n, res[6],
                n * 1e3 / res[6], res[7], n * 1e3 / res[7]);
-        JSON("{\"bench\":\"prefill_attn3\",\"model\":\"%s\",\"n\":%d,\"exact_ms\":%.3f,\"fast_ms\":%.3f}", name, n, res[6], res[7]);
+        JSON("{\"bench\":\"prefill_attn_row\",\"model\":\"%s\",\"n\":%d,\"exact_ms\":%.3f,\"fast_ms\":%.3f}", name, n, res[6], res[7]);
         res[1] = res[2];
         const double tops_e = 2.0 * params * n / (res[0] * 1e-3) / 1e12, tops_f = 2.0 * params * n / (res[1] * 1e-3) / 1e12;
         printf("   pp%-5d exact %8.2f ms (%7.0f tok/s, %5.0f TOPS)   fast %8.2f ms (%7.0f tok/s, %5.0f TFLOPS)   "

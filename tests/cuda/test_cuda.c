@@ -301,8 +301,9 @@ static void test_model(const synth_cfg *c, uint64_t seed) {
            "CPU references %.1f s\n",
            c->name, c->n_layer, c->n_embd, c->n_head, c->n_head_kv, c->n_ff, c->n_vocab, NSEQ, total_rows, t1 - t0);
     static const struct { int gemv_max, graphs, v2, bmax, amr; const char *name; } pol[] = {
-        {8, 1, 4, 64, 0, "default policy"}, {0, 0, 0, 32, 0, "tensor-core GEMM (k_mma) for every run, no graphs"},
-        {64, 1, 4, 32, 0, "warp kernel for every run"},
+        {8, 1, 4, 64, 1, "default policy"},
+        {0, 0, 0, 32, 0, "tensor-core GEMM (k_mma) for every run, per-row attention, no graphs"},
+        {64, 1, 4, 32, 0, "warp kernel for every run, per-row attention"},
         {8, 1, 1, 64, 2, "k_mma2 configuration 1 for runs over 32 rows, k_attn4 for batches of 16+ rows"},
         {8, 0, 3, 64, 2, "k_mma2 configuration 3, k_attn4, no graphs"},
         {8, 0, 2, 64, 1, "k_mma2 configuration 2, k_attn4 where 8+ rows a sequence, no graphs"}};

@@ -622,6 +622,7 @@ ls_cuda_fwd *ls_cuda_fwd_create(const ls_model *m, const ls_backend_params *p, l
     f->opts.gemv_nw = 1;
     f->opts.mma_minblocks = 2;
     f->opts.mma_v2 = 4;
+    f->opts.attn_mr = 1;
     ls_status st = LS_OK;
     cudaError_t e;
     int dev = 0;
