@@ -78,7 +78,7 @@ typedef struct {
     int profile;       /* 1: time every kernel with events (no graphs, no PDL); ls_cuda_fwd_profile */
     int mma_minblocks; /* 2 (default): the 64 x 64 tensor-core tile capped at 128 registers, two blocks
                         * per SM (spills a little; measured 12% faster); 1: uncapped, one block per SM */
-    int mma_v2;        /* runs over 32 rows: 4 (default) k_mma2 in the configuration of the weight type,
+    int mma_v2;        /* runs over 32 rows: 4 (default) k_mma2's 64 x 64 tile (configuration 2),
                         * 1..3 k_mma2 in that configuration, 0 the older k_mma (cuda_mm.cuh) */
     int attn_mr;       /* 1 (default): a batch of at least 16 rows that averages 8 or more rows per sequence
                         * runs attention with k_attn4 (cuda_ops.cu), rows of one sequence sharing each K/V

@@ -915,7 +915,7 @@ cudaError_t init_mma2() {
     return cudaFuncSetAttribute(k_mma2<T, MT, WM, NT, WN, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 (int)mma2_smem<T, MT, WM, NT, WN, MINB>());
 }
-/* the k_mma2 configurations (lsc_stream.mma_v2; 4 picks by type): 1: 64 x 128 tile, 8 warps of
+/* the k_mma2 configurations (lsc_stream.mma_v2; 4, the default, is 2): 1: 64 x 128 tile, 8 warps of
  * 32 x 32, one block per SM; 2: 64 x 64, 8 warps of 32 x 16, two blocks; 3: 128 x 64, 8 warps
  * of 64 x 16 */
 #define LSC_MMA2_CFGS(X) X(1, 2, 2, 4, 4, 1) X(2, 2, 2, 2, 4, 2) X(3, 4, 2, 2, 4, 1)
@@ -928,9 +928,10 @@ cudaError_t mma_t(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy, int 
     const bool fits = (uint64_t)rows * (uint64_t)a.xs * 32u < (1ull << 32) &&
                       (uint64_t)w.N * (uint64_t)w.nbp * QT<T>::CB < (1ull << 32);
     if (rows > 32 && s.mma_v2 && fits) {
-        /* 4 (the forward's default): the K-quants' heavier fields amortize over 64 rows a warp
-         * (configuration 3), the others take the two-blocks-per-SM tile (2); measured, H100 */
-        const int v = s.mma_v2 != 4 ? s.mma_v2 : (T == LSC_Q4_K || T == LSC_Q5_K || T == LSC_Q6_K) ? 3 : 2;
+        /* 4 (the forward's default): the two-blocks-per-SM tile (2) for every type; with the
+         * per-thread copy plan it was the fastest of the three for each type measured (Q4_0,
+         * Q4_K, Q6_K, Q8_0; H200, bench/results/cuda/session36-h200/run1) */
+        const int v = s.mma_v2 != 4 ? s.mma_v2 : 2;
 #define X(id, MT, WM, NT, WN, MB) \
         if (v == id) return launch_mma2<T, MT, WM, NT, WN, MB>(w, a, rows, y, ldy, mode, part, pf, s);
         LSC_MMA2_CFGS(X)
