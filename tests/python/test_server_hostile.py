@@ -394,11 +394,12 @@ def test_sigterm_refuses_new_connections_and_cuts_embeddings_at_the_grace_period
     assert s.logtext().count("cancelled (shutdown)") == 2, s.logtext()[-3000:]
 
 
-def big_schema_request(n):
+def big_schema_request(n, values=90):
     """A request whose every choice parses for a while: a 660 KB schema (1,024 properties,
     each a 90-value enum) converts to a 1.4 MB grammar; with n choices the body is parsed
-    n times (about 0.3 s each on a 2-core host)."""
-    schema = {"type": "object", "properties": {f"p{i}": {"enum": [f"v{j}" for j in range(90)]} for i in range(1024)},
+    n times (0.1-0.3 s each on a 2-core host).  values=230 makes a 1.8 MB body whose grammar
+    (about 3.7 MB) stays under the 4 MiB limit, at 0.25-0.8 s a choice."""
+    schema = {"type": "object", "properties": {f"p{i}": {"enum": [f"v{j}" for j in range(values)]} for i in range(1024)},
               "required": [f"p{i}" for i in range(1024)]}
     return {"prompt": "x", "max_tokens": 1, "n": n, "json_schema": schema}
 
@@ -417,10 +418,12 @@ def test_sigterm_while_many_choices_parse_is_a_503_within_the_grace_period(model
     the grace period the handler stops between choices and answers 503 server_shutdown,
     and the server exits soon after (it used to parse every choice first: the client read
     an empty reply and the exit came seconds past the grace period)."""
-    s = Srv(model_path, "--timeout", "1")
+    # 16 choices of the larger schema parse for 3-10 s, well past the 1 s grace period even on
+    # a fast host (with 90-value enums all 16 could finish inside it: a 200, not the 503)
+    s = Srv(model_path, "--timeout", "1", "--max-body", str(4 << 20))
     res = {}
     try:
-        body = big_schema_request(16)
+        body = big_schema_request(16, values=230)
         t = threading.Thread(target=lambda: res.update(r=s.post("/v1/completions", body, timeout=60)))
         t.start()
         time.sleep(0.3)  # the body is sent and parsing; the parse of all 16 choices takes seconds
@@ -434,7 +437,7 @@ def test_sigterm_while_many_choices_parse_is_a_503_within_the_grace_period(model
     assert rc == 0
     st, out, _ = res["r"]
     assert st == 503 and out["error"]["type"] == "server_shutdown", out
-    # the grace period, one choice's parse, the reply; 16 choices' parse took 4-5 s here
+    # the grace period, one choice's parse, the reply; all 16 choices' parse would take 3-10 s
     assert took < 1 + 2.0, took
 
 
