@@ -492,6 +492,8 @@ typedef struct {
     bool fixed_length;         /* no adaptation: always draft_max (tests) */
     float p_min;               /* mtp: a chained draft stops after a token the module gave less than
                                 * this probability (its own confidence; default 0.5; 0 = never) */
+    bool static_costs;         /* the draft-length rule keeps its fixed cost prior instead of what
+                                * drafts and verify rows are measured to cost here (benchmarks) */
 } ls_spec_params;
 #define LS_SPEC_PARAMS_INIT \
     {.size = sizeof(ls_spec_params), .kind = LS_SPEC_OFF, .draft_max = 8, .draft_min = 1, .ngram_min = 2, .ngram_max = 4, \
@@ -516,6 +518,10 @@ typedef struct {
     size_t size;
     int32_t n_proposals;
     int32_t drafted[16], accepted[16];
+    double draft_cost, row_cost; /* what the draft-length rule takes a draft token and a verify
+                                  * row to cost now, in single-row steps (measured, or its prior) */
+    double draft_ms, forward_ms; /* time spent proposing, and of it in the drafter's own forwards
+                                  * (mtp: the module's; draft, layerskip: the draft context's) */
 } ls_drafter_stats;
 #define LS_DRAFTER_STATS_INIT {.size = sizeof(ls_drafter_stats)}
 LS_API void ls_drafter_get_stats(ls_drafter *d, const int32_t *hist, int32_t n_hist, ls_drafter_stats *out);

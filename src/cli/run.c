@@ -33,6 +33,9 @@ static const char *run_help =
     "      --draft-p-min P     --spec mtp: stop a chained draft after a token the module gives less than\n"
     "                          probability P (default 0.5; 0 = never)\n"
     "      --draft-fixed       always draft --draft-max tokens: no adaptive length (benchmarks)\n"
+    "      --draft-costs MODE  what the adaptive length takes drafts and verify rows to cost: measured\n"
+    "                          (default; timed as the run goes) or static (a fixed prior: 0.15 of a\n"
+    "                          step per row, a draft its weight bytes over the model's)\n"
     "      --draft-min N       shorter drafts are not verified (default 1)\n"
     "      --draft-model PATH  the draft model for --spec draft (same vocabulary), or for --spec mtp\n"
     "                          an MTP module fitted to this model (tools/fit_mtp.py; models/mtp/)\n"
@@ -94,10 +97,10 @@ int cli_run(int argc, char **argv) {
     const char *spec_name = "off", *draft_path = NULL, *device = "cpu", *cache_dir = NULL;
     long long draft_max = 8, draft_min = 1, draft_layers = 0, ngram_min = 2, ngram_max = 4;
     double p_min = 0.5;
-    bool draft_fixed = false;
+    bool draft_fixed = false, draft_static = false;
     enum { O_CHAT = 256, O_SYSTEM, O_TEMP, O_TOPK, O_TOPP, O_SEED, O_JSON, O_TMPL, O_NOPROBE, O_SPEC, O_DMAX, O_DMIN,
            O_DMODEL, O_DLAYERS, O_NGMIN, O_NGMAX, O_INEXACT, O_DEVICE, O_TMPLFILE, O_NOPROGRESS,
-           O_CACHEDIR, O_PMIN, O_DFIXED };
+           O_CACHEDIR, O_PMIN, O_DFIXED, O_DCOSTS };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},   {"prompt", required_argument, 0, 'p'},
         {"chat", required_argument, 0, O_CHAT}, {"system", required_argument, 0, O_SYSTEM},
@@ -108,7 +111,7 @@ int cli_run(int argc, char **argv) {
         {"chat-template", required_argument, 0, O_TMPL}, {"chat-template-file", required_argument, 0, O_TMPLFILE}, {"no-probe", no_argument, 0, O_NOPROBE},
         {"spec", required_argument, 0, O_SPEC}, {"draft-max", required_argument, 0, O_DMAX},
         {"draft-min", required_argument, 0, O_DMIN}, {"draft-p-min", required_argument, 0, O_PMIN},
-        {"draft-fixed", no_argument, 0, O_DFIXED}, {"draft-model", required_argument, 0, O_DMODEL},
+        {"draft-fixed", no_argument, 0, O_DFIXED}, {"draft-costs", required_argument, 0, O_DCOSTS}, {"draft-model", required_argument, 0, O_DMODEL},
         {"draft-layers", required_argument, 0, O_DLAYERS}, {"ngram-min", required_argument, 0, O_NGMIN},
         {"ngram-max", required_argument, 0, O_NGMAX}, {"allow-inexact", no_argument, 0, O_INEXACT},
         {"device", required_argument, 0, O_DEVICE}, {"no-progress", no_argument, 0, O_NOPROGRESS},
@@ -145,6 +148,11 @@ int cli_run(int argc, char **argv) {
         case O_DEVICE: device = optarg; break;
         case O_DMAX: if (!cli_parse_int(cmd, "--draft-max", optarg, 1, 64, &draft_max)) return LS_EXIT_USAGE; break;
         case O_DFIXED: draft_fixed = true; break;
+        case O_DCOSTS:
+            if (strcmp(optarg, "measured") && strcmp(optarg, "static"))
+                return cli_usage_error(cmd, "--draft-costs must be measured or static, not '%s'", optarg);
+            draft_static = !strcmp(optarg, "static");
+            break;
         case O_PMIN: if (!cli_parse_float(cmd, "--draft-p-min", optarg, 0.0, 1.0, &p_min)) return LS_EXIT_USAGE; break;
         case O_DMIN: if (!cli_parse_int(cmd, "--draft-min", optarg, 0, 64, &draft_min)) return LS_EXIT_USAGE; break;
         case O_DMODEL: draft_path = optarg; break;
@@ -174,6 +182,7 @@ int cli_run(int argc, char **argv) {
     spp.draft_min = (int32_t)draft_min;
     spp.p_min = (float)p_min;
     spp.fixed_length = draft_fixed;
+    spp.static_costs = draft_static;
     spp.ngram_min = (int32_t)ngram_min;
     spp.ngram_max = (int32_t)ngram_max;
     spp.skip_first = (int32_t)draft_layers;
@@ -358,6 +367,11 @@ int cli_run(int argc, char **argv) {
         cJSON_AddNumberToObject(o, "mean_accepted_len", per_step); /* tokens per target step */
         if (d) {
             cJSON_AddNumberToObject(o, "draft_proposals", ds.n_proposals);
+            cJSON_AddNumberToObject(o, "draft_cost", ds.draft_cost); /* in single-row steps */
+            cJSON_AddNumberToObject(o, "draft_row_cost", ds.row_cost);
+            cJSON_AddStringToObject(o, "draft_costs", spp.static_costs ? "static" : "measured");
+            cJSON_AddNumberToObject(o, "draft_ms", ds.draft_ms);
+            cJSON_AddNumberToObject(o, "draft_forward_ms", ds.forward_ms);
             cJSON *pd = cJSON_AddArrayToObject(o, "draft_pos_drafted"), *pa = cJSON_AddArrayToObject(o, "draft_pos_accepted");
             for (int32_t j = 0; j < n_pos; j++) {
                 cJSON_AddItemToArray(pd, cJSON_CreateNumber(ds.drafted[j]));
@@ -382,9 +396,11 @@ int cli_run(int argc, char **argv) {
             fprintf(stderr, "[spec %s declined: the probe failed, decoding plainly (--allow-inexact overrides)]\n",
                     ls_spec_kind_name(spp.kind));
         else if (spp.kind != LS_SPEC_OFF)
-            fprintf(stderr, "[spec %s: %d drafted, %d accepted (%.0f %%), %.2f tokens per target step, %.0f ms drafting]\n",
+            fprintf(stderr, "[spec %s: %d drafted, %d accepted (%.0f %%), %.2f tokens per target step, %.0f ms drafting; "
+                            "a draft costs %.2f and a verify row %.2f of a step (%s)]\n",
                     ls_spec_kind_name(spp.kind), res.n_drafted, res.n_accepted,
-                    res.n_drafted ? 100.0 * res.n_accepted / res.n_drafted : 0.0, per_step, d ? ls_drafter_ms(d) : 0.0);
+                    res.n_drafted ? 100.0 * res.n_accepted / res.n_drafted : 0.0, per_step, d ? ls_drafter_ms(d) : 0.0,
+                    ds.draft_cost, ds.row_cost, spp.static_costs ? "fixed prior" : "measured");
         if (!declined && n_pos > 0) {
             fprintf(stderr, "[spec %s: accepted by draft position:", ls_spec_kind_name(spp.kind));
             for (int32_t j = 0; j < n_pos; j++)

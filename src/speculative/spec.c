@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static double spec_gain(double p, int32_t k, double draft_cost);
+static double spec_gain(double p, int32_t k, double draft_cost, double row_cost);
 
 ls_status ls_spec_kind_from_name(const char *name, ls_spec_kind *out, ls_err *err) {
     static const char *names[] = {"off", "ngram", "draft", "layerskip", "mtp"};
@@ -147,6 +147,22 @@ static int32_t ng_get(const ng_index *x, uint64_t k) {
     return -1;
 }
 
+/* The draft-length rule's costs as this machine shows them: a step's wall time between two
+ * calls for the sequence against the draft rows it verified, fitted as a + b k by
+ * decayed least squares, and a draft call's time per drafted token.  On a CPU a verify
+ * row costs 0.15-0.4 of a step; on a GPU a small model's step is launch-bound, so rows
+ * and drafts cost a few percent of it, which the fixed prior cannot know. */
+typedef struct {
+    double w, sk, skk, sy, sky; /* decayed sums over steps: weight, k, k^2, gap, k gap */
+    double tw, ty;              /* decayed sums over draft calls: weight, ms per drafted token */
+    double t_end;               /* when the last call returned (< 0: none yet) */
+    int32_t k_last;             /* the rows it proposed */
+    int32_t n_steps, n_calls;
+} cost_meter;
+
+#define LS_COST_DECAY 0.95
+#define LS_COST_MIN_STEPS 4
+
 struct ls_drafter {
     ls_spec_params p;
     ls_sampler_params sp;
@@ -164,9 +180,14 @@ struct ls_drafter {
     int32_t *prop;           /* the last proposal */
     int32_t n_prop, prop_at; /* its length and the history length it followed */
     double acc_s, acc_t;     /* decayed counts of accepted draft tokens and of trials */
-    double draft_cost;       /* one draft token's cost, in target single-row forwards */
+    double draft_cost;       /* one draft token's cost, in target single-row forwards (the prior) */
+    cost_meter cm;           /* what drafts and verify rows cost here, measured */
+    double (*clock)(void *); /* ls_now_ms, or a test's */
+    void *clock_ud;
     int32_t idle, explore;   /* calls since the last draft; draft anyway after `explore` */
+    bool again;              /* an exploring draft is followed by one more (cost_meter) */
     double draft_ms;         /* time spent proposing */
+    double fwd_ms;           /* of it, in the drafter's forwards */
     int32_t n_props, pos_drafted[16], pos_accepted[16]; /* ls_drafter_stats */
     bool hopeless;           /* even at 90 % acceptance no draft length would pay: never draft */
     /* mtp: the module's forward and one-layer KV store, on the engine's backend */
@@ -178,8 +199,7 @@ struct ls_drafter {
     int32_t n_obs, n_mtp;    /* positions observed; positions whose MTP K/V is computed */
     int32_t n_ctx, n_embd;
     const int32_t *hv;       /* the module head's tokens (ls_model_mtp_vocab), n_hv of them; 0: all */
-    int32_t n_hv;
-    float *hvl;              /* (n_hv) their logits as the forward wrote them */
+    int32_t n_hv;            /* the forward writes their n_hv logits, in that order */
     int32_t mtok[64], mpos[64], mseq[64], mlrow[64];
 };
 
@@ -209,7 +229,6 @@ void ls_drafter_free(ls_drafter *d) {
     free(d->H);
     free(d->hbuf);
     free(d->hchain);
-    free(d->hvl);
     free(d->done);
     free(d->logits);
     free(d->sscratch);
@@ -258,6 +277,8 @@ ls_drafter *ls_drafter_create_on(const ls_backend *be, const ls_model *target, i
     d->acc_s = 2.0; /* prior: 2 of 3 drafted tokens accepted */
     d->acc_t = 3.0;
     d->explore = 8;
+    d->clock = NULL;
+    d->cm.t_end = -1.0;
     d->prop = ls_malloc((size_t)p->draft_max * sizeof *d->prop);
     if (!d->prop) goto nomem;
     if (p->kind == LS_SPEC_MTP) {
@@ -282,7 +303,6 @@ ls_drafter *ls_drafter_create_on(const ls_backend *be, const ls_model *target, i
         if (!d->mtable || !d->H || !d->hbuf || !d->hchain || !d->logits || !d->sscratch) goto nomem;
         for (int32_t i = 0; i < nb; i++) d->mtable[i] = i;
         d->n_hv = ls_model_mtp_vocab(target, &d->hv);
-        if (d->n_hv && !(d->hvl = ls_malloc((size_t)d->n_hv * sizeof *d->hvl))) goto nomem;
         /* one block, eh_proj and the head, as a fraction of a step's weight bytes (SmolLM2-135M
          * Q4_1 with its Q8_0 module: 0.36 with the whole vocabulary's head, 0.10 with 8,192 tokens') */
         d->draft_cost = ls_model_mtp_cost(target);
@@ -317,7 +337,7 @@ ls_drafter *ls_drafter_create_on(const ls_backend *be, const ls_model *target, i
     if (!p->fixed_length) {
         double best = 0.0;
         for (int32_t k = 1; k <= p->draft_max; k++) {
-            double g = spec_gain(0.9, k, d->draft_cost);
+            double g = spec_gain(0.9, k, d->draft_cost, LS_SPEC_ROW_COST);
             best = g > best ? g : best;
         }
         d->hopeless = best < 1.1;
@@ -366,7 +386,10 @@ static int32_t draft_model(ls_drafter *d, const int32_t *h, int32_t n, int32_t *
     int32_t keep = 0; /* the draft context's K/V that still match the history */
     while (keep < d->n_done && keep < n && d->done[keep] == h[keep]) keep++;
     if (keep == n) keep = n - 1; /* recompute the last token: its logits start the chain */
-    if (ls_ctx_eval(d->ctx, h + keep, n - keep, keep, d->logits, false, &err)) return 0;
+    double t0 = ls_now_ms();
+    ls_status st = ls_ctx_eval(d->ctx, h + keep, n - keep, keep, d->logits, false, &err);
+    d->fwd_ms += ls_now_ms() - t0;
+    if (st) return 0;
     memcpy(d->done + keep, h + keep, (size_t)(n - keep) * sizeof *h);
     d->n_done = n;
     int32_t c = 0;
@@ -376,7 +399,10 @@ static int32_t draft_model(ls_drafter *d, const int32_t *h, int32_t n, int32_t *
             c++;
             break;
         }
-        if (ls_ctx_eval(d->ctx, &out[c], 1, n + c, d->logits, false, &err)) {
+        t0 = ls_now_ms();
+        st = ls_ctx_eval(d->ctx, &out[c], 1, n + c, d->logits, false, &err);
+        d->fwd_ms += ls_now_ms() - t0;
+        if (st) {
             c++;
             break;
         }
@@ -405,25 +431,34 @@ static bool mtp_run(ls_drafter *d, int32_t n, const float *hin, bool logits) {
     }
     ls_batch b = {n, d->mtok, d->mpos, d->mseq, tables, d->mlrow, NULL, hin, d->hbuf};
     ls_err err;
-    if (d->mbe->run(d->mf, d->mkv, &b, logits ? d->logits : NULL, &err) != LS_OK) {
+    const double t0 = ls_now_ms();
+    const ls_status st = d->mbe->run(d->mf, d->mkv, &b, logits ? d->logits : NULL, &err);
+    d->fwd_ms += ls_now_ms() - t0;
+    if (st != LS_OK) {
         d->hopeless = true; /* drafts are optional: plain decoding goes on */
         return false;
-    }
-    if (logits && d->n_hv) { /* a head over part of the vocabulary: its logits, spread to their ids */
-        memcpy(d->hvl, d->logits, (size_t)d->n_hv * sizeof *d->hvl);
-        for (int32_t i = 0; i < d->n_vocab; i++) d->logits[i] = -INFINITY;
-        for (int32_t i = 0; i < d->n_hv; i++) d->logits[d->hv[i]] = d->hvl[i];
     }
     return true;
 }
 
-/* The probability softmax(logits) gives token t: the module's confidence in its draft. */
-static double mtp_prob(const float *l, int32_t nv, int32_t t) {
+/* The module's pick from its last logits: over the head's tokens alone when it has a
+ * head over part of the vocabulary (ascending ids, so ties break as over the whole). */
+static int32_t mtp_pick(ls_drafter *d, uint64_t pos, int32_t *at) {
+    *at = ls_sample(&d->sp, d->logits, d->n_hv ? d->n_hv : d->n_vocab, pos, d->sscratch);
+    return d->n_hv && *at >= 0 && *at < d->n_hv ? d->hv[*at] : *at;
+}
+
+/* Whether softmax(l) gives l[t] less than p_min: the module doubts its draft.  Logits more
+ * than 40 below the largest add under exp(-40) each, beneath float precision of the sum,
+ * so only the few near the top are exponentiated (one pass to compare, not n exp()s). */
+static bool mtp_doubts(const float *l, int32_t n, int32_t t, float p_min) {
     float mx = l[0];
-    for (int32_t i = 1; i < nv; i++) mx = l[i] > mx ? l[i] : mx;
+    for (int32_t i = 1; i < n; i++) mx = l[i] > mx ? l[i] : mx;
+    const float cut = mx - 40.0f;
     double s = 0.0;
-    for (int32_t i = 0; i < nv; i++) s += exp((double)l[i] - (double)mx);
-    return exp((double)l[t] - (double)mx) / s;
+    for (int32_t i = 0; i < n; i++)
+        if (l[i] > cut) s += exp((double)l[i] - (double)mx);
+    return exp((double)l[t] - (double)mx) < (double)p_min * s;
 }
 
 static int32_t draft_mtp(ls_drafter *d, const int32_t *h, int32_t n, int32_t *out, int32_t max) {
@@ -447,11 +482,13 @@ static int32_t draft_mtp(ls_drafter *d, const int32_t *h, int32_t n, int32_t *ou
     }
     int32_t k = 0;
     for (;;) { /* the chain: each draft continues the module's own last hidden state */
-        out[k] = ls_sample(&d->sp, d->logits, d->n_vocab, (uint64_t)(n + k), d->sscratch);
+        int32_t at, t = mtp_pick(d, (uint64_t)(n + k), &at);
+        if (at < 0) break;
+        out[k] = t;
         if (++k == max) break;
         /* acceptance-aware: a token the module doubts is likely rejected, and the ones chained
          * after it more so; stop here rather than pay for them in the verify block */
-        if (d->p.p_min > 0.0f && !d->p.fixed_length && mtp_prob(d->logits, d->n_vocab, out[k - 1]) < d->p.p_min)
+        if (d->p.p_min > 0.0f && !d->p.fixed_length && mtp_doubts(d->logits, d->n_hv ? d->n_hv : d->n_vocab, at, d->p.p_min))
             break;
         memcpy(d->hchain, hid, E * sizeof(float));
         d->mtok[0] = out[k - 1];
@@ -464,18 +501,89 @@ static int32_t draft_mtp(ls_drafter *d, const int32_t *h, int32_t n, int32_t *ou
 
 /* Expected tokens per step with k drafts when each is accepted with probability p
  * (given the ones before it), over the step's cost. */
-static double spec_gain(double p, int32_t k, double draft_cost) {
+static double spec_gain(double p, int32_t k, double draft_cost, double row_cost) {
     double e = p >= 0.999 ? (double)(k + 1) : (1.0 - pow(p, (double)(k + 1))) / (1.0 - p);
-    return e / (1.0 + (LS_SPEC_ROW_COST + draft_cost) * (double)k);
+    return e / (1.0 + (row_cost + draft_cost) * (double)k);
 }
+
+static void meter_step(cost_meter *m, double gap, int32_t k) {
+    if (m->n_steps >= LS_COST_MIN_STEPS && m->sy > 0.0 && gap > 8.0 * (1 + k) * (m->sy / m->w))
+        return; /* a preemption, or a prompt's prefill in the step: not what a row costs */
+    const double q = LS_COST_DECAY;
+    m->w = q * m->w + 1.0;
+    m->sk = q * m->sk + k;
+    m->skk = q * m->skk + (double)k * k;
+    m->sy = q * m->sy + gap;
+    m->sky = q * m->sky + k * gap;
+    m->n_steps++;
+}
+
+/* The costs the draft-length rule uses, in single-row steps of the target: measured once
+ * there are enough steps (the row cost from the fit when the steps' draft lengths vary,
+ * else the prior's share of the mean step), the fixed prior before that. */
+/* The spread of the steps' draft lengths: the fit needs some; the drafter keeps some. */
+static double meter_var(const cost_meter *m) {
+    const double kbar = m->sk / m->w;
+    return m->skk / m->w - kbar * kbar;
+}
+
+static bool meter_fit(const cost_meter *m, double *a, double *b) {
+    if (m->n_steps < LS_COST_MIN_STEPS) return false;
+    const double kbar = m->sk / m->w, var = meter_var(m), ybar = m->sy / m->w;
+    if (var < 0.02) return false; /* every step verified about as many rows: b is not identified */
+    *b = (m->sky / m->w - kbar * ybar) / var;
+    *b = *b < 0.0 ? 0.0 : *b;
+    *a = ybar - *b * kbar;
+    return *a > 1e-6;
+}
+
+static void drafter_costs(const ls_drafter *d, double *draft_cost, double *row_cost) {
+    const cost_meter *m = &d->cm;
+    *draft_cost = d->draft_cost;
+    *row_cost = LS_SPEC_ROW_COST;
+    double a, b;
+    if (d->p.static_costs || m->tw <= 0.0) return;
+    if (!meter_fit(m, &a, &b)) {
+        if (m->n_steps < LS_COST_MIN_STEPS) return;
+        a = (m->sy / m->w) / (1.0 + LS_SPEC_ROW_COST * (m->sk / m->w)); /* the prior's row share */
+        b = LS_SPEC_ROW_COST * a;
+        if (!(a > 1e-6)) return;
+    }
+    *row_cost = b / a;
+    *draft_cost = (m->ty / m->tw) / a;
+}
+
+void ls_drafter_costs(const ls_drafter *d, double *draft_cost, double *row_cost) {
+    drafter_costs(d, draft_cost, row_cost);
+}
+
+void ls_drafter_set_clock(ls_drafter *d, double (*clock)(void *), void *ud) {
+    d->clock = clock;
+    d->clock_ud = ud;
+}
+
+static double drafter_now(const ls_drafter *d) { return d->clock ? d->clock(d->clock_ud) : ls_now_ms(); }
 
 static int32_t drafter_draft(ls_drafter *d, const int32_t *hist, int32_t n_hist, int32_t *out, int32_t max);
 
 int32_t ls_drafter_draft(void *ud, const int32_t *hist, int32_t n_hist, int32_t *out, int32_t max) {
     ls_drafter *d = ud;
-    double t0 = ls_now_ms();
+    cost_meter *m = &d->cm;
+    double t0 = drafter_now(d);
+    if (m->t_end >= 0.0) meter_step(m, t0 - m->t_end, m->k_last);
     int32_t n = drafter_draft(d, hist, n_hist, out, max);
-    d->draft_ms += ls_now_ms() - t0;
+    double t1 = drafter_now(d);
+    d->draft_ms += t1 - t0;
+    /* A draft call also catches up with the tokens since the last one (mtp: the module's K/V),
+     * so only a call right after a drafting call shows what drafting at every step costs; one
+     * after an idle spell (or the prompt) would charge the whole spell to its drafts. */
+    if (n > 0 && m->k_last > 0) {
+        m->tw = LS_COST_DECAY * m->tw + 1.0;
+        m->ty = LS_COST_DECAY * m->ty + (t1 - t0) / n;
+    }
+    m->t_end = t1;
+    m->k_last = n;
+    m->n_calls++;
     return n;
 }
 
@@ -503,6 +611,9 @@ void ls_drafter_get_stats(ls_drafter *d, const int32_t *hist, int32_t n_hist, ls
     s.n_proposals = d->n_props;
     memcpy(s.drafted, d->pos_drafted, sizeof s.drafted);
     memcpy(s.accepted, d->pos_accepted, sizeof s.accepted);
+    drafter_costs(d, &s.draft_cost, &s.row_cost);
+    s.draft_ms = d->draft_ms;
+    s.forward_ms = d->fwd_ms;
     size_t n = out->size < sizeof s ? out->size : sizeof s;
     memcpy(out, &s, n);
     out->size = n;
@@ -519,21 +630,29 @@ static int32_t drafter_draft(ls_drafter *d, const int32_t *hist, int32_t n_hist,
     if (max <= 0 || d->hopeless) return 0;
     int32_t k = max;
     if (!d->p.fixed_length) { /* the length with the best expected tokens per unit of cost */
-        double p = d->acc_s / d->acc_t, best = 0.0;
+        double p = d->acc_s / d->acc_t, best = 0.0, dc, rc;
+        drafter_costs(d, &dc, &rc);
         for (int32_t j = 1; j <= max; j++) {
-            double g = spec_gain(p, j, d->draft_cost);
+            double g = spec_gain(p, j, dc, rc);
             if (g > best) {
                 best = g;
                 k = j;
             }
         }
-        if (best < 1.0) { /* not worth it now: draft only now and then, to notice a change */
+        if (best < 1.0 && !d->again) { /* not worth it now: draft only now and then, to notice a change */
             if (++d->idle < d->explore) return 0;
             d->explore = d->explore * 2 > 64 ? 64 : d->explore * 2;
+            d->again = !d->p.static_costs; /* and at the next step too: that one's cost is a fair sample */
         } else {
-            d->explore = 8;
+            d->again = false;
+            if (best >= 1.0) d->explore = 8;
         }
         d->idle = 0;
+        /* steps that all verify as many rows cannot tell a row's cost: draft one fewer at one
+         * step in 8 while the lengths barely vary (above the fit's threshold, so it stays fitted) */
+        if (!d->p.static_costs && d->cm.n_steps >= LS_COST_MIN_STEPS && meter_var(&d->cm) < 0.06 &&
+            (d->cm.n_calls & 7) == 7 && --k == 0)
+            return 0;
     }
     int32_t n = d->p.kind == LS_SPEC_NGRAM ? draft_ngram(d, hist, n_hist, out, k)
                 : d->p.kind == LS_SPEC_MTP ? draft_mtp(d, hist, n_hist, out, k)

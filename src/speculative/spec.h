@@ -23,7 +23,12 @@
  * Every drafter adapts its length with a cost model: from a decayed estimate p of
  * how often a drafted token is accepted it picks the k (1..draft_max) that maximizes
  * the expected tokens per step, (1 - p^(k+1)) / (1 - p), over the step's cost,
- * 1 + (row_cost + draft_cost) k, in single-row forwards of the target.  When no k
+ * 1 + (row_cost + draft_cost) k, in single-row forwards of the target.  Both costs are
+ * measured as the sequence runs (the wall time between calls against the rows verified,
+ * and the calls' own time), so the rule fits the backend: on a GPU a small model's step
+ * is launch-bound and its rows and drafts cost a few percent of it, on a CPU a row costs
+ * 0.15-0.4.  A fixed prior (row 0.15; a draft, its weight bytes over the target's)
+ * serves until a few steps are measured.  When no k
  * beats plain decoding it stops drafting, trying again after 8, 16, ... 64 steps,
  * so speculation is never much slower than plain decoding.  A drafter whose drafts
  * cost too much to pay off even at 90 % acceptance (a draft model as large as the
@@ -56,6 +61,12 @@ ls_drafter *ls_drafter_create_on(const ls_backend *be, const ls_model *target, i
                                  ls_isa isa, const ls_spec_params *p, const ls_sampler_params *sp, ls_err *err);
 /* The engine's draft callback (ls_request.draft), with ud = the drafter. */
 int32_t ls_drafter_draft(void *ud, const int32_t *hist, int32_t n_hist, int32_t *out, int32_t max);
+/* What the draft-length rule takes a draft token and a verify row to cost, in single-row
+ * steps of the target: measured from the calls' timing once there are a few steps (see
+ * cost_meter in spec.c), the fixed prior before that or with static_costs. */
+void ls_drafter_costs(const ls_drafter *d, double *draft_cost, double *row_cost);
+/* Tests: the drafter reads time (ms) from clock(ud) instead of the monotonic clock. */
+void ls_drafter_set_clock(ls_drafter *d, double (*clock)(void *), void *ud);
 /* The engine's draft_observe callback (needed by mtp; a no-op for the others). */
 void ls_drafter_observe(void *ud, int32_t pos, const float *hidden);
 bool ls_drafter_wants_hidden(const ls_drafter *d);

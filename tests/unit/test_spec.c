@@ -204,6 +204,60 @@ static void test_adaptive_declines_costly_drafter(void **state) {
     ls_drafter_free(d);
 }
 
+/* The measured cost model: an ngram drafter on a repeating history (every draft would be
+ * accepted) under a fake clock where a step takes a + b k ms for k verified drafts and a
+ * draft call call_ms.  The drafter recovers b / a and call_ms / (k a); where a verify row
+ * costs 1.5 steps it stops drafting (exploring now and then), while the fixed prior
+ * (static_costs) drafts the whole length at every step. */
+typedef struct {
+    double t, call_ms;
+    int reads;
+} fake_clock;
+static double fake_now(void *ud) {
+    fake_clock *c = ud;
+    if (c->reads++ & 1) c->t += c->call_ms; /* ls_drafter_draft reads twice: start, end */
+    return c->t;
+}
+static int drive(bool static_costs, double a, double b, double call_ms, double *dc, double *rc) {
+    ls_err err;
+    ls_sampler_params sp = {.top_p = 1.0f};
+    ls_spec_params p = {.size = sizeof(ls_spec_params), .kind = LS_SPEC_NGRAM, .draft_max = 8, .draft_min = 1,
+                        .ngram_min = 1, .ngram_max = 3, .static_costs = static_costs};
+    ls_drafter *d = ls_drafter_create_for(g_model, 2048, NULL, LS_ISA_AUTO, &p, &sp, &err);
+    assert_non_null(d);
+    fake_clock c = {.t = 1000.0, .call_ms = call_ms};
+    ls_drafter_set_clock(d, fake_now, &c);
+    int32_t h[2048], out[8], n = 12, late = 0;
+    for (int i = 0; i < 2048; i++) h[i] = 100 + i % 11; /* a period past the longest draft */
+    for (int step = 0; step < 200 && n + 9 < 2048; step++) {
+        int32_t k = ls_drafter_draft(d, h, n, out, 8);
+        for (int32_t j = 0; j < k; j++) assert_int_equal(out[j], h[n + j]); /* the target accepts them all */
+        if (step >= 100) late += k > 0;
+        n += k + 1;
+        c.t += a + b * k; /* the engine's step */
+    }
+    ls_drafter_costs(d, dc, rc);
+    ls_drafter_free(d);
+    return late;
+}
+static void test_measured_costs(void **state) {
+    (void)state;
+    FX_NEED(g_model);
+    double dc, rc;
+    int late = drive(false, 10.0, 15.0, 2.0, &dc, &rc);
+    print_message("rows at 1.5 steps: row cost %.3f, draft cost %.3f, drafted at %d of the last 100 steps\n", rc, dc, late);
+    if (rc < 1.45 || rc > 1.55) fail_msg("measured row cost %.3f, the clock's 1.5", rc);
+    assert_true(late <= 10);
+    late = drive(false, 10.0, 0.2, 4.0, &dc, &rc); /* cheap rows: drafts every step; a call 4 ms for 8 drafts */
+    print_message("rows at 0.02 steps: row cost %.3f, draft cost %.3f, drafted at %d of the last 100 steps\n", rc, dc, late);
+    if (rc < 0.015 || rc > 0.025) fail_msg("measured row cost %.3f, the clock's 0.02", rc);
+    if (dc < 0.045 || dc > 0.055) fail_msg("measured draft cost %.3f, the clock's 0.05", dc);
+    assert_true(late >= 80);
+    late = drive(true, 10.0, 15.0, 2.0, &dc, &rc);
+    assert_true(rc == 0.15 && dc == 0.0); /* the prior, whatever the clock says */
+    assert_int_equal(late, 100);
+}
+
 static void test_spec_bad_params(void **state) {
     (void)state;
     FX_NEED(g_model);
@@ -675,6 +729,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_ngram_matches_brute_force),
         cmocka_unit_test(test_spec_bad_params),
         cmocka_unit_test(test_adaptive_declines_costly_drafter),
+        cmocka_unit_test(test_measured_costs),
         cmocka_unit_test(test_spec_equals_plain),
         cmocka_unit_test(test_mtp_equals_plain),
         cmocka_unit_test(test_mtp_drafts_accepted),
