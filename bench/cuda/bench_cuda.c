@@ -120,13 +120,18 @@ static void bench_kernels(void) {
         if (i < 4 && !g_quick) {
             static const int Ms[] = {2, 4, 8, 16, 32};
             for (int mi = 0; mi < 5; mi++)
-                for (int k = 0; k < 2; k++) {
-                    if (k == 0 && Ms[mi] > 8) continue;
-                    if (ls_cuda_test_mm_bench(mats[i].t, mats[i].N, mats[i].K, w, Ms[mi], k, 0, 1, 20, &ms, &gbs, &err)) continue;
-                    printf("   %-30s M = %2d, %s: %8.2f us, %6.0f GB/s of weights\n", mats[i].what, Ms[mi],
-                           k ? "tensor-core GEMM (split K)" : "warp kernel", ms * 1e3, gbs);
-                    JSON("{\"bench\":\"kernel\",\"mat\":\"%s\",\"M\":%d,\"kernel\":\"%s\",\"us\":%.2f,\"gbs\":%.1f}",
-                         mats[i].what, Ms[mi], k ? "mma" : "gemv", ms * 1e3, gbs);
+                for (int k = 0; k < 4; k++) { /* the warp kernel with 4, 2, 1 weight rows per warp; the GEMM */
+                    static const int nwk[] = {4, 2, 1, 0};
+                    if (k < 3 && Ms[mi] > 8) continue;
+                    if (ls_cuda_test_mm_bench(mats[i].t, mats[i].N, mats[i].K, w, Ms[mi], k == 3, nwk[k], 1, 20, &ms, &gbs,
+                                              &err))
+                        continue;
+                    char what[64];
+                    snprintf(what, sizeof what, k == 3 ? "tensor-core GEMM (split K)" : "warp kernel, %d row(s)/warp", nwk[k]);
+                    printf("   %-30s M = %2d, %s: %8.2f us, %6.0f GB/s of weights\n", mats[i].what, Ms[mi], what, ms * 1e3,
+                           gbs);
+                    JSON("{\"bench\":\"kernel\",\"mat\":\"%s\",\"M\":%d,\"kernel\":\"%s\",\"nw\":%d,\"us\":%.2f,\"gbs\":%.1f}",
+                         mats[i].what, Ms[mi], k == 3 ? "mma" : "gemv", nwk[k], ms * 1e3, gbs);
                 }
         }
         if (!g_quick) {
@@ -252,17 +257,20 @@ static void bench_decode(ls_model *m, const char *name) {
     /* batched decode: B sequences one row each, exact vs fast */
     static const int Bs[] = {1, 2, 4, 8, 12, 16, 24, 32};
     printf("\n== batched decode, %s: device ms per step (tok/s), exact vs fast family\n", name);
-    printf("   %4s  %18s  %18s  %18s  %6s\n", "B", "exact", "exact (GEMM B>1)", "fast", "fast/exact tok/s");
+    printf("   %4s  %18s  %18s  %18s  %6s  %18s\n", "B", "exact", "exact (GEMM B>1)", "fast", "fast/exact tok/s",
+           "exact, 4 rows/warp");
     const int NS = g_quick ? 8 : 24;
     for (size_t bi = 0; bi < sizeof Bs / sizeof Bs[0]; bi++) {
         const int B = Bs[bi];
-        double res[3];
-        int graph[3];
-        for (int fam = 0; fam < 3; fam++) {
+        double res[4] = {0, 0, 0, 0};
+        int graph[4];
+        for (int fam = 0; fam < 4; fam++) {
+            if (fam == 3 && (B == 1 || B > 8)) continue;
             ls_cuda_opts o, o0;
             ls_cuda_fwd_get_opts(g, &o0);
             o = o0;
             if (fam == 1) o.gemv_max_rows = 1;
+            if (fam == 3) o.gemv_nwr = 4;
             ls_cuda_fwd_set_opts(g, &o);
             double *v = malloc(sizeof(double) * NS);
             for (int i = 0; i < NS + 4; i++) {
@@ -271,7 +279,7 @@ static void bench_decode(ls_model *m, const char *name) {
                     pos[s] = P + STEPS + (i < 4 ? i : i - 4); /* all at the same depth */
                     sq[s] = s;
                 }
-                if (run_rows(g, kv, (const int32_t *const *)tabs, BMAX, sq, tok, pos, B, fam < 2, 0, logits, &st)) return;
+                if (run_rows(g, kv, (const int32_t *const *)tabs, BMAX, sq, tok, pos, B, fam != 2, 0, logits, &st)) return;
                 if (i >= 4) v[i - 4] = st.gpu_ms;
             }
             res[fam] = median(v, NS);
@@ -280,11 +288,12 @@ static void bench_decode(ls_model *m, const char *name) {
             ls_cuda_fwd_set_opts(g, &o0);
         }
         const double best = res[0] < res[1] ? res[0] : res[1];
-        printf("   %4d  %8.3f (%7.0f)  %8.3f (%7.0f)  %8.3f (%7.0f)  %6.2fx%s\n", B, res[0], B * 1e3 / res[0], res[1],
-               B * 1e3 / res[1], res[2], B * 1e3 / res[2], best / res[2], graph[2] ? "" : " (fast: cuBLAS, no graph)");
+        printf("   %4d  %8.3f (%7.0f)  %8.3f (%7.0f)  %8.3f (%7.0f)  %6.2fx  %8.3f (%7.0f)%s\n", B, res[0], B * 1e3 / res[0],
+               res[1], B * 1e3 / res[1], res[2], B * 1e3 / res[2], best / res[2], res[3], res[3] > 0 ? B * 1e3 / res[3] : 0.0,
+               graph[2] ? "" : " (fast: cuBLAS, no graph)");
         JSON("{\"bench\":\"batched_decode\",\"model\":\"%s\",\"B\":%d,\"exact_ms\":%.4f,\"exact_gemm_ms\":%.4f,\"fast_ms\":%.4f,"
-             "\"exact_tok_s\":%.1f,\"fast_tok_s\":%.1f,\"fast_graph\":%d}",
-             name, B, res[0], res[1], res[2], B * 1e3 / best, B * 1e3 / res[2], graph[2]);
+             "\"exact_tok_s\":%.1f,\"fast_tok_s\":%.1f,\"fast_graph\":%d,\"exact_nwr4_ms\":%.4f}",
+             name, B, res[0], res[1], res[2], B * 1e3 / best, B * 1e3 / res[2], graph[2], res[3]);
     }
     { /* one sequence, n rows in one forward after its prompt: a verify block (n - 1 drafts and
        * the token before them, every row's logits) up to n = 9, then a prompt-cache suffix

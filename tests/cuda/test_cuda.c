@@ -146,13 +146,16 @@ static void test_matmul(void) {
             ls_matmul(&kc, wm, x, Mmax, yc);
             const bool flt = t == LS_TYPE_F32 || t == LS_TYPE_F16 || t == LS_TYPE_BF16;
             static const int kernels[] = {LS_CUDA_K_GEMV, LS_CUDA_K_MMA, LS_CUDA_K_MMA2 + 1, LS_CUDA_K_MMA2 + 2,
-                                          LS_CUDA_K_MMA2 + 3};
-            for (int ki = 0; ki < (flt ? 1 : 5); ki++) {
+                                          LS_CUDA_K_MMA2 + 3, LS_CUDA_K_GEMV_NWR + 1, LS_CUDA_K_GEMV_NWR + 2,
+                                          LS_CUDA_K_GEMV_NWR + 4};
+            for (int ki = 0; ki < (flt ? 1 : 8); ki++) {
                 const int k = kernels[ki];
+                const bool nwr = k > LS_CUDA_K_GEMV_NWR;
                 size_t diff = 0, tot = 0;
                 for (int mi = 0; mi < nM; mi++) {
                     const int M = Ms[mi];
-                    if (k > LS_CUDA_K_MMA2 && M <= 32) continue; /* the same k_mma as LS_CUDA_K_MMA */
+                    if (k > LS_CUDA_K_MMA2 && !nwr && M <= 32) continue; /* the same k_mma as LS_CUDA_K_MMA */
+                    if (nwr && M == 1) continue; /* one row: the one-row kernel as always */
                     if (ls_cuda_test_matmul(t, N, K, w, M, x, k, yg, &err)) {
                         printf("FAIL matmul %s: %s\n", types[ti].name, err.msg);
                         g_failed++;
@@ -162,8 +165,11 @@ static void test_matmul(void) {
                     tot += (size_t)M * N * 4;
                 }
                 char what[128];
-                char kname[48];
-                snprintf(kname, sizeof kname, "k_mma2 configuration %d, M = 33..100", k - LS_CUDA_K_MMA2);
+                char kname[80];
+                if (nwr)
+                    snprintf(kname, sizeof kname, "warp-per-output, %d weight row(s) a warp, M = 2..100", k - LS_CUDA_K_GEMV_NWR);
+                else
+                    snprintf(kname, sizeof kname, "k_mma2 configuration %d, M = 33..100", k - LS_CUDA_K_MMA2);
                 snprintf(what, sizeof what, "matmul %-5s %3lld x %4lld, %s%s", types[ti].name, (long long)N,
                          (long long)K, flt ? "float kernel" : k > LS_CUDA_K_MMA2 ? kname : k ? "int8 tensor-core GEMM" : "warp-per-output",
                          k > LS_CUDA_K_MMA2 ? "" : ", M = 1..100");

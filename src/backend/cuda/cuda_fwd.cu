@@ -843,6 +843,7 @@ static ls_status enqueue(ls_cuda_fwd *f, ls_cuda_kv *kv, const Plan &pl, ls_err 
     lsc_stream &st = f->ls;
     st = lsc_stream(f->st, 0 /* the first kernel follows a copy */, f->opts.gemv_nw, f->opts.mma_minblocks == 2 ? 2 : 1,
                     f->opts.mma_v2, pl.attn_mr);
+    st.gemv_nwr = f->opts.gemv_nwr;
     CK(cudaMemcpyAsync(f->stage_d, f->stage_h, sl.words * 4, cudaMemcpyHostToDevice, st));
     PROF(f, "upload");
     const int pdl = f->opts.pdl && !f->opts.profile;
@@ -1219,6 +1220,11 @@ ls_status ls_cuda_test_matmul(uint32_t type, int64_t N, int64_t K, const void *w
         if (kernel == LS_CUDA_K_GEMV) {
             T_CK(lsc_gemv(d.m, a, M, dy, (int)N, LSC_MODE_STORE, lsc_stream()));
         }
+        if (kernel > LS_CUDA_K_GEMV_NWR && kernel <= LS_CUDA_K_GEMV_NWR + 4) {
+            lsc_stream ls;
+            ls.gemv_nwr = kernel - LS_CUDA_K_GEMV_NWR;
+            T_CK(lsc_gemv(d.m, a, M, dy, (int)N, LSC_MODE_STORE, ls));
+        }
         if (kernel == LS_CUDA_K_MMA) {
             float *part = NULL;
             const size_t pf = (size_t)8 * M * N;
@@ -1299,6 +1305,7 @@ done:
 ls_status ls_cuda_test_mm_bench(uint32_t type, int64_t N, int64_t K, const void *w, int M, int kernel, int nw, int pdl,
                                 int reps, double *ms, double *gbs, ls_err *err) {
     lsc_stream ls(0, 0, nw ? nw : 1, kernel == 3 ? 2 : 1, kernel > LS_CUDA_K_MMA2 ? kernel - LS_CUDA_K_MMA2 : 0);
+    ls.gemv_nwr = M > 1 ? nw : 0; /* runs of 2..8 rows: nw weight rows per warp (0: the default choice) */
     if (kernel == 3 || kernel > LS_CUDA_K_MMA2) kernel = LS_CUDA_K_MMA;
     cudaError_t e = lsc_mma_init();
     if (e != cudaSuccess) return cuda_fail(err, e, "lsc_mma_init", __LINE__);

@@ -75,6 +75,9 @@ typedef struct {
     int pdl;           /* 1: programmatic dependent launch between the kernels (default 1) */
     int gemv_nw;       /* weight rows per warp of the one-row warp kernel: 1 (default), 2 or 4
                         * (the SwiGLU matmul always takes a gate and an up row per output) */
+    int gemv_nwr;      /* weight rows per warp of the multi-row warp kernel (runs of 2..8 rows): 1, 2 or 4;
+                        * 0 (default): 2 for a matrix at least as wide as long, else 4 (the SwiGLU matmul
+                        * always takes a gate and an up row per output) */
     int profile;       /* 1: time every kernel with events (no graphs, no PDL); ls_cuda_fwd_profile */
     int mma_minblocks; /* 2 (default): the 64 x 64 tensor-core tile capped at 128 registers, two blocks
                         * per SM (spills a little; measured 12% faster); 1: uncapped, one block per SM */

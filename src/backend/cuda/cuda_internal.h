@@ -48,6 +48,8 @@ struct lsc_stream {
     int mma_minb; /* 2: the 64 x 64 GEMM tile capped at 128 registers (two blocks per SM) */
     int mma_v2;   /* runs over 32 rows: 0 k_mma, 1..3 a k_mma2 configuration, 4 the default, k_mma2 configuration 2 (cuda_mm.cuh) */
     int attn_mr;  /* 1: attention may take k_attn4 (many rows of one sequence share each K/V chunk) */
+    int gemv_nwr = 0; /* weight rows per warp of the multi-row warp kernel (2..8 rows): 1, 2, 4; 0 the default
+                       * (2 for a matrix at least as wide as long, else 4) */
     explicit lsc_stream(cudaStream_t s = 0, int pdl_ = 0, int nw = 1, int minb = 1, int v2 = 0, int mr = 0)
         : st(s), pdl(pdl_), gemv_nw1(nw), mma_minb(minb), mma_v2(v2), attn_mr(mr) {}
     operator cudaStream_t() const { return st; }

@@ -99,6 +99,12 @@ __device__ __forceinline__ void raw_expand(const RawU &r, lsc_unit &u) {
 }
 
 /* ---- k_gemv ------------------------------------------------------------------ */
+/* the types whose contribution is lsc_contrib's lsc_i2f_small(lo + hi) form: k_gemv's dp4a chain and
+ * k_mma2's mma start at that conversion's bias */
+template <int T> struct LscBiasChain {
+    static constexpr bool on = T == LSC_Q4_0 || T == LSC_Q4_1 || T == LSC_Q5_0 || T == LSC_Q5_1 || T == LSC_Q8_0 ||
+                               T == LSC_MXFP4;
+};
 /* NW weight rows per warp (SWIGLU: NW/2 outputs, each a gate and an up row), R activation
  * rows (rows >= `rows` repeat the last one and are not stored). */
 template <int T, int R, int NW, bool FQ>
@@ -138,8 +144,64 @@ __global__ void __launch_bounds__(FQ ? 1024 : 256) k_gemv(const lsc_mat w, const
     __shared__ float hq[FQ ? R : 1][32]; /* SWIGLU with q8: the block's outputs, per row */
 
     const int nb = w.nb;
-    /* one unit of every weight row against every activation row (steps 2-3) */
-    auto step = [&](const RawU *cu, int b) {
+    /* one unit of every weight row against every activation row (steps 2-3).  One-row runs
+     * (decode) keep two dp4a chains per weight row (lsc_contrib as written).  Runs of 2..8 rows,
+     * for the types whose contribution converts lo + hi with lsc_i2f_small, run one dp4a chain
+     * that starts at that conversion's bias: the same integer, so the same bits, two adds fewer;
+     * with 1 or 2 weight rows a warp they take one row's activations at a time (R x 10 registers
+     * otherwise, which caps the warps in flight). */
+    auto two_chains = [&](const lsc_unit &u, const uint4 &a0, const uint4 &a1, const float2 &ds) -> float {
+        int32_t lo = lsc_dp4a(u.w[0], a0.x, 0);
+        lo = lsc_dp4a(u.w[1], a0.y, lo);
+        lo = lsc_dp4a(u.w[2], a0.z, lo);
+        lo = lsc_dp4a(u.w[3], a0.w, lo);
+        int32_t hi = lsc_dp4a(u.w[4], a1.x, 0);
+        hi = lsc_dp4a(u.w[5], a1.y, hi);
+        hi = lsc_dp4a(u.w[6], a1.z, hi);
+        hi = lsc_dp4a(u.w[7], a1.w, hi);
+        return lsc_contrib(T, &u, lo, hi, ds.x, ds.y);
+    };
+    auto unit_contrib = [&](const lsc_unit &u, const uint4 &a0, const uint4 &a1, const float2 &ds) -> float {
+        if (!LscBiasChain<T>::on) return two_chains(u, a0, a1, ds);
+        int32_t c = lsc_dp4a(u.w[0], a0.x, 0x4B400000);
+        c = lsc_dp4a(u.w[1], a0.y, c);
+        c = lsc_dp4a(u.w[2], a0.z, c);
+        c = lsc_dp4a(u.w[3], a0.w, c);
+        c = lsc_dp4a(u.w[4], a1.x, c);
+        c = lsc_dp4a(u.w[5], a1.y, c);
+        c = lsc_dp4a(u.w[6], a1.z, c);
+        c = lsc_dp4a(u.w[7], a1.w, c);
+        const float v = lsc_sub(lsc_bits2f((uint32_t)c), 12582912.0f); /* lsc_i2f_small(lo + hi) */
+        return (T == LSC_Q4_1 || T == LSC_Q5_1) ? lsc_fma(lsc_mul(u.d, ds.x), v, lsc_mul(u.m, ds.y))
+                                                 : lsc_mul(lsc_mul(u.d, ds.x), v);
+    };
+    auto step1 = [&](const RawU *cu, int b) {
+        const uint4 *ap = (const uint4 *)(xr[0] + (size_t)b * 32);
+        const uint4 a0 = __ldg(ap), a1 = __ldg(ap + 1);
+        const float2 ds = __ldg(dr[0] + b);
+#pragma unroll
+        for (int i = 0; i < NW; i++) {
+            lsc_unit u;
+            raw_expand<T>(cu[i], u);
+            S[i][0] = lsc_add(S[i][0], two_chains(u, a0, a1, ds));
+        }
+    };
+    auto stepr = [&](const RawU *cu, int b) {
+        lsc_unit u[NW];
+#pragma unroll
+        for (int i = 0; i < NW; i++) raw_expand<T>(cu[i], u[i]);
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const uint4 *ap = (const uint4 *)(xr[r] + (size_t)b * 32);
+            const uint4 a0 = __ldg(ap), a1 = __ldg(ap + 1);
+            const float2 ds = __ldg(dr[r] + b);
+#pragma unroll
+            for (int i = 0; i < NW; i++) S[i][r] = lsc_add(S[i][r], unit_contrib(u[i], a0, a1, ds));
+        }
+    };
+    /* 4 weight rows a warp (a long matrix: fewer warps) keep every row's activations in flight
+     * at once, as one-row runs do; the per-row order was 1.2x slower there (down, M = 8) */
+    auto stepa = [&](const RawU *cu, int b) {
         uint4 a0[R], a1[R];
         float2 ds[R];
 #pragma unroll
@@ -154,18 +216,13 @@ __global__ void __launch_bounds__(FQ ? 1024 : 256) k_gemv(const lsc_mat w, const
             lsc_unit u;
             raw_expand<T>(cu[i], u);
 #pragma unroll
-            for (int r = 0; r < R; r++) {
-                int32_t lo = lsc_dp4a(u.w[0], a0[r].x, 0);
-                lo = lsc_dp4a(u.w[1], a0[r].y, lo);
-                lo = lsc_dp4a(u.w[2], a0[r].z, lo);
-                lo = lsc_dp4a(u.w[3], a0[r].w, lo);
-                int32_t hi = lsc_dp4a(u.w[4], a1[r].x, 0);
-                hi = lsc_dp4a(u.w[5], a1[r].y, hi);
-                hi = lsc_dp4a(u.w[6], a1[r].z, hi);
-                hi = lsc_dp4a(u.w[7], a1[r].w, hi);
-                S[i][r] = lsc_add(S[i][r], lsc_contrib(T, &u, lo, hi, ds[r].x, ds[r].y));
-            }
+            for (int r = 0; r < R; r++) S[i][r] = lsc_add(S[i][r], unit_contrib(u, a0[r], a1[r], ds[r]));
         }
+    };
+    auto step = [&](const RawU *cu, int b) {
+        if (R == 1) step1(cu, b);
+        else if (NW >= 4) stepa(cu, b);
+        else stepr(cu, b);
     };
     /* The first PRE units of each lane, and the one after, are requested before waiting for the
      * previous kernel (weights never change during a forward): with programmatic dependent launch
@@ -258,7 +315,14 @@ cudaError_t launch_gemv(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy
     if (R == 1 && !lsc_gated(mode) && s.gemv_nw1 == 1) return launch_gemv_nw<T, R, 1>(w, a, rows, y, ldy, mode, qo, s);
     if (R == 1 && !lsc_gated(mode) && s.gemv_nw1 == 4) return launch_gemv_nw<T, R, 4>(w, a, rows, y, ldy, mode, qo, s);
     if (lsc_gated(mode)) return launch_gemv_nw<T, R, 2>(w, a, rows, y, ldy, mode, qo, s);
-    return launch_gemv_nw<T, R, R == 1 ? 2 : 4>(w, a, rows, y, ldy, mode, qo, s);
+    if (R == 1) return launch_gemv_nw<T, R, 2>(w, a, rows, y, ldy, mode, qo, s);
+    /* runs of 2..8 rows: 2 weight rows a warp for a matrix at least as wide as it is long (q|k|v,
+     * wo: 3-10 % faster than 4 at M = 2..8), 4 for a long one (down: 4 was 1.2-1.4x faster;
+     * H100, bench/results/cuda/session37-h100) */
+    const int nwr = s.gemv_nwr ? s.gemv_nwr : w.N >= w.K ? 2 : 4;
+    if (nwr == 1) return launch_gemv_nw<T, R, 1>(w, a, rows, y, ldy, mode, qo, s);
+    if (nwr == 2) return launch_gemv_nw<T, R, 2>(w, a, rows, y, ldy, mode, qo, s);
+    return launch_gemv_nw<T, R, 4>(w, a, rows, y, ldy, mode, qo, s);
 }
 
 template <int T>
@@ -612,10 +676,6 @@ cudaError_t init_mma() {
  *   (lsc_i2f_small), the mma's accumulator input is that bias: the tensor core adds it
  *   exactly (|isum| < 2^22), and the conversion is one subtraction.
  * Bits: identical to k_mma's (the same operations on the same values per output). */
-template <int T> struct Biased {
-    static constexpr bool on = T == LSC_Q4_0 || T == LSC_Q4_1 || T == LSC_Q5_0 || T == LSC_Q5_1 || T == LSC_Q8_0 ||
-                               T == LSC_MXFP4;
-};
 __device__ __forceinline__ void mma_k32c(uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1,
                                          int32_t cin, int32_t c[4]) {
     asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
@@ -816,7 +876,7 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) k_mma2(const lsc_mat w, co
                     if (T == LSC_Q6_K) {
                         mma_k16(af[mt][0], af[mt][1], blo, lo);
                         mma_k16(af[mt][2], af[mt][3], bhi, hi);
-                    } else if (Biased<T>::on) {
+                    } else if (LscBiasChain<T>::on) {
 #ifdef LS_CUDA_MUTATE_TREE /* a bias one too large: every k_mma2 contribution off by one (must fail) */
                         mma_k32c(af[mt][0], af[mt][1], af[mt][2], af[mt][3], blo, bhi, 0x4B400001, lo);
 #else
@@ -830,7 +890,7 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) k_mma2(const lsc_mat w, co
                         const float2 d = ds[mt][e >> 1];
                         const lsc_unit &f = fu[e & 1];
                         float c;
-                        if (Biased<T>::on) { /* lsc_contrib with lsc_i2f_small(lo) = bits(lo + bias) - bias */
+                        if (LscBiasChain<T>::on) { /* lsc_contrib with lsc_i2f_small(lo) = bits(lo + bias) - bias */
                             const float v = lsc_sub(lsc_bits2f((uint32_t)lo[e]), 12582912.0f);
                             c = (T == LSC_Q4_1 || T == LSC_Q5_1) ? lsc_fma(lsc_mul(f.d, d.x), v, lsc_mul(f.m, d.y))
                                                                  : lsc_mul(lsc_mul(f.d, d.x), v);

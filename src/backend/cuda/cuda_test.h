@@ -14,6 +14,9 @@ enum { LS_CUDA_K_GEMV = 0, LS_CUDA_K_MMA = 1, LS_CUDA_K_FAST = 2 };
 /* kernel LS_CUDA_K_MMA2 + c (c = 1..3): the tensor-core GEMM in k_mma2's configuration c for
  * runs over 32 rows (shorter runs take k_mma as always) */
 enum { LS_CUDA_K_MMA2 = 10 };
+/* kernel LS_CUDA_K_GEMV_NWR + n (n = 1, 2, 4): the warp kernel with n weight rows per warp in
+ * its runs of 2..8 rows (by default 2 for a matrix at least as wide as long, else 4) */
+enum { LS_CUDA_K_GEMV_NWR = 20 };
 /* y (M x N) = x (M x K) . W^T on the GPU through one kernel family: W is N ggml rows of
  * `type`; quantized types quantize x on the GPU first.  Float types always run their one
  * exact kernel. */
