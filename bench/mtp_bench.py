@@ -28,12 +28,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run(a, prompt, temp, spec, isa, draft_max, fixed=False):
+def run(a, prompt, temp, spec, isa, draft_max, fixed=False, costs="measured"):
     cmd = [str(a.lockstep), "run", "-m", a.model, "-p" if a.raw else "--chat", prompt, "-n", str(a.n), "--temp", str(temp),
-           "--seed", str(a.seed), "-t", str(a.threads), "--json", "--no-probe"]
+           "--seed", str(a.seed), "-t", str(a.threads), "--json", "--no-probe", "--device", a.device]
     if spec:
         cmd += ["--spec", "mtp", "--draft-model", a.module, "--draft-max", str(draft_max),
-                "--draft-p-min", str(a.p_min)] + (["--draft-fixed"] if fixed else [])
+                "--draft-p-min", str(a.p_min), "--draft-costs", costs] + (["--draft-fixed"] if fixed else [])
     env = dict(os.environ)
     env.pop("LOCKSTEP_ISA", None)
     if isa != "auto":
@@ -42,7 +42,7 @@ def run(a, prompt, temp, spec, isa, draft_max, fixed=False):
     if r.returncode != 0:
         sys.exit("mtp_bench: %s failed: %s" % (" ".join(cmd), r.stderr[-2000:]))
     j = json.loads(r.stdout)
-    j.update({"prompt": prompt, "temp": temp, "spec": "mtp" if spec else "off", "isa_req": isa,
+    j.update({"prompt": prompt, "temp": temp, "spec": "mtp" if spec else "off", "isa_req": isa, "costs": costs,
               "draft_max": draft_max if spec else 0, "p_min": a.p_min if spec else None, "fixed": fixed,
               "time": time.time()})
     return j
@@ -67,6 +67,9 @@ def main():
     ap.add_argument("--p-min", type=float, default=0.5)
     ap.add_argument("--isas", default="auto,avx2", help="the speed part's ISAs ('': none)")
     ap.add_argument("--no-acceptance", action="store_true", help="the speed part only")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (lockstep run --device)")
+    ap.add_argument("--costs", default="measured",
+                    help="the speed part's --draft-costs modes, each beside plain decoding (e.g. measured,static)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     out = Path(a.out)
@@ -108,26 +111,39 @@ def main():
             "tokens_per_target_step_mean": statistics.mean(per_step),
         }
 
-    # 2. speed, interleaved, per ISA
+    # 2. speed, interleaved, per ISA: plain and one mtp run per cost mode, the order rotated
+    modes = [x for x in a.costs.split(",") if x]
     for isa in [x for x in a.isas.split(",") if x]:
-        plain, spec, ratios = [], [], []
+        for mode in modes:
+            summary["speed"]["%s %s" % (isa, mode)] = {"plain": [], "mtp": [], "ratios": [], "drafted": 0, "accepted": 0,
+                                                        "draft_cost": [], "row_cost": []}
         for rep in range(a.reps):
             for i, p in enumerate(prompts[:a.speed_prompts]):
-                order = (False, True) if (rep + i) % 2 == 0 else (True, False)
+                variants = [None] + modes
+                r = (rep + i) % len(variants)
                 res = {}
-                for s in order:
-                    res[s] = run(a, p, 0.0, s, isa, a.draft_max)
-                    log.write(json.dumps(res[s]) + "\n")
-                if res[False]["tokens"] != res[True]["tokens"]:
-                    sys.exit("mtp_bench: PARITY BROKEN under %s for %r" % (isa, p))
-                plain.append(res[False]["decode_tok_s"])
-                spec.append(res[True]["decode_tok_s"])
-                ratios.append(res[True]["decode_tok_s"] / res[False]["decode_tok_s"])
-                got_isa = res[False]["isa"]
-        summary["speed"][isa] = {"isa": got_isa, "runs": len(ratios), "plain_tok_s_median": statistics.median(plain),
-                                 "mtp_tok_s_median": statistics.median(spec),
-                                 "speedup_median_of_pairs": statistics.median(ratios),
-                                 "speedup_min": min(ratios), "speedup_max": max(ratios)}
+                for v in variants[r:] + variants[:r]:
+                    res[v] = run(a, p, 0.0, v is not None, isa, a.draft_max, costs=v or "measured")
+                    log.write(json.dumps(res[v]) + "\n")
+                for mode in modes:
+                    if res[None]["tokens"] != res[mode]["tokens"]:
+                        sys.exit("mtp_bench: PARITY BROKEN under %s (%s) for %r" % (isa, mode, p))
+                    s_ = summary["speed"]["%s %s" % (isa, mode)]
+                    s_["isa"] = res[None]["isa"]
+                    s_["plain"].append(res[None]["decode_tok_s"])
+                    s_["mtp"].append(res[mode]["decode_tok_s"])
+                    s_["ratios"].append(res[mode]["decode_tok_s"] / res[None]["decode_tok_s"])
+                    s_["drafted"] += res[mode]["draft_n"]
+                    s_["accepted"] += res[mode]["draft_accepted"]
+                    s_["draft_cost"].append(res[mode].get("draft_cost"))
+                    s_["row_cost"].append(res[mode].get("draft_row_cost"))
+    for k, s_ in summary["speed"].items():
+        s_.update({"runs": len(s_["ratios"]), "plain_tok_s_median": statistics.median(s_["plain"]),
+                   "mtp_tok_s_median": statistics.median(s_["mtp"]),
+                   "speedup_median_of_pairs": statistics.median(s_["ratios"]),
+                   "speedup_min": min(s_["ratios"]), "speedup_max": max(s_["ratios"]),
+                   "draft_cost_median": statistics.median(s_["draft_cost"]),
+                   "row_cost_median": statistics.median(s_["row_cost"])})
     log.close()
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
 
@@ -138,12 +154,14 @@ def main():
         mv = s["mean_accepted_per_verify"]
         print("| %s | %d | %s | %s |" % (t, s["proposals"], pos, "%.2f" % mv if mv else "-"))
     print()
-    print("| ISA | plain tok/s (median) | --spec mtp tok/s (median) | speed-up (median of pairs, min-max) |")
-    print("| --- | --- | --- | --- |")
-    for isa, s in summary["speed"].items():
-        print("| %s | %.1f | %.1f | %.2fx (%.2f-%.2f) |" % (s["isa"], s["plain_tok_s_median"], s["mtp_tok_s_median"],
-                                                         s["speedup_median_of_pairs"], s["speedup_min"],
-                                                         s["speedup_max"]))
+    print("| ISA, costs | plain tok/s (median) | --spec mtp tok/s (median) | speed-up (median of pairs, min-max) "
+          "| drafts accepted | draft / row cost (median) |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for k, s in summary["speed"].items():
+        print("| %s (%s) | %.1f | %.1f | %.2fx (%.2f-%.2f) | %d of %d | %.3f / %.3f |" % (
+            s["isa"], k.split()[1], s["plain_tok_s_median"], s["mtp_tok_s_median"], s["speedup_median_of_pairs"],
+            s["speedup_min"], s["speedup_max"], s["accepted"], s["drafted"], s["draft_cost_median"],
+            s["row_cost_median"]))
 
 
 if __name__ == "__main__":

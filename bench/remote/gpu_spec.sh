@@ -7,6 +7,7 @@
 #   M     the model file;  MTP  its module (mtp/*.mtp.gguf);  MTP_B  a second module, labelled
 #         mtp-b (e.g. the same one without lockstep.mtp.head_vocab), run beside it
 #   OUT   where runs.jsonl and the log go;  PAIRS  pairs per prompt (default 3)
+#   COSTS_AB=1  also the n-gram drafter with --draft-costs static (the fixed cost prior)
 # Every run: lockstep run --device cuda --json --no-probe --temp 0 -n N (one process each,
 # so each includes its own load; the figures are the run's decode tok/s and drafts).
 set -u
@@ -34,7 +35,7 @@ try:
 except Exception:
     print(json.dumps({"label": label, "prompt": prompt[:40], "error": raw[-300:]})); sys.exit()
 keep = {k: o.get(k) for k in ("n_prompt", "n_gen", "decode_tok_s", "prefill_ms", "draft_n", "draft_accepted",
-                               "draft_pos_drafted", "draft_pos_accepted", "device", "text")}
+                               "draft_pos_drafted", "draft_pos_accepted", "draft_cost", "draft_row_cost", "device", "text")}
 keep.update(label=label, prompt=prompt[:40])
 print(json.dumps(keep))' "$label" "$P" >> "$J"
 }
@@ -45,6 +46,8 @@ pairs() { # label spec-args...
     done
 }
 P=$GROUNDED; pairs ngram --spec ngram --draft-max 8
+# COSTS_AB=1: the n-gram drafter again with the fixed cost prior (--draft-costs static)
+if [ -n "${COSTS_AB:-}" ]; then pairs ngram-static --spec ngram --draft-max 8 --draft-costs static; fi
 if [ -n "$MTP" ]; then
     for P in "${CHATS[@]}"; do pairs mtp --spec mtp --draft-model "$MTP" --draft-max 3; done
 fi
