@@ -17,7 +17,7 @@
 #        gpu_spec_costs.sh kern     bench_cuda's kernels and decode suites (the warp kernel's rows per
 #                                   warp at M = 2..8, batched decode, verify blocks)
 #        gpu_spec_costs.sh vs       lockstep and llama.cpp on the 8B-shaped file: tg128, pp512,
-#                                   pp2048 (llama-bench) and batched decode B = 1, 8, 32
+#                                   pp2048 (run --json beside llama-bench) and batched decode B = 1, 8, 32
 #                                   (llama-batched-bench beside bench_cuda --decode-only)
 set -u
 C=${C:-.gpu-carry}
@@ -100,9 +100,12 @@ vs)
     while ! grep -q '^rc' "$L/synth.log" 2>/dev/null && (( SECONDS - T0 < LIMIT - 150 )); do sleep 2; done
     LB=$W/lcpp-b/bin
     P512=$(python3 -c 'print(" ".join(["the"] * 511))')
+    P2048=$(python3 -c 'print(" ".join(["the"] * 2047))')
     for p in 1 2; do
         step "ls_tg_$p" 60 "$W/bin/lockstep" run -m "$F8" --device cuda -p "Hello" -n 128 --temp 0 --no-probe --json
         step "ls_pp_$p" 60 "$W/bin/lockstep" run -m "$F8" --device cuda -p "$P512" -n 1 --temp 0 --no-probe --json
+        step "ls_pp2048_$p" 60 "$W/bin/lockstep" run -m "$F8" --device cuda -c 4096 -p "$P2048" -n 1 --temp 0 --no-probe \
+            --json
         step "llama_bench_$p" 90 "$LB/llama-bench" -m "$F8" -ngl 99 -fa 1 -p 512,2048 -n 128 -r 3
     done
     step bench_cuda_decode 120 "$W/bin/bench_cuda" --no-1b --decode-only --out "$L"
