@@ -257,20 +257,22 @@ static void bench_decode(ls_model *m, const char *name) {
     /* batched decode: B sequences one row each, exact vs fast */
     static const int Bs[] = {1, 2, 4, 8, 12, 16, 24, 32};
     printf("\n== batched decode, %s: device ms per step (tok/s), exact vs fast family\n", name);
-    printf("   %4s  %18s  %18s  %18s  %6s  %18s\n", "B", "exact", "exact (GEMM B>1)", "fast", "fast/exact tok/s",
-           "exact, 4 rows/warp");
+    printf("   %4s  %18s  %18s  %18s  %6s  %18s  %18s\n", "B", "exact", "exact (GEMM B>1)", "fast", "fast/exact tok/s",
+           "exact, 4 rows/warp", "exact, warp to 16");
     const int NS = g_quick ? 8 : 24;
     for (size_t bi = 0; bi < sizeof Bs / sizeof Bs[0]; bi++) {
         const int B = Bs[bi];
-        double res[4] = {0, 0, 0, 0};
-        int graph[4];
-        for (int fam = 0; fam < 4; fam++) {
+        double res[5] = {0, 0, 0, 0, 0};
+        int graph[5];
+        for (int fam = 0; fam < 5; fam++) {
             if (fam == 3 && (B == 1 || B > 8)) continue;
+            if (fam == 4 && (B <= 8 || B > 16)) continue; /* the warp kernel in runs of 8 rows up to 16 */
             ls_cuda_opts o, o0;
             ls_cuda_fwd_get_opts(g, &o0);
             o = o0;
             if (fam == 1) o.gemv_max_rows = 1;
             if (fam == 3) o.gemv_nwr = 4;
+            if (fam == 4) o.gemv_max_rows = 16;
             ls_cuda_fwd_set_opts(g, &o);
             double *v = malloc(sizeof(double) * NS);
             for (int i = 0; i < NS + 4; i++) {
@@ -288,27 +290,35 @@ static void bench_decode(ls_model *m, const char *name) {
             ls_cuda_fwd_set_opts(g, &o0);
         }
         const double best = res[0] < res[1] ? res[0] : res[1];
-        printf("   %4d  %8.3f (%7.0f)  %8.3f (%7.0f)  %8.3f (%7.0f)  %6.2fx  %8.3f (%7.0f)%s\n", B, res[0], B * 1e3 / res[0],
-               res[1], B * 1e3 / res[1], res[2], B * 1e3 / res[2], best / res[2], res[3], res[3] > 0 ? B * 1e3 / res[3] : 0.0,
+        printf("   %4d  %8.3f (%7.0f)  %8.3f (%7.0f)  %8.3f (%7.0f)  %6.2fx  %8.3f (%7.0f)  %8.3f (%7.0f)%s\n", B, res[0],
+               B * 1e3 / res[0], res[1], B * 1e3 / res[1], res[2], B * 1e3 / res[2], best / res[2], res[3],
+               res[3] > 0 ? B * 1e3 / res[3] : 0.0, res[4], res[4] > 0 ? B * 1e3 / res[4] : 0.0,
                graph[2] ? "" : " (fast: cuBLAS, no graph)");
         JSON("{\"bench\":\"batched_decode\",\"model\":\"%s\",\"B\":%d,\"exact_ms\":%.4f,\"exact_gemm_ms\":%.4f,\"fast_ms\":%.4f,"
-             "\"exact_tok_s\":%.1f,\"fast_tok_s\":%.1f,\"fast_graph\":%d,\"exact_nwr4_ms\":%.4f}",
-             name, B, res[0], res[1], res[2], B * 1e3 / best, B * 1e3 / res[2], graph[2], res[3]);
+             "\"exact_tok_s\":%.1f,\"fast_tok_s\":%.1f,\"fast_graph\":%d,\"exact_nwr4_ms\":%.4f,\"exact_warp16_ms\":%.4f}",
+             name, B, res[0], res[1], res[2], B * 1e3 / best, B * 1e3 / res[2], graph[2], res[3], res[4]);
     }
     { /* one sequence, n rows in one forward after its prompt: a verify block (n - 1 drafts and
        * the token before them, every row's logits) up to n = 9, then a prompt-cache suffix
        * (16..64 rows, the last row's logits); exact vs rows without a parity need (the fast
        * family, which takes cuBLAS only for runs of fast_min_rows = 64 or more rows) */
-        static const int Ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 32, 64};
-        printf("\n== one sequence, n rows in one forward, %s: device ms (vs the n = 1 step), exact vs fast family\n", name);
-        printf("   %4s  %16s  %16s  %10s\n", "n", "exact", "fast", "fast/exact");
+        static const int Ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 32, 64};
+        printf("\n== one sequence, n rows in one forward, %s: device ms (vs the n = 1 step), exact vs fast family;\n"
+               "   9..16 rows also with the warp kernel in runs of 8 up to 16 rows (gemv_max_rows 16)\n", name);
+        printf("   %4s  %16s  %16s  %10s  %16s\n", "n", "exact", "fast", "fast/exact", "exact, warp to 16");
         const int NV = g_quick ? 8 : 24;
         double base = 0.0;
         for (size_t ni = 0; ni < sizeof Ns / sizeof Ns[0]; ni++) {
             const int n = Ns[ni];
-            double res[2];
-            int graph[2];
-            for (int fam = 0; fam < 2; fam++) {
+            double res[3] = {0, 0, 0};
+            int graph[3];
+            for (int fam = 0; fam < 3; fam++) {
+                if (fam == 2 && (n < 9 || n > 16)) continue;
+                ls_cuda_opts o, o0;
+                ls_cuda_fwd_get_opts(g, &o0);
+                o = o0;
+                if (fam == 2) o.gemv_max_rows = 16;
+                ls_cuda_fwd_set_opts(g, &o);
                 double *v = malloc(sizeof(double) * NV);
                 for (int i = 0; i < NV + 4; i++) {
                     for (int r = 0; r < n; r++) {
@@ -316,17 +326,18 @@ static void bench_decode(ls_model *m, const char *name) {
                         pos[r] = P + r; /* after sequence 1's prompt */
                         sq[r] = 1;
                     }
-                    if (run_rows(g, kv, (const int32_t *const *)tabs, BMAX, sq, tok, pos, n, fam == 0, n > 9, logits, &st))
+                    if (run_rows(g, kv, (const int32_t *const *)tabs, BMAX, sq, tok, pos, n, fam != 1, n > 9, logits, &st))
                         return;
                     if (i >= 4) v[i - 4] = st.gpu_ms;
                 }
                 res[fam] = median(v, NV);
                 graph[fam] = st.graph;
                 free(v);
+                ls_cuda_fwd_set_opts(g, &o0);
             }
             if (n == 1) base = res[0];
-            printf("   %4d  %7.3f (%5.2fx)  %7.3f (%5.2fx)  %9.2fx%s\n", n, res[0], res[0] / base, res[1], res[1] / base,
-                   res[1] / res[0], graph[1] ? "" : " (fast: cuBLAS, no graph)");
+            printf("   %4d  %7.3f (%5.2fx)  %7.3f (%5.2fx)  %9.2fx  %7.3f (%5.2fx)%s\n", n, res[0], res[0] / base, res[1],
+                   res[1] / base, res[1] / res[0], res[2], res[2] / base, graph[1] ? "" : " (fast: cuBLAS, no graph)");
             JSON("{\"bench\":\"rows_one_seq\",\"model\":\"%s\",\"n\":%d,\"exact_ms\":%.4f,\"fast_ms\":%.4f,"
                  "\"exact_vs_step\":%.3f,\"fast_graph\":%d}",
                  name, n, res[0], res[1], res[0] / base, graph[1]);
@@ -483,7 +494,7 @@ static void bench_parity(ls_model *m, const char *name, int nseq, int min_len, i
  * Every figure is a pair (or a triple) of variants that run the same rows (same tokens, same
  * positions, same K/V before the step), interleaved step by step (the order rotates), each on a
  * forward of its own (its own CUDA graphs: switching options on one forward would drop them):
- *   auto    the default policy: an exact run of up to gemv_max_rows (8) rows takes the multi-row
+ *   auto    the default policy: an exact run of up to gemv_max_rows (12) rows takes the multi-row
  *           warp kernel (each weight block loaded once for all rows), longer runs the int8
  *           tensor-core GEMM; rows without a parity need may take the fast family (cuBLAS fp16
  *           for runs of at least fast_min_rows = 64 rows, the exact kernels below that);
@@ -650,7 +661,7 @@ static int bench_pin(ls_model *m, const char *name, unsigned suites) {
         free(lr);
     }
     printf("\n== the pin tax on the GPU, %s (issue 29 item 3; prompts written in %.1f s)\n", name, now_s() - t0);
-    printf("   auto: the default policy (exact runs of <= 8 rows: the multi-row warp kernel; longer: the int8\n"
+    printf("   auto: the default policy (exact runs of <= 12 rows: the multi-row warp kernel; longer: the int8\n"
            "   tensor-core GEMM). narrow: every row through the one-row warp kernel, a launch per row and matrix\n"
            "   (a process that pinned the single-row kernel). Device ms per step, median of %d timed steps after %d\n"
            "   warm-up steps, variants interleaved step by step.\n", S, W);

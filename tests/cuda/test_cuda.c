@@ -307,7 +307,7 @@ static void test_model(const synth_cfg *c, uint64_t seed) {
            "CPU references %.1f s\n",
            c->name, c->n_layer, c->n_embd, c->n_head, c->n_head_kv, c->n_ff, c->n_vocab, NSEQ, total_rows, t1 - t0);
     static const struct { int gemv_max, graphs, v2, bmax, amr; const char *name; } pol[] = {
-        {8, 1, 4, 64, 1, "default policy"},
+        {12, 1, 4, 64, 1, "default policy"},
         {0, 0, 0, 32, 0, "tensor-core GEMM (k_mma) for every run, per-row attention, no graphs"},
         {64, 1, 4, 32, 0, "warp kernel for every run, per-row attention"},
         {8, 1, 1, 64, 2, "k_mma2 configuration 1 for runs over 32 rows, k_attn4 for batches of 16+ rows"},
@@ -334,7 +334,7 @@ static void test_model(const synth_cfg *c, uint64_t seed) {
     if (!g_attn) {
         ls_cuda_opts o;
         ls_cuda_fwd_get_opts(g, &o);
-        o.gemv_max_rows = 8;
+        o.gemv_max_rows = 12; /* the default */
         o.graphs = 1;
         ls_cuda_fwd_set_opts(g, &o);
         size_t cmp, rows;
@@ -443,7 +443,7 @@ static void test_mtp(const synth_cfg *c, uint64_t seed) {
                 if (side) {
                     ls_cuda_opts o;
                     ls_cuda_fwd_get_opts(g, &o);
-                    o.gemv_max_rows = pol ? 64 : 8; /* pol 1: the warp kernel for every run */
+                    o.gemv_max_rows = pol ? 64 : 12; /* pol 0: the default; pol 1: the warp kernel for every run */
                     ls_cuda_fwd_set_opts(g, &o);
                 }
                 for (int q = 0; q < NS; q++) {

@@ -69,8 +69,9 @@ typedef struct {
     int fast;          /* 1: rows with need_parity == 0 may take the fast family (default 1) */
     int fast_min_rows; /* the fast family uses cuBLAS for runs of at least this many rows (default 64;
                         * shorter fast runs take the exact kernels) */
-    int gemv_max_rows; /* exact runs of up to this many rows take the warp-per-output kernel,
-                        * longer ones the int8 tensor-core GEMM (default 8; 0 = always the GEMM) */
+    int gemv_max_rows; /* exact runs of up to this many rows take the warp-per-output kernel (in runs
+                        * of 8 rows), longer ones the int8 tensor-core GEMM (default 12; 0 = always
+                        * the GEMM) */
     int graphs;        /* 1: batches of up to 64 rows replay a captured CUDA graph (default 1) */
     int pdl;           /* 1: programmatic dependent launch between the kernels (default 1) */
     int gemv_nw;       /* weight rows per warp of the one-row warp kernel: 1 (default), 2 or 4
