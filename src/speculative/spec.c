@@ -518,9 +518,6 @@ static void meter_step(cost_meter *m, double gap, int32_t k) {
     m->n_steps++;
 }
 
-/* The costs the draft-length rule uses, in single-row steps of the target: measured once
- * there are enough steps (the row cost from the fit when the steps' draft lengths vary,
- * else the prior's share of the mean step), the fixed prior before that. */
 /* The spread of the steps' draft lengths: the fit needs some; the drafter keeps some. */
 static double meter_var(const cost_meter *m) {
     const double kbar = m->sk / m->w;
@@ -537,7 +534,10 @@ static bool meter_fit(const cost_meter *m, double *a, double *b) {
     return *a > 1e-6;
 }
 
-static void drafter_costs(const ls_drafter *d, double *draft_cost, double *row_cost) {
+/* The costs the draft-length rule uses, in single-row steps of the target: measured once
+ * there are enough steps (the row cost from the fit when the steps' draft lengths vary,
+ * else the prior's share of the mean step), the fixed prior before that. */
+void ls_drafter_costs(const ls_drafter *d, double *draft_cost, double *row_cost) {
     const cost_meter *m = &d->cm;
     *draft_cost = d->draft_cost;
     *row_cost = LS_SPEC_ROW_COST;
@@ -551,10 +551,6 @@ static void drafter_costs(const ls_drafter *d, double *draft_cost, double *row_c
     }
     *row_cost = b / a;
     *draft_cost = (m->ty / m->tw) / a;
-}
-
-void ls_drafter_costs(const ls_drafter *d, double *draft_cost, double *row_cost) {
-    drafter_costs(d, draft_cost, row_cost);
 }
 
 void ls_drafter_set_clock(ls_drafter *d, double (*clock)(void *), void *ud) {
@@ -611,7 +607,7 @@ void ls_drafter_get_stats(ls_drafter *d, const int32_t *hist, int32_t n_hist, ls
     s.n_proposals = d->n_props;
     memcpy(s.drafted, d->pos_drafted, sizeof s.drafted);
     memcpy(s.accepted, d->pos_accepted, sizeof s.accepted);
-    drafter_costs(d, &s.draft_cost, &s.row_cost);
+    ls_drafter_costs(d, &s.draft_cost, &s.row_cost);
     s.draft_ms = d->draft_ms;
     s.forward_ms = d->fwd_ms;
     size_t n = out->size < sizeof s ? out->size : sizeof s;
@@ -631,7 +627,7 @@ static int32_t drafter_draft(ls_drafter *d, const int32_t *hist, int32_t n_hist,
     int32_t k = max;
     if (!d->p.fixed_length) { /* the length with the best expected tokens per unit of cost */
         double p = d->acc_s / d->acc_t, best = 0.0, dc, rc;
-        drafter_costs(d, &dc, &rc);
+        ls_drafter_costs(d, &dc, &rc);
         for (int32_t j = 1; j <= max; j++) {
             double g = spec_gain(p, j, dc, rc);
             if (g > best) {
