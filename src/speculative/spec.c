@@ -277,7 +277,6 @@ ls_drafter *ls_drafter_create_on(const ls_backend *be, const ls_model *target, i
     d->acc_s = 2.0; /* prior: 2 of 3 drafted tokens accepted */
     d->acc_t = 3.0;
     d->explore = 8;
-    d->clock = NULL;
     d->cm.t_end = -1.0;
     d->prop = ls_malloc((size_t)p->draft_max * sizeof *d->prop);
     if (!d->prop) goto nomem;

@@ -171,9 +171,7 @@ __global__ void __launch_bounds__(FQ ? 1024 : 256) k_gemv(const lsc_mat w, const
         c = lsc_dp4a(u.w[5], a1.y, c);
         c = lsc_dp4a(u.w[6], a1.z, c);
         c = lsc_dp4a(u.w[7], a1.w, c);
-        const float v = lsc_sub(lsc_bits2f((uint32_t)c), 12582912.0f); /* lsc_i2f_small(lo + hi) */
-        return (T == LSC_Q4_1 || T == LSC_Q5_1) ? lsc_fma(lsc_mul(u.d, ds.x), v, lsc_mul(u.m, ds.y))
-                                                 : lsc_mul(lsc_mul(u.d, ds.x), v);
+        return lsc_contrib_biased(T, &u, c, ds.x, ds.y);
     };
     auto step1 = [&](const RawU *cu, int b) {
         const uint4 *ap = (const uint4 *)(xr[0] + (size_t)b * 32);
@@ -890,10 +888,8 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) k_mma2(const lsc_mat w, co
                         const float2 d = ds[mt][e >> 1];
                         const lsc_unit &f = fu[e & 1];
                         float c;
-                        if (LscBiasChain<T>::on) { /* lsc_contrib with lsc_i2f_small(lo) = bits(lo + bias) - bias */
-                            const float v = lsc_sub(lsc_bits2f((uint32_t)lo[e]), 12582912.0f);
-                            c = (T == LSC_Q4_1 || T == LSC_Q5_1) ? lsc_fma(lsc_mul(f.d, d.x), v, lsc_mul(f.m, d.y))
-                                                                 : lsc_mul(lsc_mul(f.d, d.x), v);
+                        if (LscBiasChain<T>::on) { /* the mma started at lsc_i2f_small's bias */
+                            c = lsc_contrib_biased(T, &f, lo[e], d.x, d.y);
                         } else {
                             c = lsc_contrib(T, &f, lo[e], hi[e], d.x, d.y);
                         }

@@ -288,6 +288,15 @@ LS_HD float lsc_contrib(int t, const lsc_unit *u, int32_t lo, int32_t hi, float 
     }
 }
 
+/* lsc_contrib for the types whose isum converts with lsc_i2f_small (Q4_0, Q4_1, Q5_0, Q5_1,
+ * Q8_0, MXFP4), given the integer that conversion adds its bias to already added
+ * (biased = lo + hi + 0x4B400000: a dp4a chain or an mma accumulator started at the bias):
+ * the same operations on the same values, so the same bits. */
+LS_HD float lsc_contrib_biased(int t, const lsc_unit *u, int32_t biased, float dx, float sx) {
+    const float v = lsc_sub(lsc_bits2f((uint32_t)biased), 12582912.0f); /* lsc_i2f_small(lo + hi) */
+    return t == LSC_Q4_1 || t == LSC_Q5_1 ? lsc_fma(lsc_mul(u->d, dx), v, lsc_mul(u->m, sx)) : lsc_mul(lsc_mul(u->d, dx), v);
+}
+
 /* ---- repacking one ggml block into the GPU layout (lossless) ----------------- */
 
 LS_HD void lsc_scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
