@@ -9,6 +9,7 @@
 #include <linux/tcp.h> /* struct tcp_info with tcpi_bytes_received (glibc's lacks it) */
 #include <netinet/in.h>
 #include <stddef.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -75,6 +76,22 @@ static uint64_t rx_bytes(int fd, uint32_t *last_recv_ms) {
     return ti.tcpi_bytes_received;
 }
 
+/* Bytes the kernel holds for the socket that the server has not read yet (0 when it cannot say). */
+static int unread_bytes(int fd) {
+    int n = 0;
+    return fd >= 0 && ioctl(fd, FIONREAD, &n) == 0 && n > 0 ? n : 0;
+}
+
+/* The peer's TCP port, for the log (0 when unknown). */
+static int peer_port(int fd) {
+    struct sockaddr_storage a;
+    socklen_t l = sizeof a;
+    if (fd < 0 || getpeername(fd, (struct sockaddr *)&a, &l) != 0) return 0;
+    if (a.ss_family == AF_INET) return ntohs(((struct sockaddr_in *)&a)->sin_port);
+    if (a.ss_family == AF_INET6) return ntohs(((struct sockaddr_in6 *)&a)->sin6_port);
+    return 0;
+}
+
 /* The head and body deadlines.  A connection whose request head has begun to arrive and
  * is not complete within --header-timeout seconds, or whose body is not complete within
  * --body-timeout seconds of its head, is shut down and counted.  MHD's own timeout only
@@ -84,7 +101,9 @@ static uint64_t rx_bytes(int fd, uint32_t *last_recv_ms) {
  * The head begins when the socket has received bytes since it began to wait (TCP_INFO);
  * its clock starts at the last data received, so a head is never cut early.  The
  * descriptor is shut down under cmu, which the close notification also takes, so it
- * cannot have been reused. */
+ * cannot have been reused.  A head is only late while the server has read every byte the
+ * client sent: bytes waiting unread in the socket mean the server is behind, not the
+ * client, and such a connection is looked at again on the next pass. */
 void *ls_srv_reaper_main(void *arg) {
     server *s = arg;
     const double hlimit = 1000.0 * s->p->header_timeout_s, blimit = 1000.0 * s->p->body_timeout_s;
@@ -110,6 +129,7 @@ void *ls_srv_reaper_main(void *arg) {
         pthread_mutex_unlock(&s->cmu);
         if (stop) break;
         int heads = 0, bodies = 0;
+        char why[256] = "";
         if (late) {
             /* mu before cmu, as /metrics takes them; the count is in before /metrics can be
              * answered to a client that saw the cut */
@@ -121,6 +141,13 @@ void *ls_srv_reaper_main(void *arg) {
                 bool head = k->phase == SK_HEAD && k->head_started && now - k->head_t0 > hlimit,
                      body = k->phase == SK_BODY && blimit > 0 && now - k->body_t0 > blimit;
                 if (!head && !body) continue;
+                if (head && unread_bytes(k->fd)) continue; /* the server is behind, not the client */
+                if (head && !heads) {
+                    uint64_t rx = rx_bytes(k->fd, NULL);
+                    snprintf(why, sizeof why, " (one from %s port %d: %llu byte(s) of a head over %.0f ms)", k->client,
+                             peer_port(k->fd), rx == UINT64_MAX ? 0ULL : (unsigned long long)(rx - k->rx_mark),
+                             now - k->head_t0);
+                }
                 shutdown(k->fd, SHUT_RDWR);
                 k->cut = true;
                 heads += head;
@@ -132,8 +159,8 @@ void *ls_srv_reaper_main(void *arg) {
             pthread_mutex_unlock(&s->mu);
         }
         if (heads)
-            fprintf(stderr, "lockstep serve: cut %d connection(s) whose request head took over %d s\n", heads,
-                    s->p->header_timeout_s);
+            fprintf(stderr, "lockstep serve: cut %d connection(s) whose request head took over %d s%s\n", heads,
+                    s->p->header_timeout_s, why);
         if (bodies)
             fprintf(stderr, "lockstep serve: cut %d connection(s) whose request body took over %d s\n", bodies,
                     s->p->body_timeout_s);
