@@ -26,6 +26,12 @@
 #define LS_Y_CAT(a, b) LS_Y_CAT2(a, b)
 
 #define AI static inline __attribute__((always_inline))
+/* An accumulator's value as it stands, opaque to the compiler: GCC's reassociation turns
+ * a chain of s16 adds (p16 += a + b, slot after slot) into one tree over every product of
+ * the unit, which keeps all of them live at once and spilled 32 of them to the stack (the
+ * AVX2 Q4_K tile ran at 1.4x the time).  The sums are exact integers in any order; this
+ * only keeps the chain a chain. */
+#define LS_Y_KEEP(v) __asm__("" : "+x"(v))
 
 typedef struct {
     __m256i w[8];
@@ -445,6 +451,8 @@ AI void ls_yp_byte_sums(const uint32_t type, const int R, const ls_wmat *w, cons
                     _mm256_add_epi16(_mm256_maddubs_epi16(w01, x0), _mm256_maddubs_epi16(w11, x1)), scv[1][s >> 2]);
                 acc[r][0] = s == 0 ? t0 : _mm256_add_epi32(acc[r][0], t0);
                 acc[r][1] = s == 0 ? t1 : _mm256_add_epi32(acc[r][1], t1);
+                LS_Y_KEEP(acc[r][0]);
+                LS_Y_KEEP(acc[r][1]);
             }
         }
         return;
@@ -463,6 +471,8 @@ AI void ls_yp_byte_sums(const uint32_t type, const int R, const ls_wmat *w, cons
                 const __m256i a = _mm256_maddubs_epi16(w0, x), c = _mm256_maddubs_epi16(w1, x);
                 p16[r][0] = s == s0 ? a : _mm256_add_epi16(p16[r][0], a);
                 p16[r][1] = s == s0 ? c : _mm256_add_epi16(p16[r][1], c);
+                LS_Y_KEEP(p16[r][0]);
+                LS_Y_KEEP(p16[r][1]);
             }
         }
 #pragma GCC unroll 8
@@ -653,12 +663,26 @@ AI void ls_yp_unit(const uint32_t type, const int R, const bool packed, const ls
                                                                           _mm256_maddubs_epi16(hi0, xb)));
                 p16[r][1] = _mm256_add_epi16(p16[r][1], _mm256_add_epi16(_mm256_maddubs_epi16(lo1, xa),
                                                                           _mm256_maddubs_epi16(hi1, xb)));
+                LS_Y_KEEP(p16[r][0]);
+                LS_Y_KEEP(p16[r][1]);
+            }
+        }
+        /* Q4_K: the widening vpmaddwd multiplies by the lanes' sub-block scale (sc, sc)
+         * instead of (1, 1), so acc = isum * sc, the recipe's integer (|isum * sc| <= 32 *
+         * 15 * 127 * 63 < 2^24, every partial exact in int32), and step 2 has no sc multiply */
+        __m256i wd[2] = {ones, ones};
+        if (type == LS_TYPE_Q4_K) {
+            const uint8_t *sp = p + (size_t)nb * w->pcode + 32 * (size_t)b;
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                const __m256i s32 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sp + 8 * h)));
+                wd[h] = _mm256_or_si256(s32, _mm256_slli_epi32(s32, 16));
             }
         }
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) {
-            acc[r][0] = _mm256_madd_epi16(p16[r][0], ones);
-            acc[r][1] = _mm256_madd_epi16(p16[r][1], ones);
+            acc[r][0] = _mm256_madd_epi16(p16[r][0], wd[0]);
+            acc[r][1] = _mm256_madd_epi16(p16[r][1], wd[1]);
         }
     } else { /* Q8_0: u = 16 hi + lo, each nibble product summed in s16 */
         __m256i h16[LS_YP_RCAP][2];
@@ -678,6 +702,10 @@ AI void ls_yp_unit(const uint32_t type, const int R, const bool packed, const ls
                 p16[r][1] = _mm256_add_epi16(p16[r][1], _mm256_maddubs_epi16(lo1, xs));
                 h16[r][0] = _mm256_add_epi16(h16[r][0], _mm256_maddubs_epi16(hi0, xs));
                 h16[r][1] = _mm256_add_epi16(h16[r][1], _mm256_maddubs_epi16(hi1, xs));
+                LS_Y_KEEP(p16[r][0]);
+                LS_Y_KEEP(p16[r][1]);
+                LS_Y_KEEP(h16[r][0]);
+                LS_Y_KEEP(h16[r][1]);
             }
         }
         const __m256i sixteen = _mm256_set1_epi16(16);
@@ -691,16 +719,18 @@ AI void ls_yp_unit(const uint32_t type, const int R, const bool packed, const ls
 #undef LS_YP_X
     const uint8_t *dp = p + (size_t)nb * w->pcode + 32 * (size_t)b;
     if (type == LS_TYPE_Q4_K) {
-        /* c_b = fma(d * dx, (float)(isum * sc), (-(dmin * mn)) * sx), as c_kq: isum * sc is
-         * formed as (float)isum * (float)sc, the same value, since |isum| <= 32 * 15 * 127 and
-         * sc <= 63 make the product an integer below 2^24 (exact in float either way). */
+        /* c_b = fma(d * dx, (float)(isum * sc), (-(dmin * mn)) * sx), as c_kq: AVX2 has
+         * isum * sc in acc already; AVX-VNNI forms it as (float)isum * (float)sc, the same
+         * value, since |isum| <= 32 * 15 * 127 and sc <= 63 make the product an integer below
+         * 2^24 (exact in float either way). */
         const uint8_t *kp = p + (size_t)nb * (w->pcode + 32) + 8 * (size_t)(b & ~(int64_t)7);
         __m256 d[2], sc[2], nmt[2];
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             d[h] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kp + 16 * h)));
             const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kp + 32 + 16 * h)));
-            sc[h] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(dp + 8 * h))));
+            sc[h] = LS_Y_VNNI ? _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(dp + 8 * h))))
+                              : _mm256_setzero_ps(); /* AVX2: applied in the integer sums */
             const __m256 mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(dp + 16 + 8 * h))));
             nmt[h] = _mm256_xor_ps(_mm256_mul_ps(dmin, mn), _mm256_set1_ps(-0.0f));
         }
@@ -712,7 +742,8 @@ AI void ls_yp_unit(const uint32_t type, const int R, const bool packed, const ls
 #pragma GCC unroll 2
             for (int h = 0; h < 2; h++)
                 c[r][h] = _mm256_fmadd_ps(_mm256_mul_ps(d[h], dx),
-                                          _mm256_mul_ps(_mm256_cvtepi32_ps(acc[r][h]), sc[h]),
+                                          LS_Y_VNNI ? _mm256_mul_ps(_mm256_cvtepi32_ps(acc[r][h]), sc[h])
+                                                    : _mm256_cvtepi32_ps(acc[r][h]),
                                           _mm256_mul_ps(nmt[h], sx));
         }
         return;
