@@ -339,6 +339,11 @@ AI void ls_y_tile_f(const uint32_t type, const int R, const ls_wmat *w, const ui
 #endif
 #define LS_YP_RMAX(type) (!LS_Y_VNNI && LS_YP_B5(type) ? LS_YP_R_B5 : LS_YP_R)
 
+/* AVX2 Q4_K tiles of R >= 2 rows apply the sub-block scale in the integer widening
+ * (ls_yp_unit); one row does not (measured, 4096 x 2048, this file's kp_mm: M = 64 0.94x
+ * the time with it, M = 1 1.03x: one row cannot share the scale's preparation). */
+#define LS_YP_KFOLD(type, R) (!LS_Y_VNNI && (type) == LS_TYPE_Q4_K && (R) > 1)
+
 /* Panel types with nibble codes (the others have byte codes). */
 #define LS_YP_NIB(type) ((type) == LS_TYPE_Q4_0 || (type) == LS_TYPE_Q4_1 || (type) == LS_TYPE_Q4_K)
 /* Panel types with 5-bit byte codes (u <= 31). */
@@ -667,11 +672,12 @@ AI void ls_yp_unit(const uint32_t type, const int R, const bool packed, const ls
                 LS_Y_KEEP(p16[r][1]);
             }
         }
-        /* Q4_K: the widening vpmaddwd multiplies by the lanes' sub-block scale (sc, sc)
-         * instead of (1, 1), so acc = isum * sc, the recipe's integer (|isum * sc| <= 32 *
-         * 15 * 127 * 63 < 2^24, every partial exact in int32), and step 2 has no sc multiply */
+        /* Q4_K tiles of 2 or more rows (LS_YP_KFOLD): the widening vpmaddwd multiplies by
+         * the lanes' sub-block scale (sc, sc) instead of (1, 1), so acc = isum * sc, the
+         * recipe's integer (|isum * sc| <= 32 * 15 * 127 * 63 < 2^24, every partial exact in
+         * int32), and step 2 has no sc multiply */
         __m256i wd[2] = {ones, ones};
-        if (type == LS_TYPE_Q4_K) {
+        if (LS_YP_KFOLD(type, R)) {
             const uint8_t *sp = p + (size_t)nb * w->pcode + 32 * (size_t)b;
 #pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
@@ -719,18 +725,19 @@ AI void ls_yp_unit(const uint32_t type, const int R, const bool packed, const ls
 #undef LS_YP_X
     const uint8_t *dp = p + (size_t)nb * w->pcode + 32 * (size_t)b;
     if (type == LS_TYPE_Q4_K) {
-        /* c_b = fma(d * dx, (float)(isum * sc), (-(dmin * mn)) * sx), as c_kq: AVX2 has
-         * isum * sc in acc already; AVX-VNNI forms it as (float)isum * (float)sc, the same
-         * value, since |isum| <= 32 * 15 * 127 and sc <= 63 make the product an integer below
-         * 2^24 (exact in float either way). */
+        /* c_b = fma(d * dx, (float)(isum * sc), (-(dmin * mn)) * sx), as c_kq: with
+         * LS_YP_KFOLD acc holds isum * sc already; otherwise it is formed as (float)isum *
+         * (float)sc, the same value, since |isum| <= 32 * 15 * 127 and sc <= 63 make the
+         * product an integer below 2^24 (exact in float either way). */
         const uint8_t *kp = p + (size_t)nb * (w->pcode + 32) + 8 * (size_t)(b & ~(int64_t)7);
         __m256 d[2], sc[2], nmt[2];
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             d[h] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kp + 16 * h)));
             const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kp + 32 + 16 * h)));
-            sc[h] = LS_Y_VNNI ? _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(dp + 8 * h))))
-                              : _mm256_setzero_ps(); /* AVX2: applied in the integer sums */
+            sc[h] = !LS_YP_KFOLD(type, R)
+                        ? _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(dp + 8 * h))))
+                        : _mm256_setzero_ps(); /* applied in the integer sums */
             const __m256 mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(dp + 16 + 8 * h))));
             nmt[h] = _mm256_xor_ps(_mm256_mul_ps(dmin, mn), _mm256_set1_ps(-0.0f));
         }
@@ -742,8 +749,8 @@ AI void ls_yp_unit(const uint32_t type, const int R, const bool packed, const ls
 #pragma GCC unroll 2
             for (int h = 0; h < 2; h++)
                 c[r][h] = _mm256_fmadd_ps(_mm256_mul_ps(d[h], dx),
-                                          LS_Y_VNNI ? _mm256_mul_ps(_mm256_cvtepi32_ps(acc[r][h]), sc[h])
-                                                    : _mm256_cvtepi32_ps(acc[r][h]),
+                                          !LS_YP_KFOLD(type, R) ? _mm256_mul_ps(_mm256_cvtepi32_ps(acc[r][h]), sc[h])
+                                                                : _mm256_cvtepi32_ps(acc[r][h]),
                                           _mm256_mul_ps(nmt[h], sx));
         }
         return;
