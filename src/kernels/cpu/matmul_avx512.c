@@ -450,31 +450,31 @@ AI void ls_z_tile_f(const uint32_t type, const int R, const ls_wmat *w, const ui
  * differs; the others (Q8_0, Q5_0, Q5_1, Q5_K, Q6_K) have byte codes. */
 #define LS_Z_PNIB(type) ((type) == LS_TYPE_Q4_0 || (type) == LS_TYPE_Q4_1 || (type) == LS_TYPE_Q4_K)
 
-/* Prefetch of the next panel's unit b (codes and scale lines), one panel ahead: the
- * weights stream from L3 or DRAM, and the hardware prefetcher alone leaves the
- * kernel waiting on them.  pn = NULL: no next panel. */
+/* Prefetch of the next panel's unit b (codes and scale lines), one panel ahead, into L2
+ * (LS_PANEL_PF_HINT): the weights stream from L3 or DRAM, and the hardware prefetcher
+ * alone leaves the kernel waiting on them.  pn = NULL: no next panel. */
 AI void ls_z_pf_unit(const uint32_t type, const ls_wmat *w, const uint8_t *pn, int64_t b) {
     if (!pn) return;
     const char *c = (const char *)(pn + (size_t)b * w->pcode);
-    _mm_prefetch(c, _MM_HINT_T0);
-    _mm_prefetch(c + 64, _MM_HINT_T0);
-    _mm_prefetch(c + 128, _MM_HINT_T0);
-    _mm_prefetch(c + 192, _MM_HINT_T0);
+    _mm_prefetch(c, LS_PANEL_PF_HINT);
+    _mm_prefetch(c + 64, LS_PANEL_PF_HINT);
+    _mm_prefetch(c + 128, LS_PANEL_PF_HINT);
+    _mm_prefetch(c + 192, LS_PANEL_PF_HINT);
     if (!LS_Z_PNIB(type)) { /* byte codes: 512 bytes */
-        _mm_prefetch(c + 256, _MM_HINT_T0);
-        _mm_prefetch(c + 320, _MM_HINT_T0);
-        _mm_prefetch(c + 384, _MM_HINT_T0);
-        _mm_prefetch(c + 448, _MM_HINT_T0);
+        _mm_prefetch(c + 256, LS_PANEL_PF_HINT);
+        _mm_prefetch(c + 320, LS_PANEL_PF_HINT);
+        _mm_prefetch(c + 384, LS_PANEL_PF_HINT);
+        _mm_prefetch(c + 448, LS_PANEL_PF_HINT);
     }
     if (!(b & 1)) {
         const char *d = (const char *)(pn + (size_t)w->nb * w->pcode + 32 * (size_t)b);
-        _mm_prefetch(d, _MM_HINT_T0);
-        if (type == LS_TYPE_Q4_1 || type == LS_TYPE_Q5_1) _mm_prefetch(d + 32 * (size_t)w->nb, _MM_HINT_T0);
+        _mm_prefetch(d, LS_PANEL_PF_HINT);
+        if (type == LS_TYPE_Q4_1 || type == LS_TYPE_Q5_1) _mm_prefetch(d + 32 * (size_t)w->nb, LS_PANEL_PF_HINT);
     }
     if ((type == LS_TYPE_Q4_K || type == LS_TYPE_Q5_K) && !(b & 7)) /* the super-block's d, dmin line */
-        _mm_prefetch((const char *)(pn + (size_t)w->nb * (w->pcode + 32) + 8 * (size_t)b), _MM_HINT_T0);
+        _mm_prefetch((const char *)(pn + (size_t)w->nb * (w->pcode + 32) + 8 * (size_t)b), LS_PANEL_PF_HINT);
     if (type == LS_TYPE_Q6_K && !(b & 15)) /* two super-blocks' d */
-        _mm_prefetch((const char *)(pn + (size_t)w->nb * (w->pcode + 32) + 4 * (size_t)b), _MM_HINT_T0);
+        _mm_prefetch((const char *)(pn + (size_t)w->nb * (w->pcode + 32) + 4 * (size_t)b), LS_PANEL_PF_HINT);
 }
 
 /* Activation chunk s (elements 4s..4s+3) of unit b, broadcast to 16 lanes. */
