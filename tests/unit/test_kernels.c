@@ -961,11 +961,13 @@ static void test_parity_ops(void **state) {
             free(x0); free(ref); free(y);
             ls_rope_free(r);
         }
-    /* attention: rows at assorted positions (incl. 0, chunk edges), GQA, head_dim 64/48/100;
-     * at head_dim 64 also 1 and 8 query heads per kv head (AVX-512 blocks of 12 rows x 1
-     * head, and 3 rows x two head batches of 4) */
-    const int ahd[] = {64, 48, 100, 64, 64}, anh[] = {6, 6, 6, 2, 8}, ankv[] = {2, 2, 2, 2, 1};
-    for (int hi = 0; hi < 5; hi++) {
+    /* attention: rows at assorted positions (incl. 0, chunk edges), GQA, head_dim
+     * 64/48/100/128/256; at head_dim 64 also 1 and 8 query heads per kv head (AVX-512 blocks
+     * of 12 rows x 1 head, and 3 rows x two head batches of 4); 128 (Llama, Qwen) and 256
+     * (Gemma 3) take the per-head kernels' widest passes over the output dims (AVX2: 64
+     * dims, AVX-512: 128), 100 also their narrower ones and the scalar tail */
+    const int ahd[] = {64, 48, 100, 64, 64, 128, 256}, anh[] = {6, 6, 6, 2, 8, 4, 2}, ankv[] = {2, 2, 2, 2, 1, 2, 1};
+    for (int hi = 0; hi < 7; hi++) {
         int hd = ahd[hi], nkv = ankv[hi], nh = anh[hi], npos = 300;
         float *kc_ = malloc(sizeof(float) * (size_t)(npos * nkv * hd)), *vc = malloc(sizeof(float) * (size_t)(npos * nkv * hd));
         for (int i = 0; i < npos * nkv * hd; i++) {
@@ -982,7 +984,7 @@ static void test_parity_ops(void **state) {
         float *pk = malloc(sizeof(float) * (size_t)(nb * 16 * row)), *pv = malloc(sizeof(float) * (size_t)(nb * 16 * row));
         int32_t table[32];
         ls_kv_view cview[13], pview[13];
-        float q[13 * 8 * 100];
+        static float q[13 * 8 * 256];
         for (int b = 0; b < nb; b++) table[b] = b;
         for (int b = nb - 1; b > 0; b--) { /* Fisher-Yates */
             int j = (int)(rng_next(&s) % (uint64_t)(b + 1));
@@ -1006,7 +1008,7 @@ static void test_parity_ops(void **state) {
         }
         size_t per = ls_attention_scratch_floats(npos);
         float *scr = malloc(sizeof(float) * per * 3);
-        float ref[13 * 8 * 100], y[13 * 8 * 100];
+        static float ref[13 * 8 * 256], y[13 * 8 * 256];
         ls_kv_view mview[13]; /* runs of 1-4 rows on one view, then the other (blocks cut at runs) */
         for (int m = 0; m < 13; m++) mview[m] = (m < 3 || (m >= 4 && m < 8) || m == 12) ? cview[m] : pview[m];
         ls_kctx ks = {LS_ISA_SCALAR, NULL, NULL, 0, .narrow = false};

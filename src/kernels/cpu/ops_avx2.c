@@ -116,6 +116,25 @@ void ls_rope_row_avx2(float *x, int n_heads, int head_stride, int head_dim, bool
     }
 }
 
+/* out[d0 .. d0 + 8 NA) of one head: each dim's chain fma(p_j, v_j[d], acc) over the keys
+ * in order, times inv.  NA chains side by side: the FMA's latency, not its throughput,
+ * bounds one chain, so 8 (64 dims per pass over the keys) keep both FMA units busy where 4
+ * left half idle (each dim's chain, and so its bits, is the same at any NA). */
+AI void ls_y_pv_dims(const int NA, const float *scores, int64_t n, int64_t k0, const ls_kv_view *kv, int kv_off,
+                     int kv_stride, int d0, __m256 inv, float *out) {
+    __m256 acc[8];
+#pragma GCC unroll 8
+    for (int t = 0; t < NA; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t jj = 0; jj < n; jj++) {
+        const float *vj = ls_kv_vrow(kv, kv_off, kv_stride, k0 + jj) + d0;
+        __m256 p = _mm256_set1_ps(scores[jj]);
+#pragma GCC unroll 8
+        for (int t = 0; t < NA; t++) acc[t] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vj + 8 * t), acc[t]);
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < NA; t++) _mm256_storeu_ps(out + d0 + 8 * t, _mm256_mul_ps(acc[t], inv));
+}
+
 void ls_attn_head_avx2(const float *q, int64_t k0, int64_t n_keys, const ls_kv_view *kv, int kv_off, int kv_stride,
                        int head_dim, float scale, float *out, float *scores) {
     const int64_t n = n_keys - k0; /* keys k0..n_keys-1, key k0 + j in scores[j] */
@@ -141,15 +160,8 @@ void ls_attn_head_avx2(const float *q, int64_t k0, int64_t n_keys, const ls_kv_v
     float invs = 1.0f / sum;
     __m256 inv = _mm256_set1_ps(invs);
     int d0 = 0;
-    for (; d0 + 32 <= head_dim; d0 += 32) {
-        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-        for (int64_t jj = 0; jj < n; jj++) {
-            const float *vj = ls_kv_vrow(kv, kv_off, kv_stride, k0 + jj) + d0;
-            __m256 p = _mm256_set1_ps(scores[jj]);
-            for (int t = 0; t < 4; t++) acc[t] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vj + 8 * t), acc[t]);
-        }
-        for (int t = 0; t < 4; t++) _mm256_storeu_ps(out + d0 + 8 * t, _mm256_mul_ps(acc[t], inv));
-    }
+    for (; d0 + 64 <= head_dim; d0 += 64) ls_y_pv_dims(8, scores, n, k0, kv, kv_off, kv_stride, d0, inv, out);
+    for (; d0 + 32 <= head_dim; d0 += 32) ls_y_pv_dims(4, scores, n, k0, kv, kv_off, kv_stride, d0, inv, out);
     if (d0 < head_dim) { /* remaining dims: the scalar sequence */
         for (int d = d0; d < head_dim; d++) out[d] = 0.0f;
         for (int64_t jj = 0; jj < n; jj++) {

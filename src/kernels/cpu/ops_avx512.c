@@ -182,14 +182,18 @@ void ls_attn_head_avx512(const float *q, int64_t k0, int64_t n_keys, const ls_kv
         sum = sum + part;
     }
     __m512 inv = _mm512_set1_ps(1.0f / sum);
-    for (int d0 = 0; d0 < head_dim; d0 += 64) { /* 4 zmm of output dims at a time */
-        int nd = head_dim - d0 < 64 ? head_dim - d0 : 64;
-        __mmask16 mk[4];
-        for (int t = 0; t < 4; t++) {
+    /* 8 zmm of output dims at a time: each dim's chain is bound by the FMA's latency, so
+     * 8 side by side keep both FMA units busy where 4 left half idle (every dim's chain,
+     * and so its bits, is the same at any width) */
+    for (int d0 = 0; d0 < head_dim; d0 += 128) {
+        int nd = head_dim - d0 < 128 ? head_dim - d0 : 128;
+        __mmask16 mk[8];
+        for (int t = 0; t < 8; t++) {
             int r = nd - 16 * t;
             mk[t] = r >= 16 ? 0xFFFF : r > 0 ? ls_z_tailmask(r) : 0;
         }
-        __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+        __m512 acc[8];
+        for (int t = 0; t < 8; t++) acc[t] = _mm512_setzero_ps();
         const int64_t bs = (int64_t)1 << kv->block_shift;
         for (int64_t b0 = k0, e; b0 < n_keys; b0 = e) { /* key order, a block at a time */
             const float *vb = ls_kv_vrow(kv, kv_off, kv_stride, b0) + d0;
@@ -198,12 +202,12 @@ void ls_attn_head_avx512(const float *q, int64_t k0, int64_t n_keys, const ls_kv
             for (int64_t jj = b0; jj < e; jj++) {
                 const float *vj = vb + (jj - b0) * kv_stride;
                 __m512 p = _mm512_set1_ps(scores[jj - k0]);
-#pragma GCC unroll 4
-                for (int t = 0; t < 4; t++)
+#pragma GCC unroll 8
+                for (int t = 0; t < 8; t++)
                     if (mk[t]) acc[t] = _mm512_fmadd_ps(p, _mm512_maskz_loadu_ps(mk[t], vj + 16 * t), acc[t]);
             }
         }
-        for (int t = 0; t < 4; t++)
+        for (int t = 0; t < 8; t++)
             if (mk[t]) _mm512_mask_storeu_ps(out + d0 + 16 * t, mk[t], _mm512_mul_ps(acc[t], inv));
     }
 }
