@@ -135,6 +135,53 @@ void ls_rope_row_avx512(float *x, int n_heads, int head_stride, int head_dim, bo
     }
 }
 
+/* The 16 partial-sum vectors of 16 keys' dot products with q (NQ vectors of 16 dims):
+ * key jj's chain a = fma(q_t, k_jj,t, a) in t order, as ls_z_dot16 forms it; the 16
+ * chains side by side (t outer), so the FMA's latency is hidden where one key's chain at a
+ * time (a loop of runtime length) waited on it. */
+AI void ls_z_qk16(const int NQ, const __m512 *qv, const float *kb, int kv_stride, __m512 *acc) {
+#pragma GCC unroll 16
+    for (int jj = 0; jj < 16; jj++) acc[jj] = _mm512_setzero_ps();
+#pragma GCC unroll 16
+    for (int t = 0; t < NQ; t++)
+#pragma GCC unroll 16
+        for (int jj = 0; jj < 16; jj++)
+            acc[jj] = _mm512_fmadd_ps(qv[t], _mm512_loadu_ps(kb + (int64_t)jj * kv_stride + 16 * t), acc[jj]);
+}
+
+/* out[d0 .. d0 + nd) of one head, nd <= 16 NA: each dim's chain fma(p_j, v_j[d], acc) over
+ * the keys in order, a KV block at a time, times inv.  NA chains side by side, NA a
+ * constant and no branch in the key loop, so the accumulators live in registers (with an
+ * "if (mask)" per vector GCC kept them on the stack: a load, an FMA and a store per key);
+ * up to 8: each chain is bound by the FMA's latency, 8 keep both FMA units busy.  A lane
+ * past nd loads +0 and is never stored.  Every dim's chain, and so its bits, is the same at
+ * any NA. */
+AI void ls_z_pv_pass(const int NA, const float *scores, int64_t k0, int64_t n_keys, const ls_kv_view *kv,
+                     int kv_off, int kv_stride, int d0, int nd, __m512 inv, float *out) {
+    __mmask16 mk[8];
+    __m512 acc[8];
+#pragma GCC unroll 8
+    for (int t = 0; t < NA; t++) {
+        const int r = nd - 16 * t;
+        mk[t] = r >= 16 ? 0xFFFF : ls_z_tailmask(r);
+        acc[t] = _mm512_setzero_ps();
+    }
+    const int64_t bs = (int64_t)1 << kv->block_shift;
+    for (int64_t b0 = k0, e; b0 < n_keys; b0 = e) { /* key order, a block at a time */
+        const float *vb = ls_kv_vrow(kv, kv_off, kv_stride, b0) + d0;
+        e = (b0 | (bs - 1)) + 1;
+        if (e > n_keys) e = n_keys;
+        for (int64_t jj = b0; jj < e; jj++) {
+            const float *vj = vb + (jj - b0) * kv_stride;
+            const __m512 p = _mm512_set1_ps(scores[jj - k0]);
+#pragma GCC unroll 8
+            for (int t = 0; t < NA; t++) acc[t] = _mm512_fmadd_ps(p, _mm512_maskz_loadu_ps(mk[t], vj + 16 * t), acc[t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < NA; t++) _mm512_mask_storeu_ps(out + d0 + 16 * t, mk[t], _mm512_mul_ps(acc[t], inv));
+}
+
 void ls_attn_head_avx512(const float *q, int64_t k0, int64_t n_keys, const ls_kv_view *kv, int kv_off,
                          int kv_stride, int head_dim, float scale, float *out, float *scores) {
     const int64_t n = n_keys - k0; /* keys k0..n_keys-1, key k0 + j in scores[j] */
@@ -150,14 +197,19 @@ void ls_attn_head_avx512(const float *q, int64_t k0, int64_t n_keys, const ls_kv
         for (int t = 0; t < nq; t++) qv[t] = _mm512_loadu_ps(q + 16 * t);
         const __m512 vsc = _mm512_set1_ps(scale);
         for (; jb + 16 <= n_keys; jb += 16) {
-            const float *kb = ls_kv_krow(kv, kv_off, kv_stride, jb);
+            const float *kb = ls_kv_krow(kv, kv_off, kv_stride, jb); /* 16 keys from a multiple of 16 never straddle a block */
             __m512 acc[16];
-#pragma GCC unroll 16
-            for (int jj = 0; jj < 16; jj++) {
-                const float *kj = kb + jj * kv_stride; /* 16 keys from a multiple of 16 never straddle a block */
-                __m512 a = _mm512_setzero_ps();
-                for (int t = 0; t < nq; t++) a = _mm512_fmadd_ps(qv[t], _mm512_loadu_ps(kj + 16 * t), a);
-                acc[jj] = a;
+            switch (nq) { /* the common head sizes with a constant count: 16 chains side by side */
+            case 4: ls_z_qk16(4, qv, kb, kv_stride, acc); break;
+            case 8: ls_z_qk16(8, qv, kb, kv_stride, acc); break;
+            case 16: ls_z_qk16(16, qv, kb, kv_stride, acc); break;
+            default:
+                for (int jj = 0; jj < 16; jj++) {
+                    const float *kj = kb + jj * kv_stride;
+                    __m512 a = _mm512_setzero_ps();
+                    for (int t = 0; t < nq; t++) a = _mm512_fmadd_ps(qv[t], _mm512_loadu_ps(kj + 16 * t), a);
+                    acc[jj] = a;
+                }
             }
             _mm512_storeu_ps(scores + (jb - k0), _mm512_mul_ps(ls_z_tree16_x16(acc), vsc));
         }
@@ -182,33 +234,19 @@ void ls_attn_head_avx512(const float *q, int64_t k0, int64_t n_keys, const ls_kv
         sum = sum + part;
     }
     __m512 inv = _mm512_set1_ps(1.0f / sum);
-    /* 8 zmm of output dims at a time: each dim's chain is bound by the FMA's latency, so
-     * 8 side by side keep both FMA units busy where 4 left half idle (every dim's chain,
-     * and so its bits, is the same at any width) */
+    /* up to 8 zmm of output dims a pass (ls_z_pv_pass) */
     for (int d0 = 0; d0 < head_dim; d0 += 128) {
-        int nd = head_dim - d0 < 128 ? head_dim - d0 : 128;
-        __mmask16 mk[8];
-        for (int t = 0; t < 8; t++) {
-            int r = nd - 16 * t;
-            mk[t] = r >= 16 ? 0xFFFF : r > 0 ? ls_z_tailmask(r) : 0;
+        const int nd = head_dim - d0 < 128 ? head_dim - d0 : 128;
+        switch ((nd + 15) / 16) {
+        case 8: ls_z_pv_pass(8, scores, k0, n_keys, kv, kv_off, kv_stride, d0, nd, inv, out); break;
+        case 7: ls_z_pv_pass(7, scores, k0, n_keys, kv, kv_off, kv_stride, d0, nd, inv, out); break;
+        case 6: ls_z_pv_pass(6, scores, k0, n_keys, kv, kv_off, kv_stride, d0, nd, inv, out); break;
+        case 5: ls_z_pv_pass(5, scores, k0, n_keys, kv, kv_off, kv_stride, d0, nd, inv, out); break;
+        case 4: ls_z_pv_pass(4, scores, k0, n_keys, kv, kv_off, kv_stride, d0, nd, inv, out); break;
+        case 3: ls_z_pv_pass(3, scores, k0, n_keys, kv, kv_off, kv_stride, d0, nd, inv, out); break;
+        case 2: ls_z_pv_pass(2, scores, k0, n_keys, kv, kv_off, kv_stride, d0, nd, inv, out); break;
+        default: ls_z_pv_pass(1, scores, k0, n_keys, kv, kv_off, kv_stride, d0, nd, inv, out); break;
         }
-        __m512 acc[8];
-        for (int t = 0; t < 8; t++) acc[t] = _mm512_setzero_ps();
-        const int64_t bs = (int64_t)1 << kv->block_shift;
-        for (int64_t b0 = k0, e; b0 < n_keys; b0 = e) { /* key order, a block at a time */
-            const float *vb = ls_kv_vrow(kv, kv_off, kv_stride, b0) + d0;
-            e = (b0 | (bs - 1)) + 1;
-            if (e > n_keys) e = n_keys;
-            for (int64_t jj = b0; jj < e; jj++) {
-                const float *vj = vb + (jj - b0) * kv_stride;
-                __m512 p = _mm512_set1_ps(scores[jj - k0]);
-#pragma GCC unroll 8
-                for (int t = 0; t < 8; t++)
-                    if (mk[t]) acc[t] = _mm512_fmadd_ps(p, _mm512_maskz_loadu_ps(mk[t], vj + 16 * t), acc[t]);
-            }
-        }
-        for (int t = 0; t < 8; t++)
-            if (mk[t]) _mm512_mask_storeu_ps(out + d0 + 16 * t, mk[t], _mm512_mul_ps(acc[t], inv));
     }
 }
 
