@@ -203,13 +203,7 @@ void ls_attn_head_avx512(const float *q, int64_t k0, int64_t n_keys, const ls_kv
             case 4: ls_z_qk16(4, qv, kb, kv_stride, acc); break;
             case 8: ls_z_qk16(8, qv, kb, kv_stride, acc); break;
             case 16: ls_z_qk16(16, qv, kb, kv_stride, acc); break;
-            default:
-                for (int jj = 0; jj < 16; jj++) {
-                    const float *kj = kb + jj * kv_stride;
-                    __m512 a = _mm512_setzero_ps();
-                    for (int t = 0; t < nq; t++) a = _mm512_fmadd_ps(qv[t], _mm512_loadu_ps(kj + 16 * t), a);
-                    acc[jj] = a;
-                }
+            default: ls_z_qk16(nq, qv, kb, kv_stride, acc); break; /* the same chains, a runtime count */
             }
             _mm512_storeu_ps(scores + (jb - k0), _mm512_mul_ps(ls_z_tree16_x16(acc), vsc));
         }
