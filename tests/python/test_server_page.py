@@ -6,8 +6,8 @@
 - In Chromium (Debian's chromium + chromium-driver, driven by selenium): a server with
   --api-key and --spec ngram; the key typed into the page; a two-turn greedy
   conversation whose texts equal /v1/chat/completions's replies for the same messages
-  byte for byte; each reply's seed and system_fingerprint shown; draft acceptance equal
-  to the reply's `timings`; the replay button re-sends the request with that seed and
+  byte for byte; each reply's seed and system_fingerprint shown; its draft line (accepted
+  of drafted, and the percentage) consistent; the replay button re-sends the request with that seed and
   the page says "identical" (and "DIFFERENT from character N" for a reply whose shown
   text was altered); the parity verdict shown is /health's.  No CSP violation
   in the browser's console.  LOCKSTEP_SCREENSHOT=docs/server-page.png saves a screenshot
@@ -17,6 +17,7 @@
 Skips (a failure under CI=true) when Chromium or chromedriver is missing:
 scripts/install-deps.sh --test installs them.
 """
+import re
 import json
 import os
 import shutil
@@ -132,9 +133,15 @@ def test_page_chat_replay_and_parity_in_chromium(srv):
             assert shown.encode() == want.encode(), (shown, want)
             meta = msg.find_element("css selector", ".meta .fields").text
             assert ref["system_fingerprint"] in meta and "seed " in meta, meta
-            t = ref["timings"]
-            if t["draft_n"]:
-                assert f"draft: {t['draft_accepted']} of {t['draft_n']} accepted" in meta, (meta, t)
+            # The page shows its own reply's draft counts.  They need not equal the reference
+            # request's: the adaptive draft length follows measured (wall-clock) costs, so two
+            # identical requests may draft differently while their texts stay byte-identical.
+            m = re.search(r"draft: (\d+) of (\d+) accepted \((\d+) %\)", meta)
+            if ref["timings"]["draft_n"]:
+                assert m, (meta, ref["timings"])
+            if m:
+                a, n, pct = (int(g) for g in m.groups())
+                assert 0 <= a <= n and n > 0 and pct == int(100 * a / n + 0.5), meta  # toFixed(0): halves up
             replies.append(meta)
             messages.append({"role": "assistant", "content": want})
         assert any("draft: " in m for m in replies), f"no drafts reported: {replies}"
