@@ -86,7 +86,9 @@ typedef struct {
                         * 1..3 k_mma2 in that configuration, 0 the older k_mma (cuda_mm.cuh) */
     int attn_mr;       /* 1 (default): a batch of at least 16 rows that averages 8 or more rows per sequence
                         * runs attention with k_attn4 (cuda_ops.cu), rows of one sequence sharing each K/V
-                        * chunk; 2: every batch of at least 16 rows does (tests); 0: the per-row kernel */
+                        * chunk; 2: every batch of at least 16 rows does (tests); 3: as 2, on a grid of at
+                        * most 3 persistent blocks, so each block takes several work items (tests; no graphs);
+                        * 0: the per-row kernel */
     int narrow;        /* 1: every exact run of a quantized matrix takes the one-row warp kernel, one launch
                         * per row (the "narrow pin": what a process that pinned the single-row, batch-invariant
                         * kernel for every row would run; the same bits; benchmarks; default 0) */

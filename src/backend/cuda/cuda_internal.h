@@ -47,7 +47,8 @@ struct lsc_stream {
     int gemv_nw1; /* weight rows per warp of the one-row warp kernel (1, 2, 4) */
     int mma_minb; /* 2: the 64 x 64 GEMM tile capped at 128 registers (two blocks per SM) */
     int mma_v2;   /* runs over 32 rows: 0 k_mma, 1..3 a k_mma2 configuration, 4 the default, k_mma2 configuration 2 (cuda_mm.cuh) */
-    int attn_mr;  /* 1: attention may take k_attn4 (many rows of one sequence share each K/V chunk) */
+    int attn_mr;  /* 1: attention may take k_attn4 (many rows of one sequence share each K/V chunk); 3: so, on
+                   * at most 3 persistent blocks (tests) */
     int gemv_nwr = 0; /* weight rows per warp of the multi-row warp kernel (2..8 rows): 1, 2, 4; 0 the default
                        * (2 for a matrix at least as wide as long, else 4) */
     explicit lsc_stream(cudaStream_t s = 0, int pdl_ = 0, int nw = 1, int minb = 1, int v2 = 0, int mr = 0)
@@ -148,7 +149,7 @@ size_t lsc_attn_smem(int n_head, int n_kv, int D, int max_keys);
 cudaError_t lsc_attention(const float *qkv, int ldq, int rows, int n_head, int n_kv, int D, float scale, int window,
                           lsc_kvargs kv, int max_keys, float *out, int8_t *q, float2 *dxs, int xs, float *scratch,
                           size_t scratch_floats, lsc_stream s);
-cudaError_t lsc_attn_init(size_t max_smem);
+cudaError_t lsc_attn_init(size_t max_smem, int sm_count);
 
 /* fast family helpers */
 cudaError_t lsc_dequant_half(const lsc_mat &w, void *out_half, lsc_stream s); /* [N][K] fp16 */

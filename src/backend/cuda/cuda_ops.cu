@@ -522,10 +522,12 @@ __global__ void k_attn2(const float *__restrict__ qkv, int ldq, int n_head, int 
 }
 
 /* ---- attention for many rows of one sequence (prefill) ----------------------------------
- * k_attn4: one block per (group of rows, kv head); the group's rows of one sequence (a
+ * k_attn4: a work item is (group of rows, kv head); the group's rows of one sequence (a
  * segment) and their query heads, up to A4_RH (row, head) pairs, share every K and V chunk of
- * A4_CH keys the block streams through shared memory.  The recipe is k_attn's, value for
- * value; only the schedule differs:
+ * A4_CH keys the block streams through shared memory.  The blocks are persistent (as many as
+ * fit on the GPU at once, each with its own score slab in the scratch) and take the items
+ * with a stride, the last group (the most keys, in a prompt) first.  The recipe is k_attn's,
+ * value for value; only the schedule differs:
  *   A. scores: a 16 x 16 thread grid, thread (lane l, tile t) holds recipe lane l of the dot16
  *      of 8 (row, head) pairs x 8 keys (elements l, l + 16, ... in order, from +0); the tree
  *      is a reduce-scatter butterfly over the 16 lanes (xor 1, 2, 4, 8: adjacent pairs first,
@@ -544,7 +546,7 @@ __global__ void k_attn2(const float *__restrict__ qkv, int ldq, int n_head, int 
 
 struct A4Layout {
     int QP, nch64;
-    size_t qs, kv, pc, mx, inv, part, total; /* offsets (floats) */
+    size_t qs, kv, pc, mx, inv, ptab, part, total; /* offsets (floats) */
 };
 __host__ __device__ inline A4Layout a4_layout(int D, int max_keys) {
     A4Layout a;
@@ -555,16 +557,31 @@ __host__ __device__ inline A4Layout a4_layout(int D, int max_keys) {
     a.pc = a.kv + 2 * (size_t)A4_CH * D;
     a.mx = a.pc + 2 * (size_t)A4_RH * A4_CH;
     a.inv = a.mx + A4_RH;
-    a.part = a.inv + A4_RH;
+    a.ptab = a.inv + A4_RH; /* per pair: its row, head, and key count (ints) */
+    a.part = a.ptab + 3 * A4_RH;
     a.total = a.part + (size_t)A4_RH * a.nch64;
     return a;
 }
 
-/* keys j0..j0+n-1 of one head's store into dst rows of D floats */
-__device__ __forceinline__ void a4_load(float *dst, const float *b, const int32_t *table, size_t bf, int D, int j0,
-                                        int n) {
-    const int per = D / 4;
-    for (int t = threadIdx.x; t < n * per; t += blockDim.x) {
+/* keys j0..j0+n-1 of one head's store into dst rows of D floats: a whole chunk (n = A4_CH,
+ * j0 a multiple of A4_CH, so two KV blocks of 16 keys) with the two blocks looked up once and
+ * the copies unrolled; a partial one key by key */
+template <int D>
+__device__ __forceinline__ void a4_load(float *dst, const float *b, const int32_t *table, size_t bf, int j0, int n) {
+    constexpr int per = D / 4;
+    static_assert(A4_CH == 32 && A4_CH * per % A4_THR == 0, "a4_load: a chunk is two KV blocks");
+    if (n == A4_CH) {
+        constexpr int IT = A4_CH * per / A4_THR, KS = A4_THR / per; /* copies a thread, keys apart */
+        const int j = threadIdx.x / per, q = threadIdx.x % per;
+        const float *b0 = b + (size_t)table[j0 >> 4] * bf, *b1 = b + (size_t)table[(j0 >> 4) + 1] * bf;
+#pragma unroll
+        for (int i = 0; i < IT; i++) {
+            const int jj = j + i * KS;
+            att_cp16(dst + (size_t)jj * D + 4 * q, (jj < 16 ? b0 : b1) + (size_t)(jj & 15) * D + 4 * q);
+        }
+        return;
+    }
+    for (int t = threadIdx.x; t < n * per; t += A4_THR) {
         const int jj = t / per, q = t % per, j = j0 + jj;
         att_cp16(dst + (size_t)jj * D + 4 * q, b + (size_t)table[j >> 4] * bf + (size_t)(j & 15) * D + 4 * q);
     }
@@ -589,18 +606,25 @@ __global__ void __launch_bounds__(A4_THR, 2) k_attn4(const float *__restrict__ q
     extern __shared__ __align__(16) float sm[];
     lsc_pdl_trigger();
     lsc_pdl_wait();
-    const int kvh = blockIdx.y, nq = n_head / n_kv, tid = threadIdx.x;
+    const int nq = n_head / n_kv, tid = threadIdx.x;
     const A4Layout L = a4_layout(D, max_keys);
     const int QP = L.QP;
     float *qs = sm + L.qs, *kvb = sm + L.kv, *pc = sm + L.pc, *mx = sm + L.mx, *sinv = sm + L.inv, *part = sm + L.part;
-    float *sgb = sg + ((size_t)blockIdx.y * gridDim.x + blockIdx.x) * A4_RH * (size_t)nkp;
+    int *prow = (int *)(sm + L.ptab), *phd = prow + A4_RH, *pnk = phd + A4_RH; /* pair -> row, head, keys */
+    float *sgb = sg + (size_t)blockIdx.x * A4_RH * (size_t)nkp;
+    /* step D reads the p rows of all A4_RH pairs (a segment's unused ones are never stored):
+     * zeroed once so they hold defined values */
+    for (int i = tid; i < 2 * A4_RH * A4_CH; i += A4_THR) pc[i] = 0.0f;
     const size_t bf = kv.block_floats, KVD = (size_t)n_kv * D;
-    const float *kb = kv.kv + kv.layer_off + (size_t)kvh * 16 * D, *vb = kb + 16 * KVD;
-    const int rA = r0 + blockIdx.x * qb, rE = rA + qb < r0 + rows ? rA + qb : r0 + rows;
     const int lane = tid & 15, tile = tid >> 4, trh = (tile & 3) * 8, tkey = (tile >> 2) * 8;
     constexpr int G = A4_THR / D, NC = A4_RH / G; /* step D: chains per thread */
     const int pd = tid % D, pg = tid / D;
+    const int ngroups = (rows + qb - 1) / qb, nwork = ngroups * n_kv;
 
+    for (int wi = blockIdx.x; wi < nwork; wi += gridDim.x) {
+    const int kvh = wi % n_kv, grp = ngroups - 1 - wi / n_kv;
+    const float *kb = kv.kv + kv.layer_off + (size_t)kvh * 16 * D, *vb = kb + 16 * KVD;
+    const int rA = r0 + grp * qb, rE = rA + qb < r0 + rows ? rA + qb : r0 + rows;
     for (int ra = rA; ra < rE;) {
         /* the segment ra..rb-1: consecutive rows with one table */
         const int to = kv.tbl_off[ra];
@@ -612,19 +636,27 @@ __global__ void __launch_bounds__(A4_THR, 2) k_attn4(const float *__restrict__ q
         const int nih = (rb - ra) * nq, nkmax = pmax + 1, nchunk = (nkmax + A4_CH - 1) / A4_CH;
         const int32_t *table = kv.tbl + to;
         __syncthreads(); /* the previous segment is done with the buffers */
+        if (tid < A4_RH) { /* the divisions by nq, once a segment */
+            const int ih = tid < nih ? tid : nih - 1, r = ra + ih / nq;
+            prow[tid] = r;
+            phd[tid] = ih % nq;
+            pnk[tid] = kv.pos[r] + 1;
+        }
+        __syncthreads();
         for (int i = tid; i < A4_RH * D; i += A4_THR) {
-            const int ih = i / D, d = i % D, r = ra + ih / nq, h = ih % nq;
-            qs[(size_t)ih * QP + d] = ih < nih ? qkv[(size_t)r * ldq + (size_t)(kvh * nq + h) * D + d] : 0.0f;
+            const int ih = i / D, d = i % D;
+            qs[(size_t)ih * QP + d] =
+                ih < nih ? qkv[(size_t)prow[ih] * ldq + (size_t)(kvh * nq + phd[ih]) * D + d] : 0.0f;
         }
         /* A. scores */
-        a4_load(kvb, kb, table, bf, D, 0, nkmax < A4_CH ? nkmax : A4_CH);
+        a4_load<D>(kvb, kb, table, bf, 0, nkmax < A4_CH ? nkmax : A4_CH);
         att_commit();
         for (int c = 0; c < nchunk; c++) {
             asm volatile("cp.async.wait_group 0;\n" ::);
             __syncthreads();
             if (c + 1 < nchunk) {
                 const int j1 = (c + 1) * A4_CH;
-                a4_load(kvb + (size_t)((c + 1) & 1) * A4_CH * D, kb, table, bf, D, j1,
+                a4_load<D>(kvb + (size_t)((c + 1) & 1) * A4_CH * D, kb, table, bf, j1,
                         nkmax - j1 < A4_CH ? nkmax - j1 : A4_CH);
             }
             att_commit();
@@ -657,16 +689,33 @@ __global__ void __launch_bounds__(A4_THR, 2) k_attn4(const float *__restrict__ q
                     make_float4(lsc_mul(v[0], scale), lsc_mul(v[1], scale), lsc_mul(v[2], scale), lsc_mul(v[3], scale));
         }
         __syncthreads(); /* every score is in sg */
-        /* B. the max: 8 threads per pair, from s_0 (any order: a max) */
+        /* B. the max: 8 threads per pair, from s_0 (any order: a max); thread k reads the keys
+         * 4k..4k+3 of every 32, two float4 loads in flight per step */
         {
             const int ih = tid / 8 < nih ? tid / 8 : nih - 1, k = tid % 8;
-            const int nk = kv.pos[ra + ih / nq] + 1;
+            const int nk = pnk[ih];
             const float *sp = sgb + (size_t)ih * nkp;
-            float m = __ldcg(sp);
-            for (int j = k; j < nk; j += 8) {
-                const float x = __ldcg(sp + j);
-                m = x > m ? x : m;
+            float m = __ldcg(sp), m1 = m;
+            int j = 4 * k;
+            for (; j + 36 <= nk; j += 64) {
+                const float4 x = __ldcg((const float4 *)(sp + j)), y = __ldcg((const float4 *)(sp + j + 32));
+                m = x.x > m ? x.x : m;
+                m1 = y.x > m1 ? y.x : m1;
+                m = x.y > m ? x.y : m;
+                m1 = y.y > m1 ? y.y : m1;
+                m = x.z > m ? x.z : m;
+                m1 = y.z > m1 ? y.z : m1;
+                m = x.w > m ? x.w : m;
+                m1 = y.w > m1 ? y.w : m1;
             }
+            for (; j < nk; j += 32)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    if (j + e < nk) {
+                        const float x = __ldcg(sp + j + e);
+                        m = x > m ? x : m;
+                    }
+            m = m1 > m ? m1 : m;
 #pragma unroll
             for (int off = 1; off <= 4; off <<= 1) {
                 const float o = __shfl_xor_sync(FULL, m, off);
@@ -682,8 +731,10 @@ __global__ void __launch_bounds__(A4_THR, 2) k_attn4(const float *__restrict__ q
 #define A4_SUM 64
 #endif
         const int nch = (nkmax + A4_SUM - 1) / A4_SUM;
-        for (int t = tid; t < nih * nch; t += A4_THR) {
-            const int ih = t / nch, c = t % nch, nk = kv.pos[ra + ih / nq] + 1;
+        for (int t = tid; t < A4_RH * nch; t += A4_THR) { /* task t: pair t % A4_RH, chunk t / A4_RH */
+            const int ih = t % A4_RH, c = t / A4_RH;
+            if (ih >= nih) continue;
+            const int nk = pnk[ih];
             if (c * A4_SUM >= nk) continue;
             const int e = (c + 1) * A4_SUM < nk ? (c + 1) * A4_SUM : nk;
             float *sp = sgb + (size_t)ih * nkp;
@@ -711,7 +762,7 @@ __global__ void __launch_bounds__(A4_THR, 2) k_attn4(const float *__restrict__ q
         }
         __syncthreads();
         if (tid < nih) {
-            const int nk = kv.pos[ra + tid / nq] + 1;
+            const int nk = pnk[tid];
             float a = 0.0f;
             for (int c = 0; c * A4_SUM < nk; c++) a = lsc_add(a, part[(size_t)tid * L.nch64 + c]);
             sinv[tid] = lsc_div(1.0f, a);
@@ -719,15 +770,19 @@ __global__ void __launch_bounds__(A4_THR, 2) k_attn4(const float *__restrict__ q
         /* D. acc = fma(p_j, v_j[d], acc) in key order: V and p chunks through shared memory */
         auto load_pv = [&](int c, int buf) {
             const int j1 = c * A4_CH;
-            a4_load(kvb + (size_t)buf * A4_CH * D, vb, table, bf, D, j1, nkmax - j1 < A4_CH ? nkmax - j1 : A4_CH);
+            a4_load<D>(kvb + (size_t)buf * A4_CH * D, vb, table, bf, j1, nkmax - j1 < A4_CH ? nkmax - j1 : A4_CH);
             for (int t = tid; t < nih * (A4_CH / 4); t += A4_THR) {
                 const int ih = t / (A4_CH / 4), q = t % (A4_CH / 4);
                 att_cp16(pc + (size_t)buf * A4_RH * A4_CH + (size_t)ih * A4_CH + 4 * q, sgb + (size_t)ih * nkp + j1 + 4 * q);
             }
         };
         float acc[NC];
+        int nkt = 0x7fffffff; /* the fewest keys among this thread's chains */
 #pragma unroll
-        for (int k = 0; k < NC; k++) acc[k] = 0.0f;
+        for (int k = 0; k < NC; k++) {
+            acc[k] = 0.0f;
+            if (pg + k * G < nih) nkt = pnk[pg + k * G] < nkt ? pnk[pg + k * G] : nkt;
+        }
         __syncthreads(); /* step C's p are in sg (the cp.async below reads them from L2) */
         load_pv(0, 0);
         att_commit();
@@ -737,20 +792,15 @@ __global__ void __launch_bounds__(A4_THR, 2) k_attn4(const float *__restrict__ q
             if (c + 1 < nchunk) load_pv(c + 1, (c + 1) & 1);
             att_commit();
             const float *vc = kvb + (size_t)(c & 1) * A4_CH * D, *pcc = pc + (size_t)(c & 1) * A4_RH * A4_CH;
-            bool full = true; /* every chain of this thread takes all keys of the chunk */
-#pragma unroll
-            for (int k = 0; k < NC; k++) {
-                const int ih = pg + k * G;
-                if (ih < nih && kv.pos[ra + ih / nq] + 1 - c * A4_CH < A4_CH) full = false;
-            }
-            if (full) { /* chains past nih run on pair 0's p (their sums are never stored) */
+            if ((c + 1) * A4_CH <= nkt) { /* every chain of this thread takes all keys of the chunk;
+                                            * chains past nih run on stale p (never stored) */
 #pragma unroll 2
                 for (int jj = 0; jj < A4_CH; jj += 4) {
                     const float v0 = vc[(size_t)jj * D + pd], v1 = vc[(size_t)(jj + 1) * D + pd],
                                 v2 = vc[(size_t)(jj + 2) * D + pd], v3 = vc[(size_t)(jj + 3) * D + pd];
 #pragma unroll
                     for (int k = 0; k < NC; k++) {
-                        const float4 p4 = *(const float4 *)(pcc + (size_t)(pg + k * G < nih ? pg + k * G : 0) * A4_CH + jj);
+                        const float4 p4 = *(const float4 *)(pcc + (size_t)(pg + k * G) * A4_CH + jj);
                         float a = acc[k];
                         a = lsc_fma(p4.x, v0, a);
                         a = lsc_fma(p4.y, v1, a);
@@ -764,7 +814,7 @@ __global__ void __launch_bounds__(A4_THR, 2) k_attn4(const float *__restrict__ q
                 for (int k = 0; k < NC; k++) {
                     const int ih = pg + k * G;
                     if (ih >= nih) continue;
-                    const int lim = kv.pos[ra + ih / nq] + 1 - c * A4_CH;
+                    const int lim = pnk[ih] - c * A4_CH;
                     if (lim <= 0) continue;
                     const int n = lim < A4_CH ? lim : A4_CH;
                     const float *ph = pcc + (size_t)ih * A4_CH;
@@ -779,10 +829,10 @@ __global__ void __launch_bounds__(A4_THR, 2) k_attn4(const float *__restrict__ q
         for (int k = 0; k < NC; k++) {
             const int ih = pg + k * G;
             if (ih >= nih) break;
-            const int r = ra + ih / nq, h = ih % nq;
-            out[(size_t)r * n_head * D + (size_t)(kvh * nq + h) * D + pd] = lsc_mul(acc[k], sinv[ih]);
+            out[(size_t)prow[ih] * n_head * D + (size_t)(kvh * nq + phd[ih]) * D + pd] = lsc_mul(acc[k], sinv[ih]);
         }
         ra = rb;
+    }
     }
 }
 
@@ -932,6 +982,7 @@ cudaError_t lsc_read_probe(const void *p, size_t bytes, unsigned *out, int block
 }
 
 static size_t g_attn_smem_max = 48 * 1024;
+static int g_sm_count; /* k_attn4's persistent grid: two blocks per multiprocessor */
 
 cudaError_t lsc_gemv_float(const lsc_mat &w, const float *x, int ldx, int rows, float *y, int ldy, int mode,
                            lsc_stream s) {
@@ -1004,8 +1055,9 @@ size_t lsc_attn_smem(int n_head, int n_kv, int D, int max_keys) {
     return sizeof(float) * (ring + (size_t)nq * D + (size_t)nq * L.nka + (size_t)nq * L.nca + 2 * (size_t)nq);
 }
 
-cudaError_t lsc_attn_init(size_t max_smem) {
+cudaError_t lsc_attn_init(size_t max_smem, int sm_count) {
     g_attn_smem_max = max_smem;
+    g_sm_count = sm_count;
     cudaError_t e = cudaFuncSetAttribute(k_attn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)max_smem);
     if (e != cudaSuccess) return e;
     if ((e = cudaFuncSetAttribute(k_attn4<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)max_smem)) != cudaSuccess ||
@@ -1022,15 +1074,15 @@ cudaError_t lsc_attention(const float *qkv, int ldq, int rows, int n_head, int n
     if (s.attn_mr && window == 0 && (D == 64 || D == 128) && nq <= A4_RH && rows >= 16 && scratch) { /* k_attn4, in launches whose score slabs fit the scratch */
         const int qb = A4_RH / nq, nbx = (rows + qb - 1) / qb, nkp = (max_keys + A4_CH - 1) / A4_CH * A4_CH;
         const size_t slab = (size_t)A4_RH * nkp, sm4 = a4_layout(D, max_keys).total * sizeof(float);
-        const size_t fit = scratch_floats / (slab * n_kv);
+        const size_t fit = scratch_floats / slab, nwork = (size_t)nbx * n_kv;
         if (fit >= 1 && sm4 <= g_attn_smem_max) {
-            const int bx = fit < (size_t)nbx ? (int)fit : nbx;
-            for (int x0 = 0; x0 < nbx; x0 += bx) {
-                const int gx = nbx - x0 < bx ? nbx - x0 : bx, r0 = x0 * qb, nr = rows - r0 < gx * qb ? rows - r0 : gx * qb;
-                cudaError_t e = lsc_launch(D == 64 ? k_attn4<64> : k_attn4<128>, dim3(gx, n_kv), dim3(A4_THR), sm4, s, qkv,
-                                           ldq, r0, nr, qb, n_head, n_kv, scale, kv, out, scratch, nkp, max_keys);
-                if (e != cudaSuccess) return e;
-            }
+            /* persistent blocks: at most two per multiprocessor, each with its own slab */
+            size_t nblk = nwork < fit ? nwork : fit;
+            if (g_sm_count > 0 && nblk > (size_t)2 * g_sm_count) nblk = (size_t)2 * g_sm_count;
+            if (s.attn_mr == 3 && nblk > 3) nblk = 3; /* tests: several work items a block */
+            cudaError_t e = lsc_launch(D == 64 ? k_attn4<64> : k_attn4<128>, dim3((unsigned)nblk), dim3(A4_THR), sm4, s,
+                                       qkv, ldq, 0, rows, qb, n_head, n_kv, scale, kv, out, scratch, nkp, max_keys);
+            if (e != cudaSuccess) return e;
             return q ? lsc_quant(out, n_head * D, rows, n_head * D, q, dxs, xs, s) : cudaSuccess;
         }
     }
