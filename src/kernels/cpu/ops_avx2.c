@@ -135,11 +135,57 @@ AI void ls_y_pv_dims(const int NA, const float *scores, int64_t n, int64_t k0, c
     for (int t = 0; t < NA; t++) _mm256_storeu_ps(out + d0 + 8 * t, _mm256_mul_ps(acc[t], inv));
 }
 
+/* ls_y_tree16 of 8 keys at once: lane j of the result is the tree over a0[j]:a1[j]. */
+AI __m256 ls_y_tree16_x8(const __m256 *a0, const __m256 *a1) {
+    __m256 l1[8], l2[4];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) l1[j] = ls_y_pairs_add(a0[j], a1[j]);
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) l2[j] = ls_y_pairs_add(l1[2 * j], l1[2 * j + 1]);
+    return ls_y_pairs_add(ls_y_pairs_add(l2[0], l2[1]), ls_y_pairs_add(l2[2], l2[3]));
+}
+
+/* s = dot16(q, k_j) * scale for the 8 keys j0..j0+7 (one KV block holds them all), their
+ * 16 recipe lanes as ls_y_dot16 runs them (x0: elements 16 t + 0..7, x1: 16 t + 8..15, in
+ * increasing t), 4 keys' chains side by side (8 chains: the FMA's latency hidden), then the
+ * 8 trees together (ls_y_tree16_x8: the same adjacent pairs). */
+AI void ls_y_qk8(const float *q, const float *kb, int kv_stride, int nq, float scale, float *s) {
+    __m256 a0[8], a1[8];
+    for (int h = 0; h < 8; h += 4) {
+        __m256 x0[4], x1[4];
+#pragma GCC unroll 4
+        for (int jj = 0; jj < 4; jj++) x0[jj] = x1[jj] = _mm256_setzero_ps();
+        for (int t = 0; t < nq; t++) {
+            const __m256 q0 = _mm256_loadu_ps(q + 16 * t), q1 = _mm256_loadu_ps(q + 16 * t + 8);
+#pragma GCC unroll 4
+            for (int jj = 0; jj < 4; jj++) {
+                const float *kj = kb + (int64_t)(h + jj) * kv_stride + 16 * t;
+                x0[jj] = _mm256_fmadd_ps(q0, _mm256_loadu_ps(kj), x0[jj]);
+                x1[jj] = _mm256_fmadd_ps(q1, _mm256_loadu_ps(kj + 8), x1[jj]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int jj = 0; jj < 4; jj++) {
+            a0[h + jj] = x0[jj];
+            a1[h + jj] = x1[jj];
+        }
+    }
+    _mm256_storeu_ps(s, _mm256_mul_ps(ls_y_tree16_x8(a0, a1), _mm256_set1_ps(scale)));
+}
+
 void ls_attn_head_avx2(const float *q, int64_t k0, int64_t n_keys, const ls_kv_view *kv, int kv_off, int kv_stride,
                        int head_dim, float scale, float *out, float *scores) {
     const int64_t n = n_keys - k0; /* keys k0..n_keys-1, key k0 + j in scores[j] */
-    for (int64_t j = 0; j < n; j++)
-        scores[j] = ls_y_dot16(q, ls_kv_krow(kv, kv_off, kv_stride, k0 + j), head_dim) * scale;
+    /* 1. scores: 8-key slices from a multiple of 8 (never straddling a KV block: blocks are
+     * >= 16 keys) where head_dim is a multiple of 16, the other keys one by one */
+    int64_t ja = (k0 + 7) & ~(int64_t)7, jb = n_keys & ~(int64_t)7;
+    if (head_dim % 16 || ja >= jb) ja = jb = n_keys;
+    for (int64_t j = k0; j < ja; j++)
+        scores[j - k0] = ls_y_dot16(q, ls_kv_krow(kv, kv_off, kv_stride, j), head_dim) * scale;
+    for (int64_t j0 = ja; j0 < jb; j0 += 8)
+        ls_y_qk8(q, ls_kv_krow(kv, kv_off, kv_stride, j0), kv_stride, head_dim / 16, scale, scores + (j0 - k0));
+    for (int64_t j = jb; j < n_keys; j++)
+        scores[j - k0] = ls_y_dot16(q, ls_kv_krow(kv, kv_off, kv_stride, j), head_dim) * scale;
     float mx = scores[0];
     for (int64_t j = 1; j < n; j++) mx = scores[j] > mx ? scores[j] : mx;
     __m256 vmx = _mm256_set1_ps(mx);
@@ -180,16 +226,6 @@ void ls_attn_head_avx2(const float *q, int64_t k0, int64_t n_keys, const ls_kv_v
  * and its 8 dot16 trees are formed together (ls_y_tree16_x8: the same adjacent pairs, 15
  * pair steps for 8 keys instead of 32); the vectors' chunk-sum chains are interleaved; a
  * row's V rows are loaded once for its heads, 16 dims at a time (2 fma chains per head). */
-
-/* ls_y_tree16 of 8 keys at once: lane j of the result is the tree over a0[j]:a1[j]. */
-AI __m256 ls_y_tree16_x8(const __m256 *a0, const __m256 *a1) {
-    __m256 l1[8], l2[4];
-#pragma GCC unroll 8
-    for (int j = 0; j < 8; j++) l1[j] = ls_y_pairs_add(a0[j], a1[j]);
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; j++) l2[j] = ls_y_pairs_add(l1[2 * j], l1[2 * j + 1]);
-    return ls_y_pairs_add(ls_y_pairs_add(l2[0], l2[1]), ls_y_pairs_add(l2[2], l2[3]));
-}
 
 /* Step 4 for nv vectors at once (ls_attn_chunk_sums in ops_avx512.c): vector v's sum over
  * keys 0..nk[v]-1 in chunks of LS_ATTN_CHUNK, the nv sequential chains interleaved. */
