@@ -622,217 +622,220 @@ __global__ void __launch_bounds__(A4_THR, 2) k_attn4(const float *__restrict__ q
     const int ngroups = (rows + qb - 1) / qb, nwork = ngroups * n_kv;
 
     for (int wi = blockIdx.x; wi < nwork; wi += gridDim.x) {
-    const int kvh = wi % n_kv, grp = ngroups - 1 - wi / n_kv;
-    const float *kb = kv.kv + kv.layer_off + (size_t)kvh * 16 * D, *vb = kb + 16 * KVD;
-    const int rA = r0 + grp * qb, rE = rA + qb < r0 + rows ? rA + qb : r0 + rows;
-    for (int ra = rA; ra < rE;) {
-        /* the segment ra..rb-1: consecutive rows with one table */
-        const int to = kv.tbl_off[ra];
-        int rb = ra + 1, pmax = kv.pos[ra];
-        while (rb < rE && kv.tbl_off[rb] == to) {
-            pmax = kv.pos[rb] > pmax ? kv.pos[rb] : pmax;
-            rb++;
-        }
-        const int nih = (rb - ra) * nq, nkmax = pmax + 1, nchunk = (nkmax + A4_CH - 1) / A4_CH;
-        const int32_t *table = kv.tbl + to;
-        __syncthreads(); /* the previous segment is done with the buffers */
-        if (tid < A4_RH) { /* the divisions by nq, once a segment */
-            const int ih = tid < nih ? tid : nih - 1, r = ra + ih / nq;
-            prow[tid] = r;
-            phd[tid] = ih % nq;
-            pnk[tid] = kv.pos[r] + 1;
-        }
-        __syncthreads();
-        for (int i = tid; i < A4_RH * D; i += A4_THR) {
-            const int ih = i / D, d = i % D;
-            qs[(size_t)ih * QP + d] =
-                ih < nih ? qkv[(size_t)prow[ih] * ldq + (size_t)(kvh * nq + phd[ih]) * D + d] : 0.0f;
-        }
-        /* A. scores */
-        a4_load<D>(kvb, kb, table, bf, 0, nkmax < A4_CH ? nkmax : A4_CH);
-        att_commit();
-        for (int c = 0; c < nchunk; c++) {
-            asm volatile("cp.async.wait_group 0;\n" ::);
+        const int kvh = wi % n_kv, grp = ngroups - 1 - wi / n_kv;
+        const float *kb = kv.kv + kv.layer_off + (size_t)kvh * 16 * D, *vb = kb + 16 * KVD;
+        const int rA = r0 + grp * qb, rE = rA + qb < r0 + rows ? rA + qb : r0 + rows;
+        for (int ra = rA; ra < rE;) {
+            /* the segment ra..rb-1: consecutive rows with one table */
+            const int to = kv.tbl_off[ra];
+            int rb = ra + 1, pmax = kv.pos[ra];
+            while (rb < rE && kv.tbl_off[rb] == to) {
+                pmax = kv.pos[rb] > pmax ? kv.pos[rb] : pmax;
+                rb++;
+            }
+            const int nih = (rb - ra) * nq, nkmax = pmax + 1, nchunk = (nkmax + A4_CH - 1) / A4_CH;
+            const int32_t *table = kv.tbl + to;
+            __syncthreads(); /* the previous segment is done with the buffers */
+            if (tid < A4_RH) { /* the divisions by nq, once a segment */
+                const int ih = tid < nih ? tid : nih - 1, r = ra + ih / nq;
+                prow[tid] = r;
+                phd[tid] = ih % nq;
+                pnk[tid] = kv.pos[r] + 1;
+            }
             __syncthreads();
-            if (c + 1 < nchunk) {
-                const int j1 = (c + 1) * A4_CH;
-                a4_load<D>(kvb + (size_t)((c + 1) & 1) * A4_CH * D, kb, table, bf, j1,
-                        nkmax - j1 < A4_CH ? nkmax - j1 : A4_CH);
+            for (int i = tid; i < A4_RH * D; i += A4_THR) {
+                const int ih = i / D, d = i % D;
+                qs[(size_t)ih * QP + d] =
+                    ih < nih ? qkv[(size_t)prow[ih] * ldq + (size_t)(kvh * nq + phd[ih]) * D + d] : 0.0f;
             }
+            /* A. scores */
+            a4_load<D>(kvb, kb, table, bf, 0, nkmax < A4_CH ? nkmax : A4_CH);
             att_commit();
-            const float *kc = kvb + (size_t)(c & 1) * A4_CH * D;
-            float v[64];
+            for (int c = 0; c < nchunk; c++) {
+                asm volatile("cp.async.wait_group 0;\n" ::);
+                __syncthreads();
+                if (c + 1 < nchunk) {
+                    const int j1 = (c + 1) * A4_CH;
+                    a4_load<D>(kvb + (size_t)((c + 1) & 1) * A4_CH * D, kb, table, bf, j1,
+                            nkmax - j1 < A4_CH ? nkmax - j1 : A4_CH);
+                }
+                att_commit();
+                const float *kc = kvb + (size_t)(c & 1) * A4_CH * D;
+                float v[64];
 #pragma unroll
-            for (int i = 0; i < 64; i++) v[i] = 0.0f;
+                for (int i = 0; i < 64; i++) v[i] = 0.0f;
 #pragma unroll 2
-            for (int d0 = 0; d0 < D; d0 += 16) {
-                const int d = d0 + lane;
-                float qv[8], kv8[8];
+                for (int d0 = 0; d0 < D; d0 += 16) {
+                    const int d = d0 + lane;
+                    float qv[8], kv8[8];
 #pragma unroll
-                for (int a = 0; a < 8; a++) qv[a] = qs[(size_t)(trh + a) * QP + d];
+                    for (int a = 0; a < 8; a++) qv[a] = qs[(size_t)(trh + a) * QP + d];
 #pragma unroll
-                for (int b = 0; b < 8; b++) kv8[b] = kc[(size_t)(tkey + b) * D + d];
+                    for (int b = 0; b < 8; b++) kv8[b] = kc[(size_t)(tkey + b) * D + d];
 #pragma unroll
-                for (int a = 0; a < 8; a++)
+                    for (int a = 0; a < 8; a++)
 #pragma unroll
-                    for (int b = 0; b < 8; b++) v[a * 8 + b] = lsc_fma(qv[a], kv8[b], v[a * 8 + b]);
+                        for (int b = 0; b < 8; b++) v[a * 8 + b] = lsc_fma(qv[a], kv8[b], v[a * 8 + b]);
+                }
+                a4_fold<64>(v, lane, 1);
+                a4_fold<32>(v, lane, 2);
+                a4_fold<16>(v, lane, 4);
+                a4_fold<8>(v, lane, 8);
+                /* v[i] is pair trh + a, key tkey + b0 + i */
+                const int a = (lane & 1) * 4 + (lane & 2) + ((lane >> 2) & 1), b0 = ((lane >> 3) & 1) * 4;
+                const int ih = trh + a;
+                if (ih < nih)
+                    *(float4 *)(sgb + (size_t)ih * nkp + c * A4_CH + tkey + b0) =
+                        make_float4(lsc_mul(v[0], scale), lsc_mul(v[1], scale), lsc_mul(v[2], scale),
+                                    lsc_mul(v[3], scale));
             }
-            a4_fold<64>(v, lane, 1);
-            a4_fold<32>(v, lane, 2);
-            a4_fold<16>(v, lane, 4);
-            a4_fold<8>(v, lane, 8);
-            /* v[i] is pair trh + a, key tkey + b0 + i */
-            const int a = (lane & 1) * 4 + (lane & 2) + ((lane >> 2) & 1), b0 = ((lane >> 3) & 1) * 4;
-            const int ih = trh + a;
-            if (ih < nih)
-                *(float4 *)(sgb + (size_t)ih * nkp + c * A4_CH + tkey + b0) =
-                    make_float4(lsc_mul(v[0], scale), lsc_mul(v[1], scale), lsc_mul(v[2], scale), lsc_mul(v[3], scale));
-        }
-        __syncthreads(); /* every score is in sg */
-        /* B. the max: 8 threads per pair, from s_0 (any order: a max); thread k reads the keys
-         * 4k..4k+3 of every 32, two float4 loads in flight per step */
-        {
-            const int ih = tid / 8 < nih ? tid / 8 : nih - 1, k = tid % 8;
-            const int nk = pnk[ih];
-            const float *sp = sgb + (size_t)ih * nkp;
-            float m = __ldcg(sp), m1 = m;
-            int j = 4 * k;
-            for (; j + 36 <= nk; j += 64) {
-                const float4 x = __ldcg((const float4 *)(sp + j)), y = __ldcg((const float4 *)(sp + j + 32));
-                m = x.x > m ? x.x : m;
-                m1 = y.x > m1 ? y.x : m1;
-                m = x.y > m ? x.y : m;
-                m1 = y.y > m1 ? y.y : m1;
-                m = x.z > m ? x.z : m;
-                m1 = y.z > m1 ? y.z : m1;
-                m = x.w > m ? x.w : m;
-                m1 = y.w > m1 ? y.w : m1;
-            }
-            for (; j < nk; j += 32)
+            __syncthreads(); /* every score is in sg */
+            /* B. the max: 8 threads per pair, from s_0 (any order: a max); thread k reads the keys
+             * 4k..4k+3 of every 32, two float4 loads in flight per step */
+            {
+                const int ih = tid / 8 < nih ? tid / 8 : nih - 1, k = tid % 8;
+                const int nk = pnk[ih];
+                const float *sp = sgb + (size_t)ih * nkp;
+                float m = __ldcg(sp), m1 = m;
+                int j = 4 * k;
+                for (; j + 36 <= nk; j += 64) {
+                    const float4 x = __ldcg((const float4 *)(sp + j)), y = __ldcg((const float4 *)(sp + j + 32));
+                    m = x.x > m ? x.x : m;
+                    m1 = y.x > m1 ? y.x : m1;
+                    m = x.y > m ? x.y : m;
+                    m1 = y.y > m1 ? y.y : m1;
+                    m = x.z > m ? x.z : m;
+                    m1 = y.z > m1 ? y.z : m1;
+                    m = x.w > m ? x.w : m;
+                    m1 = y.w > m1 ? y.w : m1;
+                }
+                for (; j < nk; j += 32)
 #pragma unroll
-                for (int e = 0; e < 4; e++)
-                    if (j + e < nk) {
-                        const float x = __ldcg(sp + j + e);
-                        m = x > m ? x : m;
-                    }
-            m = m1 > m ? m1 : m;
+                    for (int e = 0; e < 4; e++)
+                        if (j + e < nk) {
+                            const float x = __ldcg(sp + j + e);
+                            m = x > m ? x : m;
+                        }
+                m = m1 > m ? m1 : m;
 #pragma unroll
-            for (int off = 1; off <= 4; off <<= 1) {
-                const float o = __shfl_xor_sync(FULL, m, off);
-                m = o > m ? o : m;
+                for (int off = 1; off <= 4; off <<= 1) {
+                    const float o = __shfl_xor_sync(FULL, m, off);
+                    m = o > m ? o : m;
+                }
+                if (tid < nih * 8 && k == 0) mx[ih] = m;
             }
-            if (tid < nih * 8 && k == 0) mx[ih] = m;
-        }
-        __syncthreads();
-        /* C. p in place; the sums of 64-key chunks, then of the chunks */
+            __syncthreads();
+            /* C. p in place; the sums of 64-key chunks, then of the chunks */
 #ifdef LS_CUDA_MUTATE_ATTN /* sum chunks of 32 keys, not the recipe's 64 (make test-cuda: must fail) */
 #define A4_SUM 32
 #else
 #define A4_SUM 64
 #endif
-        const int nch = (nkmax + A4_SUM - 1) / A4_SUM;
-        for (int t = tid; t < A4_RH * nch; t += A4_THR) { /* task t: pair t % A4_RH, chunk t / A4_RH */
-            const int ih = t % A4_RH, c = t / A4_RH;
-            if (ih >= nih) continue;
-            const int nk = pnk[ih];
-            if (c * A4_SUM >= nk) continue;
-            const int e = (c + 1) * A4_SUM < nk ? (c + 1) * A4_SUM : nk;
-            float *sp = sgb + (size_t)ih * nkp;
-            const float m = mx[ih];
-            float acc = 0.0f;
-            int j = c * A4_SUM;
-            for (; j + 16 <= e; j += 16) {
-                float x[16];
+            const int nch = (nkmax + A4_SUM - 1) / A4_SUM;
+            for (int t = tid; t < A4_RH * nch; t += A4_THR) { /* task t: pair t % A4_RH, chunk t / A4_RH */
+                const int ih = t % A4_RH, c = t / A4_RH;
+                if (ih >= nih) continue;
+                const int nk = pnk[ih];
+                if (c * A4_SUM >= nk) continue;
+                const int e = (c + 1) * A4_SUM < nk ? (c + 1) * A4_SUM : nk;
+                float *sp = sgb + (size_t)ih * nkp;
+                const float m = mx[ih];
+                float acc = 0.0f;
+                int j = c * A4_SUM;
+                for (; j + 16 <= e; j += 16) {
+                    float x[16];
 #pragma unroll
-                for (int i = 0; i < 16; i++) x[i] = __ldcg(sp + j + i);
+                    for (int i = 0; i < 16; i++) x[i] = __ldcg(sp + j + i);
 #pragma unroll
-                for (int i = 0; i < 16; i++) {
-                    x[i] = lsc_expf(lsc_sub(x[i], m));
-                    acc = lsc_add(acc, x[i]);
+                    for (int i = 0; i < 16; i++) {
+                        x[i] = lsc_expf(lsc_sub(x[i], m));
+                        acc = lsc_add(acc, x[i]);
+                    }
+#pragma unroll
+                    for (int i = 0; i < 16; i += 4)
+                        __stcg((float4 *)(sp + j + i), make_float4(x[i], x[i + 1], x[i + 2], x[i + 3]));
                 }
-#pragma unroll
-                for (int i = 0; i < 16; i += 4) __stcg((float4 *)(sp + j + i), make_float4(x[i], x[i + 1], x[i + 2], x[i + 3]));
+                for (; j < e; j++) {
+                    const float p = lsc_expf(lsc_sub(__ldcg(sp + j), m));
+                    __stcg(sp + j, p);
+                    acc = lsc_add(acc, p);
+                }
+                part[(size_t)ih * L.nch64 + c] = acc;
             }
-            for (; j < e; j++) {
-                const float p = lsc_expf(lsc_sub(__ldcg(sp + j), m));
-                __stcg(sp + j, p);
-                acc = lsc_add(acc, p);
-            }
-            part[(size_t)ih * L.nch64 + c] = acc;
-        }
-        __syncthreads();
-        if (tid < nih) {
-            const int nk = pnk[tid];
-            float a = 0.0f;
-            for (int c = 0; c * A4_SUM < nk; c++) a = lsc_add(a, part[(size_t)tid * L.nch64 + c]);
-            sinv[tid] = lsc_div(1.0f, a);
-        }
-        /* D. acc = fma(p_j, v_j[d], acc) in key order: V and p chunks through shared memory */
-        auto load_pv = [&](int c, int buf) {
-            const int j1 = c * A4_CH;
-            a4_load<D>(kvb + (size_t)buf * A4_CH * D, vb, table, bf, j1, nkmax - j1 < A4_CH ? nkmax - j1 : A4_CH);
-            for (int t = tid; t < nih * (A4_CH / 4); t += A4_THR) {
-                const int ih = t / (A4_CH / 4), q = t % (A4_CH / 4);
-                att_cp16(pc + (size_t)buf * A4_RH * A4_CH + (size_t)ih * A4_CH + 4 * q, sgb + (size_t)ih * nkp + j1 + 4 * q);
-            }
-        };
-        float acc[NC];
-        int nkt = 0x7fffffff; /* the fewest keys among this thread's chains */
-#pragma unroll
-        for (int k = 0; k < NC; k++) {
-            acc[k] = 0.0f;
-            if (pg + k * G < nih) nkt = pnk[pg + k * G] < nkt ? pnk[pg + k * G] : nkt;
-        }
-        __syncthreads(); /* step C's p are in sg (the cp.async below reads them from L2) */
-        load_pv(0, 0);
-        att_commit();
-        for (int c = 0; c < nchunk; c++) {
-            asm volatile("cp.async.wait_group 0;\n" ::);
             __syncthreads();
-            if (c + 1 < nchunk) load_pv(c + 1, (c + 1) & 1);
+            if (tid < nih) {
+                const int nk = pnk[tid];
+                float a = 0.0f;
+                for (int c = 0; c * A4_SUM < nk; c++) a = lsc_add(a, part[(size_t)tid * L.nch64 + c]);
+                sinv[tid] = lsc_div(1.0f, a);
+            }
+            /* D. acc = fma(p_j, v_j[d], acc) in key order: V and p chunks through shared memory */
+            auto load_pv = [&](int c, int buf) {
+                const int j1 = c * A4_CH;
+                a4_load<D>(kvb + (size_t)buf * A4_CH * D, vb, table, bf, j1, nkmax - j1 < A4_CH ? nkmax - j1 : A4_CH);
+                for (int t = tid; t < nih * (A4_CH / 4); t += A4_THR) {
+                    const int ih = t / (A4_CH / 4), q = t % (A4_CH / 4);
+                    att_cp16(pc + (size_t)buf * A4_RH * A4_CH + (size_t)ih * A4_CH + 4 * q,
+                             sgb + (size_t)ih * nkp + j1 + 4 * q);
+                }
+            };
+            float acc[NC];
+            int nkt = 0x7fffffff; /* the fewest keys among this thread's chains */
+#pragma unroll
+            for (int k = 0; k < NC; k++) {
+                acc[k] = 0.0f;
+                if (pg + k * G < nih) nkt = pnk[pg + k * G] < nkt ? pnk[pg + k * G] : nkt;
+            }
+            __syncthreads(); /* step C's p are in sg (the cp.async below reads them from L2) */
+            load_pv(0, 0);
             att_commit();
-            const float *vc = kvb + (size_t)(c & 1) * A4_CH * D, *pcc = pc + (size_t)(c & 1) * A4_RH * A4_CH;
-            if ((c + 1) * A4_CH <= nkt) { /* every chain of this thread takes all keys of the chunk;
-                                            * chains past nih run on stale p (never stored) */
+            for (int c = 0; c < nchunk; c++) {
+                asm volatile("cp.async.wait_group 0;\n" ::);
+                __syncthreads();
+                if (c + 1 < nchunk) load_pv(c + 1, (c + 1) & 1);
+                att_commit();
+                const float *vc = kvb + (size_t)(c & 1) * A4_CH * D, *pcc = pc + (size_t)(c & 1) * A4_RH * A4_CH;
+                if ((c + 1) * A4_CH <= nkt) { /* every chain of this thread takes all keys of the chunk;
+                                                * chains past nih run on stale p (never stored) */
 #pragma unroll 2
-                for (int jj = 0; jj < A4_CH; jj += 4) {
-                    const float v0 = vc[(size_t)jj * D + pd], v1 = vc[(size_t)(jj + 1) * D + pd],
-                                v2 = vc[(size_t)(jj + 2) * D + pd], v3 = vc[(size_t)(jj + 3) * D + pd];
+                    for (int jj = 0; jj < A4_CH; jj += 4) {
+                        const float v0 = vc[(size_t)jj * D + pd], v1 = vc[(size_t)(jj + 1) * D + pd],
+                                    v2 = vc[(size_t)(jj + 2) * D + pd], v3 = vc[(size_t)(jj + 3) * D + pd];
+#pragma unroll
+                        for (int k = 0; k < NC; k++) {
+                            const float4 p4 = *(const float4 *)(pcc + (size_t)(pg + k * G) * A4_CH + jj);
+                            float a = acc[k];
+                            a = lsc_fma(p4.x, v0, a);
+                            a = lsc_fma(p4.y, v1, a);
+                            a = lsc_fma(p4.z, v2, a);
+                            a = lsc_fma(p4.w, v3, a);
+                            acc[k] = a;
+                        }
+                    }
+                } else {
 #pragma unroll
                     for (int k = 0; k < NC; k++) {
-                        const float4 p4 = *(const float4 *)(pcc + (size_t)(pg + k * G) * A4_CH + jj);
+                        const int ih = pg + k * G;
+                        if (ih >= nih) continue;
+                        const int lim = pnk[ih] - c * A4_CH;
+                        if (lim <= 0) continue;
+                        const int n = lim < A4_CH ? lim : A4_CH;
+                        const float *ph = pcc + (size_t)ih * A4_CH;
                         float a = acc[k];
-                        a = lsc_fma(p4.x, v0, a);
-                        a = lsc_fma(p4.y, v1, a);
-                        a = lsc_fma(p4.z, v2, a);
-                        a = lsc_fma(p4.w, v3, a);
+                        for (int jj = 0; jj < n; jj++) a = lsc_fma(ph[jj], vc[(size_t)jj * D + pd], a);
                         acc[k] = a;
                     }
                 }
-            } else {
-#pragma unroll
-                for (int k = 0; k < NC; k++) {
-                    const int ih = pg + k * G;
-                    if (ih >= nih) continue;
-                    const int lim = pnk[ih] - c * A4_CH;
-                    if (lim <= 0) continue;
-                    const int n = lim < A4_CH ? lim : A4_CH;
-                    const float *ph = pcc + (size_t)ih * A4_CH;
-                    float a = acc[k];
-                    for (int jj = 0; jj < n; jj++) a = lsc_fma(ph[jj], vc[(size_t)jj * D + pd], a);
-                    acc[k] = a;
-                }
             }
-        }
-        asm volatile("cp.async.wait_group 0;\n" ::);
+            asm volatile("cp.async.wait_group 0;\n" ::);
 #pragma unroll
-        for (int k = 0; k < NC; k++) {
-            const int ih = pg + k * G;
-            if (ih >= nih) break;
-            out[(size_t)prow[ih] * n_head * D + (size_t)(kvh * nq + phd[ih]) * D + pd] = lsc_mul(acc[k], sinv[ih]);
+            for (int k = 0; k < NC; k++) {
+                const int ih = pg + k * G;
+                if (ih >= nih) break;
+                out[(size_t)prow[ih] * n_head * D + (size_t)(kvh * nq + phd[ih]) * D + pd] = lsc_mul(acc[k], sinv[ih]);
+            }
+            ra = rb;
         }
-        ra = rb;
-    }
     }
 }
 
