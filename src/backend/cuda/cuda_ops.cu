@@ -657,7 +657,7 @@ __global__ void __launch_bounds__(A4_THR, 2) k_attn4(const float *__restrict__ q
                 if (c + 1 < nchunk) {
                     const int j1 = (c + 1) * A4_CH;
                     a4_load<D>(kvb + (size_t)((c + 1) & 1) * A4_CH * D, kb, table, bf, j1,
-                            nkmax - j1 < A4_CH ? nkmax - j1 : A4_CH);
+                               nkmax - j1 < A4_CH ? nkmax - j1 : A4_CH);
                 }
                 att_commit();
                 const float *kc = kvb + (size_t)(c & 1) * A4_CH * D;
