@@ -721,6 +721,49 @@ static void test_parity_row_runs(void **state) {
         }
 }
 
+/* Calls whose packed activations pass 2 MiB (matmul.c, LS_MM_XBLK: 6528 bytes a row at K
+ * = 4352): the threads claim (row block, panel) items, row block major; every row's bits
+ * must still be the scalar reference's, with the blocks whole (M = 520) and with a run of
+ * wide rows that starts mid-way through a packed tile (rows 0..4 narrow). */
+static void test_parity_row_blocks(void **state) {
+    (void)state;
+    const uint32_t types[] = {LS_TYPE_Q4_K, LS_TYPE_Q6_K, LS_TYPE_Q8_0};
+    const int64_t K = 4352, N = 37, M = 520, Ms[] = {330, 520};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const uint64_t seed = 7700 + ti;
+        parity_case_ms(types[ti], K, N, Ms, 2, 3, seed);
+        uint8_t *wq = make_weights(types[ti], N, K, seed, NULL);
+        float *x = make_x(M * K, seed + 1);
+        ls_wmat *w = ls_wmat_create(types[ti], N, K, wq, NULL);
+        assert_non_null(w);
+        assert_int_equal(ls_wmat_prepare_all(w, NULL), LS_OK);
+        float *ref = malloc(sizeof(float) * (size_t)(M * N)), *y = malloc(sizeof(float) * (size_t)(M * N));
+        for (int64_t m = 0; m < M; m++) run_matmul(LS_ISA_SCALAR, NULL, w, x + m * K, 1, ref + m * N);
+        const size_t sb = ls_matmul_scratch_bytes(M, K);
+        void *scratch = malloc(sb);
+        uint8_t need[520];
+        for (int64_t m = 0; m < M; m++) need[m] = m >= 5;
+        for (int isa = 0; isa < LS_ISA_COUNT; isa++) {
+            if (!ls_isa_supported((ls_isa)isa)) continue;
+            ls_kctx kc = {(ls_isa)isa, g_pools[2], scratch, sb, .fam = &ls_mm_narrow, .fam_parity = &ls_mm_wide};
+            memset(y, 0xA5, sizeof(float) * (size_t)(M * N));
+            ls_matmul_multi_rows(&kc, 1, (const ls_wmat *const *)&w, x, M, &y, need);
+            g_parity_outputs += M * N;
+            for (int64_t i = 0; i < M * N; i++)
+                if (f2u(y[i]) != f2u(ref[i]))
+                    fail_msg("%s row runs isa=%s: y[%lld][%lld]=%a, scalar %a", ls_type_get(types[ti])->name,
+                             ls_isa_name((ls_isa)isa), (long long)(i / N), (long long)(i % N), (double)y[i],
+                             (double)ref[i]);
+        }
+        free(scratch);
+        free(ref);
+        free(y);
+        ls_wmat_free(w);
+        free(x);
+        free(wq);
+    }
+}
+
 /* Extreme activations: huge, tiny, denormal, all-equal blocks, single non-zero. */
 static void test_parity_extreme_x(void **state) {
     (void)state;
@@ -1104,6 +1147,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_parity_long_k),
         cmocka_unit_test(test_parity_panels),
         cmocka_unit_test(test_parity_row_runs),
+        cmocka_unit_test(test_parity_row_blocks),
     };
     int rc = cmocka_run_group_tests(tests, setup_pools, teardown_pools);
     printf("parity: %ld matmul outputs compared bit for bit\n", g_parity_outputs);
