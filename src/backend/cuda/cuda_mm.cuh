@@ -98,6 +98,9 @@ __device__ __forceinline__ void raw_expand(const RawU &r, lsc_unit &u) {
     lsc_fields(T, r.sc, QT<T>::SBB ? r.sb : 0u, &u);
 }
 
+/* a compile-time int as a type (k_mma2's push cases) */
+template <int N> struct LscIC { static constexpr int value = N; };
+
 /* ---- k_gemv ------------------------------------------------------------------ */
 /* the types whose contribution is lsc_contrib's lsc_i2f_small(lo + hi) form: k_gemv's dp4a chain and
  * k_mma2's mma start at that conversion's bias */
@@ -681,6 +684,33 @@ __device__ __forceinline__ void mma_k32c(uint32_t a0, uint32_t a1, uint32_t a2, 
                  : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(cin));
 }
+/* shared-memory loads at 32-bit shared-window addresses (k_mma2's compute) */
+__device__ __forceinline__ void ldsm_x4a(uint32_t a, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(a));
+}
+__device__ __forceinline__ uint32_t lds_u32(uint32_t a) {
+    uint32_t v;
+    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ uint32_t lds_u16(uint32_t a) {
+    unsigned short v;
+    asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(v) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ float4 lds_f4(uint32_t a) {
+    float4 v;
+    asm volatile("ld.shared.v4.f32 {%0,%1,%2,%3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ void mma_k16c(uint32_t a0, uint32_t a1, uint32_t b0, int32_t cin, int32_t c[4]) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
+                 "{%7,%7,%7,%7};\n"
+                 : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+                 : "r"(a0), "r"(a1), "r"(b0), "r"(cin));
+}
 __device__ __forceinline__ void ldsm_x4(const void *p, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3) {
     unsigned a = (unsigned)__cvta_generic_to_shared(p);
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -734,8 +764,8 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) k_mma2(const lsc_mat w, co
     const int fcol = tid - BM, ncol = n0 + fcol < w.N ? n0 + fcol : w.N - 1;
     const uint32_t f_ub = (uint32_t)ncol * (uint32_t)nbp, f_sb = (uint32_t)ncol * (uint32_t)(nbp / 8);
 
-    auto load = [&](int lp, int li, int buf) {
-        uint8_t *st = smem + buf * L::STG;
+    auto load = [&](int lp, int li, uint32_t so) {
+        uint8_t *st = smem + so;
         const int b0 = 2 * lp + 32 * li;
         const int8_t *xb = xq + (size_t)b0 * 32;
 #pragma unroll
@@ -769,8 +799,12 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) k_mma2(const lsc_mat w, co
                 for (int e = 0; e < 4; e++) S[u][mt][nt][e] = 0.0f;
     auto tr = [&](int lvl, int o) -> float & { return trs[(lvl * NO + o) * NTHR + tid]; };
 
-    /* pair p's node joins the tree (k_mma's binary counter, its pending nodes in shared memory) */
-    auto push = [&](int p) {
+    /* pair p's node joins the tree (k_mma's binary counter, its pending nodes in shared
+     * memory): with c the trailing ones of p, the node adds the pending nodes of levels
+     * 0..c-1 in turn (a left subtree plus its right sibling) and becomes level c's pending
+     * node (p = 15: the root, added to level 3's).  One branch per push, not per output. */
+    auto push_c = [&](auto C) {
+        constexpr int c = decltype(C)::value;
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -781,56 +815,88 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) k_mma2(const lsc_mat w, co
                     float v = lsc_add(S[0][mt][nt][e], S[1][mt][nt][e]);
                     S[0][mt][nt][e] = 0.0f;
                     S[1][mt][nt][e] = 0.0f;
-                    if (!(p & 1)) {
-                        tr(0, o) = v;
-                        continue;
-                    }
-                    v = lsc_add(tr(0, o), v);
-                    if (!(p & 2)) {
-                        tr(1, o) = v;
-                        continue;
-                    }
-                    v = lsc_add(tr(1, o), v);
-                    if (!(p & 4)) {
-                        tr(2, o) = v;
-                        continue;
-                    }
-                    v = lsc_add(tr(2, o), v);
-                    if (!(p & 8)) {
-                        tr(3, o) = v;
-                        continue;
-                    }
-                    tr(3, o) = lsc_add(tr(3, o), v);
+                    if (c >= 1) v = lsc_add(tr(0, o), v);
+                    if (c >= 2) v = lsc_add(tr(1, o), v);
+                    if (c >= 3) v = lsc_add(tr(2, o), v);
+                    if (c >= 4) v = lsc_add(tr(3, o), v);
+                    tr(c < 4 ? c : 3, o) = v;
                 }
+    };
+    auto push = [&](int p) {
+        switch (__ffs(~p) - 1) {
+        case 0: push_c(LscIC<0>()); break;
+        case 1: push_c(LscIC<1>()); break;
+        case 2: push_c(LscIC<2>()); break;
+        case 3: push_c(LscIC<3>()); break;
+        default: push_c(LscIC<4>()); break;
+        }
     };
 
     /* this lane's shared-memory offsets in a stage (the fragments' rows and columns) */
     const int ra = wm * MT * 16, cbw = wn * NT * 8;
-    const uint32_t o_a = L::OFF_A + (ra + (lane & 7) + ((lane >> 3) & 1) * 8) * L::AS + (lane >> 4) * 16;
-    const uint32_t o_d = L::OFF_D + (ra + grp) * 16;
-    const uint32_t o_b = L::OFF_B + (cbw + grp) * L::BS + 4 * t4, o_h = L::OFF_H + (cbw + grp) * L::HS;
-    const uint32_t o_s = L::OFF_S + (cbw + 2 * t4) * L::SS, o_sb = L::OFF_SB + (cbw + 2 * t4) * 4;
+    uint32_t o_a = L::OFF_A + (ra + (lane & 7) + ((lane >> 3) & 1) * 8) * L::AS + (lane >> 4) * 16;
+    uint32_t o_d = L::OFF_D + (ra + grp) * 16;
+    uint32_t o_b = L::OFF_B + (cbw + grp) * L::BS + 4 * t4, o_h = L::OFF_H + (cbw + grp) * L::HS;
+    uint32_t o_s = L::OFF_S + (cbw + 2 * t4) * L::SS, o_sb = L::OFF_SB + (cbw + 2 * t4) * 4;
 
-    int lp = p0, li = 0;
+    /* Loop invariants the compiler would otherwise rebuild every stage from the thread index
+     * (it rematerializes what it can recompute rather than keep it in registers) */
+    uint32_t sbase = (uint32_t)__cvta_generic_to_shared(smem);
+    asm("" : "+r"(sbase), "+r"(o_a), "+r"(o_d), "+r"(o_b), "+r"(o_h), "+r"(o_s), "+r"(o_sb));
+#ifdef LS_CUDA_MUTATE_TREE /* a bias one too large: every k_mma2 contribution off by one (must fail) */
+    constexpr int32_t bias = 0x4B400001;
+#else
+    constexpr int32_t bias = 0x4B400000;
+#endif
+    constexpr int32_t zero = 0;
+
+    /* pair_stages(nb, p) for nb = 32 q + r: q, plus one where unit 2p + 32q exists (2p < r) */
+    const int q32 = nb >> 5, r32 = nb & 31;
+    int lp = p0, li = 0, lps = q32 + (2 * p0 < r32); /* the next stage to load: pair, stage, its stages */
+    auto next_load = [&]() {
+        if (++li == lps) {
+            lp++;
+            li = 0;
+            lps = q32 + (2 * lp < r32);
+        }
+    };
+    constexpr uint32_t LAST = (LSC_STAGES - 1) * L::STG;
 #pragma unroll
     for (int s = 0; s < LSC_STAGES - 1; s++) {
         if (s < ns) {
-            load(lp, li, s);
-            if (++li == pair_stages(nb, lp)) { lp++; li = 0; }
+            load(lp, li, s * L::STG);
+            next_load();
         }
         cp_commit();
     }
-    int cp = p0, ci = 0;
+    int cp = p0, ci = 0, cps = q32 + (2 * p0 < r32);
+    uint32_t lso = LAST, cso = 0; /* byte offsets of the stage loaded next and the one computed */
     for (int it = 0; it < ns; it++) {
         cp_wait<LSC_STAGES - 2>();
         __syncthreads();
         if (it + LSC_STAGES - 1 < ns) {
-            load(lp, li, (it + LSC_STAGES - 1) % LSC_STAGES);
-            if (++li == pair_stages(nb, lp)) { lp++; li = 0; }
+            load(lp, li, lso);
+            next_load();
         }
         cp_commit();
-        const uint8_t *st = smem + (it % LSC_STAGES) * L::STG;
+        lso = lso == LAST ? 0 : lso + L::STG;
+        const uint32_t st = sbase + cso; /* shared-window addresses: no per-stage generic-pointer conversion */
+        cso = cso == LAST ? 0 : cso + L::STG;
         const int b0 = 2 * cp + 32 * ci;
+        /* both units' (dx, sx) per row in one load, and where the sc record is the f16 d
+         * alone (for Q4_K and Q6_K the split costs more than the load it saves) both units' */
+        constexpr bool SC2 = T == LSC_Q4_0 || T == LSC_Q5_0 || T == LSC_Q8_0;
+        float4 dsu[MT][2];
+        uint32_t sc2[NT][2];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            dsu[mt][0] = lds_f4(st + o_d + mt * 16 * 16);
+            dsu[mt][1] = lds_f4(st + o_d + (mt * 16 + 8) * 16);
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) sc2[nt][e] = SC2 ? lds_u32(st + o_s + (nt * 8 + e) * L::SS) : 0u;
 #pragma unroll
         for (int u = 0; u < 2; u++) {
             if (b0 + u >= nb) break;
@@ -839,49 +905,46 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) k_mma2(const lsc_mat w, co
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
                 /* ldmatrix x4: matrices (rows 0-7, bytes 0-15), (8-15, 0-15), (0-7, 16-31), (8-15, 16-31) */
-                ldsm_x4(st + o_a + mt * 16 * L::AS + u * 32, af[mt][0], af[mt][1], af[mt][2], af[mt][3]);
-                ds[mt][0] = *(const float2 *)(st + o_d + mt * 16 * 16 + u * 8);
-                ds[mt][1] = *(const float2 *)(st + o_d + (mt * 16 + 8) * 16 + u * 8);
+                ldsm_x4a(st + o_a + mt * 16 * L::AS + u * 32, af[mt][0], af[mt][1], af[mt][2], af[mt][3]);
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+                    ds[mt][h] = u ? make_float2(dsu[mt][h].z, dsu[mt][h].w) : make_float2(dsu[mt][h].x, dsu[mt][h].y);
             }
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
                 uint32_t blo, bhi;
                 if (T == LSC_Q8_0) {
-                    const uint8_t *B = st + o_b + nt * 8 * L::BS + u * 32;
-                    blo = *(const uint32_t *)B;
-                    bhi = *(const uint32_t *)(B + 16);
+                    const uint32_t B = st + o_b + nt * 8 * L::BS + u * 32;
+                    blo = lds_u32(B);
+                    bhi = lds_u32(B + 16);
                 } else {
-                    const uint32_t c = *(const uint32_t *)(st + o_b + nt * 8 * L::BS + u * 16);
+                    const uint32_t c = lds_u32(st + o_b + nt * 8 * L::BS + u * 16);
                     uint32_t h0 = 0, h1 = 0;
-                    if (QT<T>::HB == 4) h0 = *(const uint32_t *)(st + o_h + nt * 8 * L::HS + u * 4);
+                    if (QT<T>::HB == 4) h0 = lds_u32(st + o_h + nt * 8 * L::HS + u * 4);
                     if (QT<T>::HB == 8) {
-                        h0 = *(const uint32_t *)(st + o_h + nt * 8 * L::HS + u * 8);
-                        h1 = *(const uint32_t *)(st + o_h + nt * 8 * L::HS + u * 8 + 4);
+                        h0 = lds_u32(st + o_h + nt * 8 * L::HS + u * 8);
+                        h1 = lds_u32(st + o_h + nt * 8 * L::HS + u * 8 + 4);
                     }
                     lsc_expand(T, c, h0, h1, t4, &blo, &bhi);
                 }
                 lsc_unit fu[2];
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
-                    const uint8_t *sp = st + o_s + (nt * 8 + e) * L::SS;
-                    uint32_t scv = QT<T>::SCB == 4 ? *(const uint32_t *)(sp + u * 4) : *(const uint16_t *)(sp + u * 2);
-                    uint32_t sbv = QT<T>::SBB ? *(const uint32_t *)(st + o_sb + (nt * 8 + e) * 4) : 0u;
+                    const uint32_t sp = st + o_s + (nt * 8 + e) * L::SS;
+                    uint32_t scv = QT<T>::SCB == 4 ? lds_u32(sp + u * 4) : SC2 ? sc2[nt][e] >> (16 * u) : lds_u16(sp + u * 2);
+                    uint32_t sbv = QT<T>::SBB ? lds_u32(st + o_sb + (nt * 8 + e) * 4) : 0u;
                     lsc_fields(T, scv, sbv, &fu[e]);
                 }
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
                     int32_t lo[4], hi[4] = {0, 0, 0, 0};
                     if (T == LSC_Q6_K) {
-                        mma_k16(af[mt][0], af[mt][1], blo, lo);
-                        mma_k16(af[mt][2], af[mt][3], bhi, hi);
+                        mma_k16c(af[mt][0], af[mt][1], blo, zero, lo);
+                        mma_k16c(af[mt][2], af[mt][3], bhi, zero, hi);
                     } else if (LscBiasChain<T>::on) {
-#ifdef LS_CUDA_MUTATE_TREE /* a bias one too large: every k_mma2 contribution off by one (must fail) */
-                        mma_k32c(af[mt][0], af[mt][1], af[mt][2], af[mt][3], blo, bhi, 0x4B400001, lo);
-#else
-                        mma_k32c(af[mt][0], af[mt][1], af[mt][2], af[mt][3], blo, bhi, 0x4B400000, lo);
-#endif
+                        mma_k32c(af[mt][0], af[mt][1], af[mt][2], af[mt][3], blo, bhi, bias, lo);
                     } else {
-                        mma_k32(af[mt][0], af[mt][1], af[mt][2], af[mt][3], blo, bhi, lo);
+                        mma_k32c(af[mt][0], af[mt][1], af[mt][2], af[mt][3], blo, bhi, zero, lo);
                     }
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
@@ -898,10 +961,11 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) k_mma2(const lsc_mat w, co
                 }
             }
         }
-        if (++ci == pair_stages(nb, cp)) {
+        if (++ci == cps) {
             push(cp - p0);
             cp++;
             ci = 0;
+            cps = q32 + (2 * cp < r32);
         }
     }
     for (; cp < p1; cp++) push(cp - p0);
