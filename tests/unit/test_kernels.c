@@ -669,6 +669,24 @@ static void test_parity_panels(void **state) {
         }
 }
 
+
+/* Every supported ISA's ls_matmul_multi_rows over the rows of x with the wide/narrow mask
+ * `need`, each output compared bit for bit with ref (the scalar definition, row by row). */
+static void check_row_runs_all_isas(const ls_wmat *w, const float *x, int64_t M, const float *ref, const uint8_t *need,
+                                    void *scratch, size_t sb, float *y, const char *what) {
+    const int64_t N = w->N;
+    for (int isa = 0; isa < LS_ISA_COUNT; isa++) {
+        if (!ls_isa_supported((ls_isa)isa)) continue;
+        ls_kctx kc = {(ls_isa)isa, g_pools[2], scratch, sb, .fam = &ls_mm_narrow, .fam_parity = &ls_mm_wide};
+        memset(y, 0xA5, sizeof(float) * (size_t)(M * N));
+        ls_matmul_multi_rows(&kc, 1, &w, x, M, &y, need);
+        g_parity_outputs += M * N;
+        for (int64_t i = 0; i < M * N; i++)
+            if (f2u(y[i]) != f2u(ref[i]))
+                fail_msg("%s %s isa=%s: y[%lld][%lld]=%a, scalar %a", ls_type_get(w->type)->name, what,
+                         ls_isa_name((ls_isa)isa), (long long)(i / N), (long long)(i % N), (double)y[i], (double)ref[i]);
+    }
+}
 /* Rows split into runs by parity need (rows without it on the narrow family, rows with
  * it on the wide one), so the wide kernel's runs start at any row of the call and its
  * row tiles start mid-way through a packed activation tile: every row must still be
@@ -699,18 +717,9 @@ static void test_parity_row_runs(void **state) {
                     r = r * 6364136223846793005ull + 1442695040888963407ull;
                     need[m] = m == 0 ? (uint8_t)(pat & 1) : (r >> 60) < 5 ? (uint8_t)!need[m - 1] : need[m - 1];
                 }
-                for (int isa = 0; isa < LS_ISA_COUNT; isa++) {
-                    if (!ls_isa_supported((ls_isa)isa)) continue;
-                    ls_kctx kc = {(ls_isa)isa, g_pools[2], scratch, sb, .fam = &ls_mm_narrow, .fam_parity = &ls_mm_wide};
-                    memset(y, 0xA5, sizeof(float) * (size_t)(M * N));
-                    ls_matmul_multi_rows(&kc, 1, (const ls_wmat *const *)&w, x, M, &y, need);
-                    g_parity_outputs += M * N;
-                    for (int64_t i = 0; i < M * N; i++)
-                        if (f2u(y[i]) != f2u(ref[i]))
-                            fail_msg("%s K=%lld pattern %d isa=%s: y[%lld][%lld]=%a, scalar %a", ls_type_get(types[ti])->name,
-                                     (long long)K, pat, ls_isa_name((ls_isa)isa), (long long)(i / N), (long long)(i % N),
-                                     (double)y[i], (double)ref[i]);
-                }
+                char what[48];
+                snprintf(what, sizeof what, "K=%lld pattern %d", (long long)K, pat);
+                check_row_runs_all_isas(w, x, M, ref, need, scratch, sb, y, what);
             }
             free(scratch);
             free(ref);
@@ -743,18 +752,7 @@ static void test_parity_row_blocks(void **state) {
         void *scratch = malloc(sb);
         uint8_t need[520];
         for (int64_t m = 0; m < M; m++) need[m] = m >= 5;
-        for (int isa = 0; isa < LS_ISA_COUNT; isa++) {
-            if (!ls_isa_supported((ls_isa)isa)) continue;
-            ls_kctx kc = {(ls_isa)isa, g_pools[2], scratch, sb, .fam = &ls_mm_narrow, .fam_parity = &ls_mm_wide};
-            memset(y, 0xA5, sizeof(float) * (size_t)(M * N));
-            ls_matmul_multi_rows(&kc, 1, (const ls_wmat *const *)&w, x, M, &y, need);
-            g_parity_outputs += M * N;
-            for (int64_t i = 0; i < M * N; i++)
-                if (f2u(y[i]) != f2u(ref[i]))
-                    fail_msg("%s row runs isa=%s: y[%lld][%lld]=%a, scalar %a", ls_type_get(types[ti])->name,
-                             ls_isa_name((ls_isa)isa), (long long)(i / N), (long long)(i % N), (double)y[i],
-                             (double)ref[i]);
-        }
+        check_row_runs_all_isas(w, x, M, ref, need, scratch, sb, y, "row blocks");
         free(scratch);
         free(ref);
         free(y);
