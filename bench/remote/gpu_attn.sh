@@ -16,23 +16,10 @@ tar -C "$W" -xJf "$C/bin.tar.xz"
 N=$W/bin O=$W/old
 T0=$SECONDS LIMIT=${LIMIT:-560}
 export LD_LIBRARY_PATH=$N/lib
-{ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
-  lscpu | grep -E "Model name|^CPU\(s\)"; nvcc --version | tail -n 1; } > "$L/env.txt" 2>&1
-cat "$L/env.txt" > "$L/summary.txt"
-cp "$N/hdr.gguf" "$W/vocab.gguf" && truncate -s "$(cat "$N/hdr.size")" "$W/vocab.gguf"
-F8=$W/s8b_q4_0.gguf
-( "$N/synth-gguf" --shape 8b --type q4_0 --vocab-from "$W/vocab.gguf" -o "$F8" > "$L/synth.log" 2>&1
-  echo "rc $?" >> "$L/synth.log" ) &
-step() { # name, timeout, command...: the log in L/name.log, its telling lines in L/summary.txt
-    local n=$1 t=$2; shift 2
-    if (( SECONDS - T0 + 15 > LIMIT )); then echo "== $n skipped (time)" >> "$L/summary.txt"; return; fi
-    local left=$(( LIMIT - (SECONDS - T0) )); (( t > left )) && t=$left
-    local s=$SECONDS
-    timeout "$t" "$@" > "$L/$n.log" 2>&1
-    echo "== $n rc $? $((SECONDS - s)) s (at $((SECONDS - T0)) s)" >> "$L/summary.txt"
-    grep -E "checks|differ|FAIL|ms/step|TOPS|tok/s|identical|parity|attention" "$L/$n.log" | tail -n 30 >> "$L/summary.txt"
-    tar -C /tmp -cJf "$OUT/r.tar.xz" logs 2>/dev/null
-}
+STEP_GREP="checks|differ|FAIL|ms/step|TOPS|tok/s|identical|parity|attention"
+. "$(dirname "$0")/device_lib.sh"
+device_env
+synth_8b_q4_0
 step test_cuda 200 "$N/test_cuda"
 step test_cuda_muta 60 "$N/test_cuda_muta" --attn
 step test_engine_cuda 120 "$N/test_engine_cuda"

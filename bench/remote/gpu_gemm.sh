@@ -28,25 +28,10 @@ if [ "${PHASE:-1}" = 1 ]; then
     tar -C "$W" -xJf "$C/bin.tar.xz"
 fi
 export LD_LIBRARY_PATH=$N/lib
-{ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
-  lscpu | grep -E "Model name|^CPU\(s\)"; nvcc --version | tail -n 1; } > "$L/env.txt" 2>&1
-cat "$L/env.txt" >> "$L/summary.txt"
-F8=$W/s8b_q4_0.gguf
-if [ ! -f "$F8" ]; then
-    cp "$N/hdr.gguf" "$W/vocab.gguf" && truncate -s "$(cat "$N/hdr.size")" "$W/vocab.gguf"
-    ( "$N/synth-gguf" --shape 8b --type q4_0 --vocab-from "$W/vocab.gguf" -o "$F8.tmp" > "$L/synth.log" 2>&1
-      echo "rc $?" >> "$L/synth.log"; mv "$F8.tmp" "$F8" ) &
-fi
-step() { # name, timeout, command...: the log in L/name.log, its telling lines in L/summary.txt
-    local n=$1 t=$2; shift 2
-    if (( SECONDS - T0 + 15 > LIMIT )); then echo "== $n skipped (time)" >> "$L/summary.txt"; return; fi
-    local left=$(( LIMIT - (SECONDS - T0) )); (( t > left )) && t=$left
-    local s=$SECONDS
-    timeout "$t" "$@" > "$L/$n.log" 2>&1
-    echo "== $n rc $? $((SECONDS - s)) s (at $((SECONDS - T0)) s)" >> "$L/summary.txt"
-    grep -E "checks|differ|FAIL|TOPS|tok/s|identical|parity|matmul|total|prefill_ms|pp[0-9]|tg[0-9]" "$L/$n.log" | tail -n 40 >> "$L/summary.txt"
-    tar -C /tmp -cJf "$OUT/r.tar.xz" logs 2>/dev/null
-}
+STEP_GREP="checks|differ|FAIL|TOPS|tok/s|identical|parity|matmul|total|prefill_ms|pp[0-9]|tg[0-9]" STEP_TAIL=40
+. "$(dirname "$0")/device_lib.sh"
+device_env
+synth_8b_q4_0
 P512=$(python3 -c 'print(" ".join(["the"] * 511))')
 P2048=$(python3 -c 'print(" ".join(["the"] * 2047))')
 if [ "${PHASE:-1}" = 1 ]; then
