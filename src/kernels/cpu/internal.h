@@ -281,18 +281,25 @@ void ls_attn_block_avx512(int nr, int nh, const float *q, int64_t row_stride, in
  * *next for one of nth participants, a 1/(2 nth) share of what is left and at least min
  * items (guided self-scheduling: a participant slowed by a neighbour on its core takes
  * fewer).  False when nothing is left.  Which participant computes an item never changes
- * its bits. */
-static inline bool ls_claim(int64_t *next, int64_t total, int nth, int64_t min, int64_t *a, int64_t *b) {
+ * its bits.  ls_claim_seg does the same inside segments of seg items ([0, seg), [seg,
+ * 2 seg), ...): a piece never crosses a segment's end, and the share is of what is left of
+ * the current segment. */
+static inline bool ls_claim_seg(int64_t *next, int64_t total, int64_t seg, int nth, int64_t min, int64_t *a,
+                                int64_t *b) {
     int64_t cur = __atomic_load_n(next, __ATOMIC_RELAXED), take;
     do {
         if (cur >= total) return false;
-        take = (total - cur) / (2 * (int64_t)nth);
+        const int64_t end = (cur / seg + 1) * seg, left = (end < total ? end : total) - cur;
+        take = left / (2 * (int64_t)nth);
         if (take < min) take = min;
-        if (take > total - cur) take = total - cur;
+        if (take > left) take = left;
     } while (!__atomic_compare_exchange_n(next, &cur, cur + take, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
     *a = cur;
     *b = cur + take;
     return true;
+}
+static inline bool ls_claim(int64_t *next, int64_t total, int nth, int64_t min, int64_t *a, int64_t *b) {
+    return ls_claim_seg(next, total, total, nth, min, a, b);
 }
 
 /* The first key a row at position pos reads: pos - window + 1 in a sliding-window layer

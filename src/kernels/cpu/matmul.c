@@ -117,24 +117,16 @@ static void ls_mm_task(void *arg, int ith, int nth) {
     const int64_t M = c->job[0].M, nmb = (M + c->mblk - 1) / c->mblk;
     int64_t total = 0;
     for (int i = 0; i < c->n; i++) total += (c->job[i].w->N + 15) / 16;
-    for (int64_t cur = __atomic_load_n(c->claimed, __ATOMIC_RELAXED), take;;) {
-        /* ls_claim's share, inside the row block of the next item */
-        do {
-            if (cur >= nmb * total) return;
-            const int64_t left = (cur / total + 1) * total - cur;
-            take = left / (2 * (int64_t)nth);
-            if (take < LS_MM_MIN_PANELS) take = LS_MM_MIN_PANELS;
-            if (take > left) take = left;
-        } while (!__atomic_compare_exchange_n(c->claimed, &cur, cur + take, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
-        const int64_t m0 = cur / total * c->mblk, m1 = m0 + c->mblk < M ? m0 + c->mblk : M;
-        const int64_t p0 = cur % total, p1 = p0 + take;
+    /* items: row block r's panel p is r * total + p; a claim stays inside one row block */
+    for (int64_t q0, q1; ls_claim_seg(c->claimed, nmb * total, total, nth, LS_MM_MIN_PANELS, &q0, &q1);) {
+        const int64_t m0 = q0 / total * c->mblk, m1 = m0 + c->mblk < M ? m0 + c->mblk : M;
+        const int64_t p0 = q0 % total, p1 = p0 + (q1 - q0);
         for (int64_t i = 0, base = 0; i < c->n && base < p1; i++) { /* panels [p0, p1) */
             int64_t N = c->job[i].w->N, np = (N + 15) / 16;
             int64_t a = p0 > base ? p0 - base : 0, b = p1 - base < np ? p1 - base : np;
             if (a < b) ls_mm_range(c, (int)i, m0, m1, a * 16, b * 16 < N ? b * 16 : N);
             base += np;
         }
-        cur = __atomic_load_n(c->claimed, __ATOMIC_RELAXED);
     }
 }
 
