@@ -147,14 +147,15 @@ static void test_matmul(void) {
             const bool flt = t == LS_TYPE_F32 || t == LS_TYPE_F16 || t == LS_TYPE_BF16;
             static const int kernels[] = {LS_CUDA_K_GEMV, LS_CUDA_K_MMA, LS_CUDA_K_MMA2 + 1, LS_CUDA_K_MMA2 + 2,
                                           LS_CUDA_K_MMA2 + 3, LS_CUDA_K_GEMV_NWR + 1, LS_CUDA_K_GEMV_NWR + 2,
-                                          LS_CUDA_K_GEMV_NWR + 4};
-            for (int ki = 0; ki < (flt ? 1 : 8); ki++) {
+                                          LS_CUDA_K_GEMV_NWR + 4, LS_CUDA_K_MMA2S + 1, LS_CUDA_K_MMA2S + 2};
+            for (int ki = 0; ki < (flt ? 1 : 10); ki++) {
                 const int k = kernels[ki];
-                const bool nwr = k > LS_CUDA_K_GEMV_NWR;
+                const bool nwr = k > LS_CUDA_K_GEMV_NWR && k < LS_CUDA_K_MMA2S, sm = k > LS_CUDA_K_MMA2S;
                 size_t diff = 0, tot = 0;
                 for (int mi = 0; mi < nM; mi++) {
                     const int M = Ms[mi];
-                    if (k > LS_CUDA_K_MMA2 && !nwr && M <= 32) continue; /* the same k_mma as LS_CUDA_K_MMA */
+                    if (k > LS_CUDA_K_MMA2 && !nwr && !sm && M <= 32) continue; /* the same k_mma as LS_CUDA_K_MMA */
+                    if (sm && M > 32) continue; /* k_mma2's configuration 2, checked above */
                     if (nwr && M == 1) continue; /* one row: the one-row kernel as always */
                     if (ls_cuda_test_matmul(t, N, K, w, M, x, k, yg, &err)) {
                         printf("FAIL matmul %s: %s\n", types[ti].name, err.msg);
@@ -168,6 +169,8 @@ static void test_matmul(void) {
                 char kname[80];
                 if (nwr)
                     snprintf(kname, sizeof kname, "warp-per-output, %d weight row(s) a warp, M = 2..100", k - LS_CUDA_K_GEMV_NWR);
+                else if (sm)
+                    snprintf(kname, sizeof kname, "k_mma2 on one tile row, %d columns, M = 1..32", 64 * (k - LS_CUDA_K_MMA2S));
                 else
                     snprintf(kname, sizeof kname, "k_mma2 configuration %d, M = 33..100", k - LS_CUDA_K_MMA2);
                 snprintf(what, sizeof what, "matmul %-5s %3lld x %4lld, %s%s", types[ti].name, (long long)N,
@@ -307,7 +310,7 @@ static void test_model(const synth_cfg *c, uint64_t seed) {
            "CPU references %.1f s\n",
            c->name, c->n_layer, c->n_embd, c->n_head, c->n_head_kv, c->n_ff, c->n_vocab, NSEQ, total_rows, t1 - t0);
     static const struct { int gemv_max, graphs, v2, bmax, amr; const char *name; } pol[] = {
-        {12, 1, 4, 64, 1, "default policy"},
+        {8, 1, 4, 64, 1, "default policy"},
         {0, 0, 0, 32, 0, "tensor-core GEMM (k_mma) for every run, per-row attention, no graphs"},
         {64, 1, 4, 32, 0, "warp kernel for every run, per-row attention"},
         {8, 1, 1, 64, 2, "k_mma2 configuration 1 for runs over 32 rows, k_attn4 for batches of 16+ rows"},
@@ -334,7 +337,7 @@ static void test_model(const synth_cfg *c, uint64_t seed) {
     if (!g_attn) {
         ls_cuda_opts o;
         ls_cuda_fwd_get_opts(g, &o);
-        o.gemv_max_rows = 12; /* the default */
+        o.gemv_max_rows = 8; /* the default */
         o.graphs = 1;
         ls_cuda_fwd_set_opts(g, &o);
         size_t cmp, rows;
@@ -443,7 +446,7 @@ static void test_mtp(const synth_cfg *c, uint64_t seed) {
                 if (side) {
                     ls_cuda_opts o;
                     ls_cuda_fwd_get_opts(g, &o);
-                    o.gemv_max_rows = pol ? 64 : 12; /* pol 0: the default; pol 1: the warp kernel for every run */
+                    o.gemv_max_rows = pol ? 64 : 8; /* pol 0: the default; pol 1: the warp kernel for every run */
                     ls_cuda_fwd_set_opts(g, &o);
                 }
                 for (int q = 0; q < NS; q++) {

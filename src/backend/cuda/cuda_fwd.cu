@@ -618,14 +618,15 @@ ls_cuda_fwd *ls_cuda_fwd_create(const ls_model *m, const ls_backend_params *p, l
     f->maxblk = (p->n_ctx + LS_KV_BLOCK - 1) / LS_KV_BLOCK;
     f->opts.fast = 1;
     f->opts.fast_min_rows = 64;
-    f->opts.gemv_max_rows = 12; /* 9..12 rows: the warp kernel in runs of 8 and the rest beat the split-K GEMM
-                                 * (a verify block of 9 rows 6.51 against 8.39 ms, 12 rows 7.29 against
-                                 * 8.07; at 16 the GEMM wins, 9.31 against 9.95: H100, session37-h100) */
+    f->opts.gemv_max_rows = 8; /* 9..12 rows: k_mma2 on one tile row beats the warp kernel in runs of 8 and
+                                * the rest (B = 12 sequences 6.66-6.76 against 8.21-8.23 ms a step; 12 was the
+                                * default while the GEMM took k_mma's tiles: H100, session41-h100) */
     f->opts.graphs = 1;
     f->opts.pdl = 1;
     f->opts.gemv_nw = 1;
     f->opts.mma_minblocks = 2;
     f->opts.mma_v2 = 4;
+    f->opts.mma_small = 3;
     f->opts.attn_mr = 1;
     ls_status st = LS_OK;
     cudaError_t e;
@@ -856,6 +857,7 @@ static ls_status enqueue(ls_cuda_fwd *f, ls_cuda_kv *kv, const Plan &pl, ls_err 
     st = lsc_stream(f->st, 0 /* the first kernel follows a copy */, f->opts.gemv_nw, f->opts.mma_minblocks == 2 ? 2 : 1,
                     f->opts.mma_v2, pl.attn_mr);
     st.gemv_nwr = f->opts.gemv_nwr;
+    st.mma_small = f->opts.mma_small;
     CK(cudaMemcpyAsync(f->stage_d, f->stage_h, sl.words * 4, cudaMemcpyHostToDevice, st));
     PROF(f, "upload");
     const int pdl = f->opts.pdl && !f->opts.profile;
@@ -1249,11 +1251,15 @@ ls_status ls_cuda_test_matmul(uint32_t type, int64_t N, int64_t K, const void *w
             T_CK(cudaDeviceSynchronize());
             cudaFree(part);
         }
-        if (kernel > LS_CUDA_K_MMA2) {
+        const bool v2 = kernel > LS_CUDA_K_MMA2 && kernel <= LS_CUDA_K_MMA2 + 3,
+                   sm = kernel > LS_CUDA_K_MMA2S && kernel <= LS_CUDA_K_MMA2S + 2;
+        if (v2 || sm) {
             float *part = NULL;
             const size_t pf = (size_t)8 * M * N;
+            lsc_stream ls(0, 0, 1, 1, v2 ? kernel - LS_CUDA_K_MMA2 : 4);
+            ls.mma_small = sm ? kernel - LS_CUDA_K_MMA2S : 0; /* configurations 1..3: k_mma under 33 rows, as before */
             T_CK(cudaMalloc((void **)&part, pf * 4));
-            T_CK(lsc_mma(d.m, a, M, dy, (int)N, LSC_MODE_STORE, part, pf, lsc_stream(0, 0, 1, 1, kernel - LS_CUDA_K_MMA2)));
+            T_CK(lsc_mma(d.m, a, M, dy, (int)N, LSC_MODE_STORE, part, pf, ls));
             T_CK(cudaDeviceSynchronize());
             cudaFree(part);
         }
@@ -1320,9 +1326,12 @@ done:
 
 ls_status ls_cuda_test_mm_bench(uint32_t type, int64_t N, int64_t K, const void *w, int M, int kernel, int nw, int pdl,
                                 int reps, double *ms, double *gbs, ls_err *err) {
-    lsc_stream ls(0, 0, nw ? nw : 1, kernel == 3 ? 2 : 1, kernel > LS_CUDA_K_MMA2 ? kernel - LS_CUDA_K_MMA2 : 0);
+    const bool v2 = kernel > LS_CUDA_K_MMA2 && kernel <= LS_CUDA_K_MMA2 + 3,
+               sm = kernel > LS_CUDA_K_MMA2S && kernel <= LS_CUDA_K_MMA2S + 2;
+    lsc_stream ls(0, 0, nw ? nw : 1, kernel == 3 ? 2 : 1, v2 ? kernel - LS_CUDA_K_MMA2 : sm ? 4 : 0);
     ls.gemv_nwr = M > 1 ? nw : 0; /* runs of 2..8 rows: nw weight rows per warp (0: the default choice) */
-    if (kernel == 3 || kernel > LS_CUDA_K_MMA2) kernel = LS_CUDA_K_MMA;
+    ls.mma_small = sm ? kernel - LS_CUDA_K_MMA2S : 0;
+    if (kernel == 3 || v2 || sm) kernel = LS_CUDA_K_MMA;
     cudaError_t e = lsc_mma_init();
     if (e != cudaSuccess) return cuda_fail(err, e, "lsc_mma_init", __LINE__);
     DMat d[16];

@@ -70,7 +70,7 @@ typedef struct {
     int fast_min_rows; /* the fast family uses cuBLAS for runs of at least this many rows (default 64;
                         * shorter fast runs take the exact kernels) */
     int gemv_max_rows; /* exact runs of up to this many rows take the warp-per-output kernel (in runs
-                        * of 8 rows), longer ones the int8 tensor-core GEMM (default 12; 0 = always
+                        * of 8 rows), longer ones the int8 tensor-core GEMM (default 8; 0 = always
                         * the GEMM) */
     int graphs;        /* 1: batches of up to 64 rows replay a captured CUDA graph (default 1) */
     int pdl;           /* 1: programmatic dependent launch between the kernels (default 1) */
@@ -83,7 +83,10 @@ typedef struct {
     int mma_minblocks; /* 2 (default): the 64 x 64 tensor-core tile capped at 128 registers, two blocks
                         * per SM (spills a little; measured 12% faster); 1: uncapped, one block per SM */
     int mma_v2;        /* runs over 32 rows: 4 (default) k_mma2's 64 x 64 tile (configuration 2),
-                        * 1..3 k_mma2 in that configuration, 0 the older k_mma (cuda_mm.cuh) */
+                        * 1..3 k_mma2 in that configuration, 0 the older k_mma for every run (cuda_mm.cuh) */
+    int mma_small;     /* runs of 9..32 rows (those the GEMM takes) with mma_v2 != 0: k_mma2 on one tile row of
+                        * 16 or 32 rows, 2: 128 columns wide (8 warps), 1: 64 columns wide (4 warps), 3 (default):
+                        * 128 columns up to 24 rows, 64 above; 0: k_mma (the tile before) */
     int attn_mr;       /* 1 (default): a batch of at least 16 rows that averages 8 or more rows per sequence
                         * runs attention with k_attn4 (cuda_ops.cu), rows of one sequence sharing each K/V
                         * chunk; 2: every batch of at least 16 rows does (tests); 3: as 2, on a grid of at

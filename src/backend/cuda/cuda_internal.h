@@ -51,6 +51,9 @@ struct lsc_stream {
                    * at most 3 persistent blocks (tests) */
     int gemv_nwr = 0; /* weight rows per warp of the multi-row warp kernel (2..8 rows): 1, 2, 4; 0 the default
                        * (2 for a matrix at least as wide as long, else 4) */
+    int mma_small = 3; /* runs of up to 32 rows in the GEMM (mma_v2 != 0): 1 k_mma2's 16/32 x 64 tile (4 warps),
+                        * 2 its 16/32 x 128 tile (8 warps), 3 the 128-column tile up to 24 rows, the 64-column
+                        * one above, 0 k_mma (cuda_mm.cuh) */
     explicit lsc_stream(cudaStream_t s = 0, int pdl_ = 0, int nw = 1, int minb = 1, int v2 = 0, int mr = 0)
         : st(s), pdl(pdl_), gemv_nw1(nw), mma_minb(minb), mma_v2(v2), attn_mr(mr) {}
     operator cudaStream_t() const { return st; }

@@ -742,15 +742,15 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) k_mma2(const lsc_mat w, co
      * unit b0): every thread moves NAC 16-byte chunks of activation codes and NBC of weight
      * codes; threads [0, BM) a row's (dx, sx) pair, threads [BM, BM + BN) a column's fields.
      * Offsets are 32-bit (launch_mma2 checks that they fit). */
-    constexpr int CC = QT<T>::CB / 8, NAC = BM * 4 / NTHR, NBC = (BN * CC + NTHR - 1) / NTHR;
-    static_assert(BM * 4 % NTHR == 0 && BM + BN <= NTHR, "k_mma2 copy plan");
+    constexpr int CC = QT<T>::CB / 8, NAC = (BM * 4 + NTHR - 1) / NTHR, NBC = (BN * CC + NTHR - 1) / NTHR;
+    static_assert((BM * 4 % NTHR == 0 || BM * 4 < NTHR) && BM + BN <= NTHR, "k_mma2 copy plan");
     uint32_t a_src[NAC], a_dst[NAC], b_src[NBC], b_dst[NBC];
 #pragma unroll
-    for (int j = 0; j < NAC; j++) {
+    for (int j = 0; j < NAC; j++) { /* a small tile (BM * 4 < NTHR): threads [BM * 4, NTHR) move no activations */
         const int c = tid + j * NTHR, row = c >> 2, pt = c & 3;
         const int mr = m0 + row < rows ? m0 + row : rows - 1;
         a_src[j] = (uint32_t)mr * (uint32_t)xs * 32u + (uint32_t)pt * 16u;
-        a_dst[j] = (uint32_t)(L::OFF_A + row * L::AS + pt * 16);
+        a_dst[j] = c < BM * 4 ? (uint32_t)(L::OFF_A + row * L::AS + pt * 16) : 0xFFFFFFFFu;
     }
 #pragma unroll
     for (int j = 0; j < NBC; j++) {
@@ -769,7 +769,8 @@ __global__ void __launch_bounds__(32 * WM * WN, MINB) k_mma2(const lsc_mat w, co
         const int b0 = 2 * lp + 32 * li;
         const int8_t *xb = xq + (size_t)b0 * 32;
 #pragma unroll
-        for (int j = 0; j < NAC; j++) cp16(st + a_dst[j], xb + a_src[j]);
+        for (int j = 0; j < NAC; j++)
+            if (NAC * NTHR == BM * 4 || a_dst[j] != 0xFFFFFFFFu) cp16(st + a_dst[j], xb + a_src[j]);
         const uint8_t *wb = w.codes + (size_t)b0 * QT<T>::CB;
 #pragma unroll
         for (int j = 0; j < NBC; j++)
@@ -1040,7 +1041,9 @@ cudaError_t init_mma2() {
  * of 64 x 16 */
 #define LSC_MMA2_CFGS(X) X(1, 2, 2, 4, 4, 1) X(2, 2, 2, 2, 4, 2) X(3, 4, 2, 2, 4, 1)
 
-/* configurations by run length: 16 x 64, 32 x 64, 64 x 64 tiles */
+/* configurations by run length: runs over 32 rows k_mma2 (configuration 2 by default); runs of up to 32
+ * rows one tile row of 16 or 32 (k_mma2 beside 4 or 8 warps' columns, lsc_stream.mma_small; k_mma
+ * with mma_v2 or mma_small 0) */
 template <int T>
 cudaError_t mma_t(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy, int mode, float *part, size_t pf,
                   lsc_stream s) {
@@ -1056,6 +1059,13 @@ cudaError_t mma_t(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy, int 
         if (v == id) return launch_mma2<T, MT, WM, NT, WN, MB>(w, a, rows, y, ldy, mode, part, pf, s);
         LSC_MMA2_CFGS(X)
 #undef X
+    }
+    if (s.mma_v2 && s.mma_small && fits) { /* runs of up to 32 rows: one tile row of 16 or 32 */
+        if (s.mma_small == 1 || (s.mma_small == 3 && rows > 24)) /* measured: docs/cuda.md, batched decode */
+            return rows <= 16 ? launch_mma2<T, 1, 1, 2, 4, 4>(w, a, rows, y, ldy, mode, part, pf, s)
+                              : launch_mma2<T, 2, 1, 2, 4, 4>(w, a, rows, y, ldy, mode, part, pf, s);
+        return rows <= 16 ? launch_mma2<T, 1, 1, 2, 8, 2>(w, a, rows, y, ldy, mode, part, pf, s)
+                          : launch_mma2<T, 2, 1, 2, 8, 2>(w, a, rows, y, ldy, mode, part, pf, s);
     }
     if (rows <= 16) return launch_mma<T, 1, 1, 2, 4>(w, a, rows, y, ldy, mode, part, pf, s);
     if (rows <= 32) return launch_mma<T, 2, 1, 2, 4>(w, a, rows, y, ldy, mode, part, pf, s);
@@ -1116,6 +1126,7 @@ cudaError_t mma_init_t() {
 #define X(id, MT, WM, NT, WN, MB) \
     if ((e = init_mma2<T, MT, WM, NT, WN, MB>()) != cudaSuccess) return e;
     LSC_MMA2_CFGS(X)
+    X(0, 1, 1, 2, 4, 4) X(0, 2, 1, 2, 4, 4) X(0, 1, 1, 2, 8, 2) X(0, 2, 1, 2, 8, 2) /* runs of up to 32 rows */
 #undef X
     return init_mma<T, 2, 2, 2, 4>();
 }

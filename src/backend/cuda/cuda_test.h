@@ -14,6 +14,10 @@ enum { LS_CUDA_K_GEMV = 0, LS_CUDA_K_MMA = 1, LS_CUDA_K_FAST = 2 };
 /* kernel LS_CUDA_K_MMA2 + c (c = 1..3): the tensor-core GEMM in k_mma2's configuration c for
  * runs over 32 rows (shorter runs take k_mma as always) */
 enum { LS_CUDA_K_MMA2 = 10 };
+/* kernel LS_CUDA_K_MMA2S + s (s = 1, 2): runs of up to 32 rows on k_mma2's one-tile-row configuration s
+ * (16 or 32 rows by 64 columns on 4 warps, by 128 on 8; ls_cuda_opts.mma_small); longer runs take
+ * k_mma2's default configuration */
+enum { LS_CUDA_K_MMA2S = 30 };
 /* kernel LS_CUDA_K_GEMV_NWR + n (n = 1, 2, 4): the warp kernel with n weight rows per warp in
  * its runs of 2..8 rows (by default 2 for a matrix at least as wide as long, else 4) */
 enum { LS_CUDA_K_GEMV_NWR = 20 };
