@@ -118,20 +118,27 @@ static void bench_kernels(void) {
                      mats[i].what, nw, pdl, ms * 1e3, gbs);
             }
         if (i < 4 && !g_quick) {
-            static const int Ms[] = {2, 4, 8, 16, 32};
-            for (int mi = 0; mi < 5; mi++)
-                for (int k = 0; k < 4; k++) { /* the warp kernel with 4, 2, 1 weight rows per warp; the GEMM */
-                    static const int nwk[] = {4, 2, 1, 0};
+            static const int Ms[] = {2, 4, 8, 16, 24, 32};
+            for (int mi = 0; mi < 6; mi++)
+                for (int k = 0; k < 6; k++) { /* the warp kernel with 4, 2, 1 weight rows per warp; k_mma (split K);
+                                               * k_mma2 on one tile row of 64 and of 128 columns */
+                    static const int nwk[] = {4, 2, 1, 0, 0, 0};
+                    static const char *kn[] = {"gemv", "gemv", "gemv", "mma", "mma2s64", "mma2s128"};
                     if (k < 3 && Ms[mi] > 8) continue;
-                    if (ls_cuda_test_mm_bench(mats[i].t, mats[i].N, mats[i].K, w, Ms[mi], k == 3, nwk[k], 1, 20, &ms, &gbs,
+                    const int kid = k == 3 ? LS_CUDA_K_MMA : k > 3 ? LS_CUDA_K_MMA2S + k - 3 : LS_CUDA_K_GEMV;
+                    if (ls_cuda_test_mm_bench(mats[i].t, mats[i].N, mats[i].K, w, Ms[mi], kid, nwk[k], 1, 20, &ms, &gbs,
                                               &err))
                         continue;
                     char what[64];
-                    snprintf(what, sizeof what, k == 3 ? "tensor-core GEMM (split K)" : "warp kernel, %d row(s)/warp", nwk[k]);
+                    if (k < 3)
+                        snprintf(what, sizeof what, "warp kernel, %d row(s)/warp", nwk[k]);
+                    else
+                        snprintf(what, sizeof what, k == 3 ? "k_mma (split K)" : "k_mma2, 1 x %d tiles (split K)",
+                                 64 * (k - 3));
                     printf("   %-30s M = %2d, %s: %8.2f us, %6.0f GB/s of weights\n", mats[i].what, Ms[mi], what, ms * 1e3,
                            gbs);
                     JSON("{\"bench\":\"kernel\",\"mat\":\"%s\",\"M\":%d,\"kernel\":\"%s\",\"nw\":%d,\"us\":%.2f,\"gbs\":%.1f}",
-                         mats[i].what, Ms[mi], k == 3 ? "mma" : "gemv", nwk[k], ms * 1e3, gbs);
+                         mats[i].what, Ms[mi], kn[k], nwk[k], ms * 1e3, gbs);
                 }
         }
         if (!g_quick) {
@@ -257,22 +264,27 @@ static void bench_decode(ls_model *m, const char *name) {
     /* batched decode: B sequences one row each, exact vs fast */
     static const int Bs[] = {1, 2, 4, 8, 12, 16, 24, 32};
     printf("\n== batched decode, %s: device ms per step (tok/s), exact vs fast family\n", name);
-    printf("   %4s  %18s  %18s  %18s  %6s  %18s  %18s\n", "B", "exact", "exact (GEMM B>1)", "fast", "fast/exact tok/s",
-           "exact, 4 rows/warp", "exact, warp to 16");
+    printf("   %4s  %18s  %18s  %18s  %6s  %18s  %18s  %18s  %18s  %18s\n", "B", "exact", "exact (GEMM B>1)", "fast",
+           "fast/exact tok/s", "exact, 4 rows/warp", "exact, warp to 16", "exact, k_mma 9-32", "exact, 64-col tile",
+           "exact, 128-col tile");
     const int NS = g_quick ? 8 : 24;
     for (size_t bi = 0; bi < sizeof Bs / sizeof Bs[0]; bi++) {
         const int B = Bs[bi];
-        double res[5] = {0, 0, 0, 0, 0};
-        int graph[5];
-        for (int fam = 0; fam < 5; fam++) {
+        double res[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        int graph[8];
+        for (int fam = 0; fam < 8; fam++) {
             if (fam == 3 && (B == 1 || B > 8)) continue;
             if (fam == 4 && (B <= 8 || B > 16)) continue; /* the warp kernel in runs of 8 rows up to 16 */
+            if (fam >= 5 && B <= 8) continue; /* runs the GEMM takes: k_mma (before), k_mma2's 64- and 128-column tiles */
             ls_cuda_opts o, o0;
             ls_cuda_fwd_get_opts(g, &o0);
             o = o0;
             if (fam == 1) o.gemv_max_rows = 1;
             if (fam == 3) o.gemv_nwr = 4;
             if (fam == 4) o.gemv_max_rows = 16;
+            if (fam == 5) o.mma_small = 0;
+            if (fam == 6) o.mma_small = 1;
+            if (fam == 7) o.mma_small = 2;
             ls_cuda_fwd_set_opts(g, &o);
             double *v = malloc(sizeof(double) * NS);
             for (int i = 0; i < NS + 4; i++) {
@@ -290,13 +302,17 @@ static void bench_decode(ls_model *m, const char *name) {
             ls_cuda_fwd_set_opts(g, &o0);
         }
         const double best = res[0] < res[1] ? res[0] : res[1];
-        printf("   %4d  %8.3f (%7.0f)  %8.3f (%7.0f)  %8.3f (%7.0f)  %6.2fx  %8.3f (%7.0f)  %8.3f (%7.0f)%s\n", B, res[0],
-               B * 1e3 / res[0], res[1], B * 1e3 / res[1], res[2], B * 1e3 / res[2], best / res[2], res[3],
-               res[3] > 0 ? B * 1e3 / res[3] : 0.0, res[4], res[4] > 0 ? B * 1e3 / res[4] : 0.0,
+        printf("   %4d  %8.3f (%7.0f)  %8.3f (%7.0f)  %8.3f (%7.0f)  %6.2fx  %8.3f (%7.0f)  %8.3f (%7.0f)  %8.3f (%7.0f)  "
+               "%8.3f (%7.0f)  %8.3f (%7.0f)%s\n",
+               B, res[0], B * 1e3 / res[0], res[1], B * 1e3 / res[1], res[2], B * 1e3 / res[2], best / res[2], res[3],
+               res[3] > 0 ? B * 1e3 / res[3] : 0.0, res[4], res[4] > 0 ? B * 1e3 / res[4] : 0.0, res[5],
+               res[5] > 0 ? B * 1e3 / res[5] : 0.0, res[6], res[6] > 0 ? B * 1e3 / res[6] : 0.0, res[7],
+               res[7] > 0 ? B * 1e3 / res[7] : 0.0,
                graph[2] ? "" : " (fast: cuBLAS, no graph)");
         JSON("{\"bench\":\"batched_decode\",\"model\":\"%s\",\"B\":%d,\"exact_ms\":%.4f,\"exact_gemm_ms\":%.4f,\"fast_ms\":%.4f,"
-             "\"exact_tok_s\":%.1f,\"fast_tok_s\":%.1f,\"fast_graph\":%d,\"exact_nwr4_ms\":%.4f,\"exact_warp16_ms\":%.4f}",
-             name, B, res[0], res[1], res[2], B * 1e3 / best, B * 1e3 / res[2], graph[2], res[3], res[4]);
+             "\"exact_tok_s\":%.1f,\"fast_tok_s\":%.1f,\"fast_graph\":%d,\"exact_nwr4_ms\":%.4f,\"exact_warp16_ms\":%.4f,"
+             "\"exact_kmma_ms\":%.4f,\"exact_small64_ms\":%.4f,\"exact_small128_ms\":%.4f}",
+             name, B, res[0], res[1], res[2], B * 1e3 / best, B * 1e3 / res[2], graph[2], res[3], res[4], res[5], res[6], res[7]);
     }
     { /* one sequence, n rows in one forward after its prompt: a verify block (n - 1 drafts and
        * the token before them, every row's logits) up to n = 9, then a prompt-cache suffix
@@ -494,7 +510,7 @@ static void bench_parity(ls_model *m, const char *name, int nseq, int min_len, i
  * Every figure is a pair (or a triple) of variants that run the same rows (same tokens, same
  * positions, same K/V before the step), interleaved step by step (the order rotates), each on a
  * forward of its own (its own CUDA graphs: switching options on one forward would drop them):
- *   auto    the default policy: an exact run of up to gemv_max_rows (12) rows takes the multi-row
+ *   auto    the default policy: an exact run of up to gemv_max_rows (8) rows takes the multi-row
  *           warp kernel (each weight block loaded once for all rows), longer runs the int8
  *           tensor-core GEMM; rows without a parity need may take the fast family (cuBLAS fp16
  *           for runs of at least fast_min_rows = 64 rows, the exact kernels below that);
