@@ -33,7 +33,7 @@ synth_8b_q4_0
 step test_cuda 200 "$N/test_cuda"
 step test_cuda_mut 60 "$N/test_cuda_mut" --quick    # the tree mutant (k_mma2's bias one too large): must fail
 step test_engine_cuda 120 "$N/test_engine_cuda"
-step bench_1 150 "$N/bench_cuda" --no-1b --suites kernels,decode --out "$L"
+step bench_1 150 "$N/bench_cuda" --no-1b --suites "${BENCH1_SUITES:-kernels,decode}" --out "$L"
 step bench_2 120 "$N/bench_cuda" --no-1b --suites decode
 while [ ! -f "$F8" ] && (( SECONDS - T0 < LIMIT - 60 )); do sleep 2; done
 step run_probe 90 "$N/lockstep" run -m "$F8" --device cuda -p "Hello there" -n 16 --temp 0
