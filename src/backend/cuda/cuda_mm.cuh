@@ -1060,7 +1060,7 @@ cudaError_t mma_t(const lsc_mat &w, lsc_act a, int rows, float *y, int ldy, int 
         LSC_MMA2_CFGS(X)
 #undef X
     }
-    if (s.mma_v2 && s.mma_small && fits) { /* runs of up to 32 rows: one tile row of 16 or 32 */
+    if (rows <= 32 && s.mma_v2 && s.mma_small && fits) { /* one tile row of 16 or 32 */
         if (s.mma_small == 1 || (s.mma_small == 3 && rows > 24)) /* measured: docs/cuda.md, batched decode */
             return rows <= 16 ? launch_mma2<T, 1, 1, 2, 4, 4>(w, a, rows, y, ldy, mode, part, pf, s)
                               : launch_mma2<T, 2, 1, 2, 4, 4>(w, a, rows, y, ldy, mode, part, pf, s);
