@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Batched decode on the device host, one call: parity (test_cuda, the tree mutant, test_engine_cuda),
-# bench_cuda's kernels and decode suites twice (the GEMM's runs of 13..32 rows on k_mma, as before,
+# bench_cuda's kernels and decode suites twice (the GEMM's runs of 9..32 rows on k_mma, as before,
 # beside k_mma2's one-tile-row configurations, in one process: the decode table's columns), the
 # CLI's probe, and, where llama.cpp's CUDA build (started first, in the background) is done in
 # time, llama-batched-bench at B = 1, 8, 16, 32 on the same 8B-shaped Q4_0 file.
-#   C    the carried folder: amx.tar.xz (optional; bench/remote/cpu_amx.sh pack), run while llama.cpp builds;
+#   C    the carried folder: amx.tar.xz (optional; bench/remote/cpu_amx.sh pack), checked while llama.cpp builds;
 #        bin.tar.xz holding bin/ (lockstep, test_cuda, test_cuda_mut,
 #        test_engine_cuda, bench_cuda, synth-gguf, stripped; lib/; hdr.gguf + hdr.size: the
 #        default model's header for synth-gguf); lcpp.tar.xz (optional): llama.cpp's tree as lcpp/
