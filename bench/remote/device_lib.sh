@@ -1,9 +1,12 @@
 # device_lib.sh - what the one-call device scripts share (sourced; bash). Expects W (work
 # folder), L (logs folder), OUT (where logs.tar.xz / r.tar.xz go back), N (the carried bin/),
-# T0 and LIMIT (seconds) set by the caller.
+# T0 and LIMIT (seconds) and C (the carried folder) set by the caller.
 #   device_env            the card, host and toolkit into L/env.txt and L/summary.txt
 #   synth_8b_q4_0         writes the 8B-shaped Q4_0 file to $F8 in the background (F8 appears only when
 #                         complete, then synth.log ends with "rc N")
+#   lcpp_build_bg TARGET J  when C/lcpp.tar.xz (llama.cpp's tree as lcpp/) is carried and not yet unpacked:
+#                         builds TARGET for sm_90 with CUDA in W/lcpp-b, J jobs, niced, in the background;
+#                         W/lcpp.rc gets the build's exit status when it ends
 #   step NAME T CMD...    runs CMD with a timeout of T (cut to the time left) into L/NAME.log,
 #                         appends its rc and the lines matching STEP_GREP (last STEP_TAIL) to
 #                         L/summary.txt, and packs the logs into OUT/r.tar.xz
@@ -18,6 +21,14 @@ synth_8b_q4_0() {
     cp "$N/hdr.gguf" "$W/vocab.gguf" && truncate -s "$(cat "$N/hdr.size")" "$W/vocab.gguf"
     ( "$N/synth-gguf" --shape 8b --type q4_0 --vocab-from "$W/vocab.gguf" -o "$F8.tmp" > "$L/synth.log" 2>&1
       rc=$?; mv "$F8.tmp" "$F8"; echo "rc $rc" >> "$L/synth.log" ) &
+}
+lcpp_build_bg() {
+    [ -f "$C/lcpp.tar.xz" ] && [ ! -d "$W/lcpp" ] || return 0
+    tar -C "$W" -xJf "$C/lcpp.tar.xz"
+    ( cd "$W" && cmake -S lcpp -B lcpp-b -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+          -DGGML_NATIVE=OFF -DGGML_CUDA_NCCL=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
+          -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DBUILD_SHARED_LIBS=OFF > "$L/lcpp-configure.log" 2>&1 &&
+      nice -n 19 cmake --build lcpp-b --target "$1" -j "$2" > "$L/lcpp-build.log" 2>&1; echo $? > "$W/lcpp.rc" ) &
 }
 STEP_GREP=${STEP_GREP:-"checks|differ|FAIL|TOPS|tok/s|identical|parity"}
 STEP_TAIL=${STEP_TAIL:-30}

@@ -17,17 +17,11 @@ rm -rf "$L"   # a reused host may keep an earlier lease's logs
 mkdir -p "$W" "$L" "$OUT"
 T0=$SECONDS LIMIT=${LIMIT:-570}
 N=$W/bin
-if [ -f "$C/lcpp.tar.xz" ] && [ ! -d "$W/lcpp" ]; then
-    tar -C "$W" -xJf "$C/lcpp.tar.xz"
-    ( cd "$W" && cmake -S lcpp -B lcpp-b -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-          -DGGML_NATIVE=OFF -DGGML_CUDA_NCCL=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
-          -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DBUILD_SHARED_LIBS=OFF > "$L/lcpp-configure.log" 2>&1 &&
-      nice -n 19 cmake --build lcpp-b --target llama-batched-bench -j 12 > "$L/lcpp-build.log" 2>&1; echo $? > "$W/lcpp.rc" ) &
-fi
-tar -C "$W" -xJf "$C/bin.tar.xz"
-export LD_LIBRARY_PATH=$N/lib
 STEP_GREP="checks|differ|FAIL|tok/s|identical|parity|matmul|total|^ +(1|8|12|16|24|32) |M = (16|24|32)|S_TG|^\|" STEP_TAIL=60
 . "$(dirname "$0")/device_lib.sh"
+lcpp_build_bg llama-batched-bench 12
+tar -C "$W" -xJf "$C/bin.tar.xz"
+export LD_LIBRARY_PATH=$N/lib
 device_env
 synth_8b_q4_0
 step test_cuda 200 "$N/test_cuda"

@@ -17,19 +17,13 @@ W=/tmp/w L=/tmp/logs
 mkdir -p "$W" "$L" "$OUT"
 T0=$SECONDS LIMIT=${LIMIT:-570}
 N=$W/bin O=$W/old
+STEP_GREP="checks|differ|FAIL|TOPS|tok/s|identical|parity|matmul|total|prefill_ms|pp[0-9]|tg[0-9]" STEP_TAIL=40
+. "$(dirname "$0")/device_lib.sh"
 if [ "${PHASE:-1}" = 1 ]; then
-    if [ -f "$C/lcpp.tar.xz" ] && [ ! -d "$W/lcpp" ]; then
-        tar -C "$W" -xJf "$C/lcpp.tar.xz"
-        ( cd "$W" && cmake -S lcpp -B lcpp-b -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-              -DGGML_NATIVE=OFF -DGGML_CUDA_NCCL=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
-              -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DBUILD_SHARED_LIBS=OFF > "$L/lcpp-configure.log" 2>&1 &&
-          nice -n 19 cmake --build lcpp-b --target llama-bench -j 10 > "$L/lcpp-build.log" 2>&1; echo $? > "$W/lcpp.rc" ) &
-    fi
+    lcpp_build_bg llama-bench 10
     tar -C "$W" -xJf "$C/bin.tar.xz"
 fi
 export LD_LIBRARY_PATH=$N/lib
-STEP_GREP="checks|differ|FAIL|TOPS|tok/s|identical|parity|matmul|total|prefill_ms|pp[0-9]|tg[0-9]" STEP_TAIL=40
-. "$(dirname "$0")/device_lib.sh"
 device_env
 synth_8b_q4_0
 P512=$(python3 -c 'print(" ".join(["the"] * 511))')
