@@ -494,6 +494,10 @@ typedef struct {
                                 * this probability (its own confidence; default 0.5; 0 = never) */
     bool static_costs;         /* the draft-length rule keeps its fixed cost prior instead of what
                                 * drafts and verify rows are measured to cost here (benchmarks) */
+    int32_t lookup_min;        /* mtp, draft, layerskip: where the sequence's last lookup_min (up to
+                                * ngram_max) tokens occurred earlier in it, propose what followed
+                                * them there (prompt lookup, as ngram) instead of running the drafter;
+                                * 0 (default): never */
 } ls_spec_params;
 #define LS_SPEC_PARAMS_INIT \
     {.size = sizeof(ls_spec_params), .kind = LS_SPEC_OFF, .draft_max = 8, .draft_min = 1, .ngram_min = 2, .ngram_max = 4, \
@@ -522,6 +526,8 @@ typedef struct {
                                   * row to cost now, in single-row steps (measured, or its prior) */
     double draft_ms, forward_ms; /* time spent proposing, and of it in the drafter's own forwards
                                   * (mtp: the module's; draft, layerskip: the draft context's) */
+    int32_t lookup_proposals;    /* of n_proposals, those made by lookup (ls_spec_params.lookup_min) */
+    int32_t lookup_drafted, lookup_accepted; /* their tokens, and how many of them were accepted */
 } ls_drafter_stats;
 #define LS_DRAFTER_STATS_INIT {.size = sizeof(ls_drafter_stats)}
 LS_API void ls_drafter_get_stats(ls_drafter *d, const int32_t *hist, int32_t n_hist, ls_drafter_stats *out);

@@ -37,6 +37,9 @@ static const char *run_help =
     "                          (default; timed as the run goes) or static (a fixed prior: 0.15 of a\n"
     "                          step per row, a draft its weight bytes over the model's)\n"
     "      --draft-min N       shorter drafts are not verified (default 1)\n"
+    "      --draft-lookup N    --spec mtp, draft, layerskip: where the last N (up to --ngram-max) tokens\n"
+    "                          occurred earlier, draft what followed them there instead (as ngram;\n"
+    "                          default 2 with mtp, else 0 = never)\n"
     "      --draft-model PATH  the draft model for --spec draft (same vocabulary), or for --spec mtp\n"
     "                          an MTP module fitted to this model (tools/fit_mtp.py; models/mtp/)\n"
     "      --draft-layers L    --spec layerskip drafts with the first L layers (default half)\n"
@@ -95,12 +98,12 @@ int cli_run(int argc, char **argv) {
     uint64_t seed = 0;
     bool json = false, probe = true, allow_inexact = false, progress = true;
     const char *spec_name = "off", *draft_path = NULL, *device = "cpu", *cache_dir = NULL;
-    long long draft_max = 8, draft_min = 1, draft_layers = 0, ngram_min = 2, ngram_max = 4;
+    long long draft_max = 8, draft_min = 1, draft_layers = 0, ngram_min = 2, ngram_max = 4, lookup = -1;
     double p_min = 0.5;
     bool draft_fixed = false, draft_static = false;
     enum { O_CHAT = 256, O_SYSTEM, O_TEMP, O_TOPK, O_TOPP, O_SEED, O_JSON, O_TMPL, O_NOPROBE, O_SPEC, O_DMAX, O_DMIN,
            O_DMODEL, O_DLAYERS, O_NGMIN, O_NGMAX, O_INEXACT, O_DEVICE, O_TMPLFILE, O_NOPROGRESS,
-           O_CACHEDIR, O_PMIN, O_DFIXED, O_DCOSTS };
+           O_CACHEDIR, O_PMIN, O_DFIXED, O_DCOSTS, O_LOOKUP };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},   {"prompt", required_argument, 0, 'p'},
         {"chat", required_argument, 0, O_CHAT}, {"system", required_argument, 0, O_SYSTEM},
@@ -115,7 +118,7 @@ int cli_run(int argc, char **argv) {
         {"draft-layers", required_argument, 0, O_DLAYERS}, {"ngram-min", required_argument, 0, O_NGMIN},
         {"ngram-max", required_argument, 0, O_NGMAX}, {"allow-inexact", no_argument, 0, O_INEXACT},
         {"device", required_argument, 0, O_DEVICE}, {"no-progress", no_argument, 0, O_NOPROGRESS},
-        {"cache-dir", required_argument, 0, O_CACHEDIR},
+        {"cache-dir", required_argument, 0, O_CACHEDIR}, {"draft-lookup", required_argument, 0, O_LOOKUP},
         {"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
     };
     optind = 1;
@@ -159,6 +162,7 @@ int cli_run(int argc, char **argv) {
         case O_DLAYERS: if (!cli_parse_int(cmd, "--draft-layers", optarg, 1, 4096, &draft_layers)) return LS_EXIT_USAGE; break;
         case O_NGMIN: if (!cli_parse_int(cmd, "--ngram-min", optarg, 1, 16, &ngram_min)) return LS_EXIT_USAGE; break;
         case O_NGMAX: if (!cli_parse_int(cmd, "--ngram-max", optarg, 1, 16, &ngram_max)) return LS_EXIT_USAGE; break;
+        case O_LOOKUP: if (!cli_parse_int(cmd, "--draft-lookup", optarg, 0, 16, &lookup)) return LS_EXIT_USAGE; break;
         case 'h': fputs(run_help, stdout); return 0;
         case ':': return cli_usage_error(cmd, "flag %s needs a value", argv[optind - 1]);
         default: return cli_usage_error(cmd, "unknown flag '%s'", argv[optind - 1]);
@@ -187,6 +191,9 @@ int cli_run(int argc, char **argv) {
     spp.ngram_max = (int32_t)ngram_max;
     spp.skip_first = (int32_t)draft_layers;
     if (ls_spec_kind_from_name(spec_name, &spp.kind, &err)) return cli_usage_error(cmd, "%s", err.msg);
+    if (lookup < 0) /* mtp: prompt lookup first where the answer repeats itself (docs/mtp.md) */
+        lookup = spp.kind == LS_SPEC_MTP ? (ngram_max < 2 ? ngram_max : 2) : 0;
+    spp.lookup_min = (int32_t)lookup;
     if (draft_path && spp.kind != LS_SPEC_DRAFT && spp.kind != LS_SPEC_MTP)
         return cli_usage_error(cmd, "--draft-model needs --spec draft or --spec mtp");
     if (spp.kind == LS_SPEC_DRAFT && !draft_path) return cli_usage_error(cmd, "--spec draft needs --draft-model PATH");
@@ -194,6 +201,10 @@ int cli_run(int argc, char **argv) {
         return cli_usage_error(cmd, "cannot read draft model file '%s'", draft_path);
     if (draft_min > draft_max) return cli_usage_error(cmd, "--draft-min %lld exceeds --draft-max %lld", draft_min, draft_max);
     if (ngram_min > ngram_max) return cli_usage_error(cmd, "--ngram-min %lld exceeds --ngram-max %lld", ngram_min, ngram_max);
+    if (lookup && (spp.kind == LS_SPEC_OFF || spp.kind == LS_SPEC_NGRAM))
+        return cli_usage_error(cmd, "--draft-lookup applies to --spec mtp, draft and layerskip (--spec ngram always "
+                                    "looks up)");
+    if (lookup > ngram_max) return cli_usage_error(cmd, "--draft-lookup %lld exceeds --ngram-max %lld", lookup, ngram_max);
     int rc = LS_EXIT_USAGE;
     ls_model *m = NULL, *dm = NULL;
     ls_engine *e = NULL;
@@ -365,6 +376,8 @@ int cli_run(int argc, char **argv) {
         cJSON_AddNumberToObject(o, "draft_n", res.n_drafted);
         cJSON_AddNumberToObject(o, "draft_accepted", res.n_accepted);
         cJSON_AddNumberToObject(o, "mean_accepted_len", per_step); /* tokens per target step */
+        cJSON_AddNumberToObject(o, "target_steps", res.n_steps);   /* the decode steps it took, and the */
+        cJSON_AddNumberToObject(o, "step_tokens", n_after);        /* tokens they made (after the first) */
         if (d) {
             cJSON_AddNumberToObject(o, "draft_proposals", ds.n_proposals);
             cJSON_AddNumberToObject(o, "draft_cost", ds.draft_cost); /* in single-row steps */
@@ -372,6 +385,11 @@ int cli_run(int argc, char **argv) {
             cJSON_AddStringToObject(o, "draft_costs", spp.static_costs ? "static" : "measured");
             cJSON_AddNumberToObject(o, "draft_ms", ds.draft_ms);
             cJSON_AddNumberToObject(o, "draft_forward_ms", ds.forward_ms);
+            if (spp.lookup_min > 0) { /* --draft-lookup: the proposals lookup made, and their tokens */
+                cJSON_AddNumberToObject(o, "lookup_proposals", ds.lookup_proposals);
+                cJSON_AddNumberToObject(o, "lookup_drafted", ds.lookup_drafted);
+                cJSON_AddNumberToObject(o, "lookup_accepted", ds.lookup_accepted);
+            }
             cJSON *pd = cJSON_AddArrayToObject(o, "draft_pos_drafted"), *pa = cJSON_AddArrayToObject(o, "draft_pos_accepted");
             for (int32_t j = 0; j < n_pos; j++) {
                 cJSON_AddItemToArray(pd, cJSON_CreateNumber(ds.drafted[j]));
@@ -401,6 +419,10 @@ int cli_run(int argc, char **argv) {
                     ls_spec_kind_name(spp.kind), res.n_drafted, res.n_accepted,
                     res.n_drafted ? 100.0 * res.n_accepted / res.n_drafted : 0.0, per_step, d ? ls_drafter_ms(d) : 0.0,
                     ds.draft_cost, ds.row_cost, spp.static_costs ? "fixed prior" : "measured");
+        if (!declined && spp.lookup_min > 0 && d)
+            fprintf(stderr, "[spec %s: lookup made %d of %d proposals; %d of their %d tokens accepted]\n",
+                    ls_spec_kind_name(spp.kind), ds.lookup_proposals, ds.n_proposals, ds.lookup_accepted,
+                    ds.lookup_drafted);
         if (!declined && n_pos > 0) {
             fprintf(stderr, "[spec %s: accepted by draft position:", ls_spec_kind_name(spp.kind));
             for (int32_t j = 0; j < n_pos; j++)

@@ -33,6 +33,7 @@ static const char *help =
     "      --draft-max K, --draft-min N, --draft-model PATH, --draft-layers L   as for `run`\n"
     "                        (--spec mtp --draft-model FILE: an MTP module fitted to the model)\n"
     "      --draft-p-min P   as for `run` (default 0.5)\n"
+    "      --draft-lookup N  as for `run`: prompt lookup before the drafter (default 2 with mtp, else 0)\n"
     "      --allow-inexact   keep speculating even if the parity probe fails\n"
     "      --kernels K       auto, wide, narrow (default auto)\n"
     "      --device D        cpu, or cuda in a CUDA build (default cpu)\n"
@@ -99,21 +100,21 @@ int cli_serve(int argc, char **argv) {
     const char *spec = "off", *kernels = "auto";
     bool progress = true;
     long long port = 8080, par = 8, ctx = 0, threads = 0, maxq = 64, timeout = 30, maxbody = 1 << 20, maxtok = 4096;
-    long long dmax = 8, dmin = 1, dlayers = 0, maxconn = 8192, htimeout = 10, btimeout = 60;
+    long long dmax = 8, dmin = 1, dlayers = 0, dlookup = -1, maxconn = 8192, htimeout = 10, btimeout = 60;
     p.api_key = getenv("LOCKSTEP_API_KEY");
     if (p.api_key && !*p.api_key) p.api_key = NULL;
     double p_min = 0.5;
     enum { O_HOST = 256, O_PORT, O_KVMEM, O_SPEC, O_DMAX, O_DMIN, O_DMODEL, O_DLAYERS, O_KEY, O_MAXQ, O_TIMEOUT,
            O_MAXBODY, O_MAXTOK, O_ALIAS, O_INEXACT, O_NOPROBE, O_KERNELS, O_PAR, O_DEVICE, O_MAXCONN,
            O_HTIMEOUT, O_CORS, O_BTIMEOUT, O_REASON, O_TMPLFILE, O_NOPROGRESS,
-           O_CACHEDIR, O_CACHEMAX, O_MDIR, O_MMAX, O_MMEM, O_PMIN };
+           O_CACHEDIR, O_CACHEMAX, O_MDIR, O_MMAX, O_MMEM, O_PMIN, O_LOOKUP };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"host", required_argument, 0, O_HOST},
         {"port", required_argument, 0, O_PORT}, {"parallel", required_argument, 0, O_PAR},
         {"ctx-size", required_argument, 0, 'c'}, {"kv-mem", required_argument, 0, O_KVMEM},
         {"threads", required_argument, 0, 't'}, {"spec", required_argument, 0, O_SPEC},
         {"draft-max", required_argument, 0, O_DMAX}, {"draft-min", required_argument, 0, O_DMIN},
-        {"draft-p-min", required_argument, 0, O_PMIN},
+        {"draft-p-min", required_argument, 0, O_PMIN}, {"draft-lookup", required_argument, 0, O_LOOKUP},
         {"draft-model", required_argument, 0, O_DMODEL}, {"draft-layers", required_argument, 0, O_DLAYERS},
         {"api-key", required_argument, 0, O_KEY}, {"max-queue", required_argument, 0, O_MAXQ},
         {"timeout", required_argument, 0, O_TIMEOUT}, {"max-body", required_argument, 0, O_MAXBODY},
@@ -154,6 +155,7 @@ int cli_serve(int argc, char **argv) {
         case O_SPEC: spec = optarg; break;
         case O_DMAX: if (!cli_parse_int(cmd, "--draft-max", optarg, 1, 64, &dmax)) return LS_EXIT_USAGE; break;
         case O_PMIN: if (!cli_parse_float(cmd, "--draft-p-min", optarg, 0.0, 1.0, &p_min)) return LS_EXIT_USAGE; break;
+        case O_LOOKUP: if (!cli_parse_int(cmd, "--draft-lookup", optarg, 0, 16, &dlookup)) return LS_EXIT_USAGE; break;
         case O_DMIN: if (!cli_parse_int(cmd, "--draft-min", optarg, 0, 64, &dmin)) return LS_EXIT_USAGE; break;
         case O_DMODEL: p.draft_model_path = optarg; break;
         case O_DLAYERS: if (!cli_parse_int(cmd, "--draft-layers", optarg, 1, 4096, &dlayers)) return LS_EXIT_USAGE; break;
@@ -229,6 +231,12 @@ int cli_serve(int argc, char **argv) {
     if (p.draft_model_path && p.spec.kind != LS_SPEC_DRAFT && p.spec.kind != LS_SPEC_MTP)
         return cli_usage_error(cmd, "--draft-model needs --spec draft or --spec mtp");
     if (p.spec.kind == LS_SPEC_DRAFT && !p.draft_model_path) return cli_usage_error(cmd, "--spec draft needs --draft-model PATH");
+    if (dlookup < 0) dlookup = p.spec.kind == LS_SPEC_MTP ? 2 : 0;
+    if (dlookup && (p.spec.kind == LS_SPEC_OFF || p.spec.kind == LS_SPEC_NGRAM))
+        return cli_usage_error(cmd, "--draft-lookup applies to --spec mtp, draft and layerskip (--spec ngram always "
+                                    "looks up)");
+    if (dlookup > p.spec.ngram_max)
+        return cli_usage_error(cmd, "--draft-lookup %lld exceeds the longest n-gram (%d)", dlookup, p.spec.ngram_max);
     if (p.draft_model_path && access(p.draft_model_path, R_OK) != 0)
         return cli_usage_error(cmd, "cannot read draft model file '%s'", p.draft_model_path);
     if (dmin > dmax) return cli_usage_error(cmd, "--draft-min %lld exceeds --draft-max %lld", dmin, dmax);
@@ -257,6 +265,7 @@ int cli_serve(int argc, char **argv) {
     p.spec.draft_max = (int32_t)dmax;
     p.spec.draft_min = (int32_t)dmin;
     p.spec.p_min = (float)p_min;
+    p.spec.lookup_min = (int32_t)dlookup;
     p.spec.skip_first = (int32_t)dlayers;
     char memo_dir[4096];
     p.probe_memo_dir = cli_cache_dir(memo_dir, sizeof memo_dir);

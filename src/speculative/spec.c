@@ -50,6 +50,14 @@ ls_status ls_spec_check_model(const ls_model *target, int32_t n_ctx, const ls_sp
     if (p->kind == LS_SPEC_NGRAM && (p->ngram_min < 1 || p->ngram_max < p->ngram_min || p->ngram_max > 16))
         return ls_err_set(err, LS_E_INVALID, "n-gram sizes %d..%d are out of range (1 <= min <= max <= 16)",
                           p->ngram_min, p->ngram_max);
+    if (p->lookup_min != 0) {
+        if (p->kind == LS_SPEC_OFF || p->kind == LS_SPEC_NGRAM)
+            return ls_err_set(err, LS_E_INVALID, "--draft-lookup applies to --spec mtp, draft and layerskip (--spec "
+                                                 "ngram always looks up)");
+        if (p->lookup_min < 1 || p->ngram_max < p->lookup_min || p->ngram_max > 16)
+            return ls_err_set(err, LS_E_INVALID, "--draft-lookup %d is out of range (1..--ngram-max, which is %d; "
+                                                 "at most 16)", p->lookup_min, p->ngram_max);
+    }
     if (p->kind == LS_SPEC_DRAFT) {
         if (!p->draft_model) return ls_err_set(err, LS_E_INVALID, "--spec draft needs --draft-model PATH");
         const ls_tokenizer *a = ls_model_tokenizer(target), *b = ls_model_tokenizer(p->draft_model);
@@ -189,6 +197,11 @@ struct ls_drafter {
     double draft_ms;         /* time spent proposing */
     double fwd_ms;           /* of it, in the drafter's forwards */
     int32_t n_props, pos_drafted[16], pos_accepted[16]; /* ls_drafter_stats */
+    bool prop_lookup;        /* the last proposal came from lookup (lookup_min) */
+    double lk_s, lk_t;       /* acc_s, acc_t of the lookup proposals */
+    bool own_last;           /* the last call drafted with the drafter itself (not lookup) */
+    int32_t lk_props, lk_drafted, lk_accepted;
+    int32_t lk_idle;         /* matches declined since lookup last proposed */
     bool hopeless;           /* even at 90 % acceptance no draft length would pay: never draft */
     /* mtp: the module's forward and one-layer KV store, on the engine's backend */
     const ls_backend *mbe;
@@ -276,6 +289,8 @@ ls_drafter *ls_drafter_create_on(const ls_backend *be, const ls_model *target, i
     d->sp.repeat_penalty = d->sp.frequency_penalty = d->sp.presence_penalty = 0.0f;
     d->acc_s = 2.0; /* prior: 2 of 3 drafted tokens accepted */
     d->acc_t = 3.0;
+    d->lk_s = 2.0; /* lookup's: the same prior */
+    d->lk_t = 3.0;
     d->explore = 8;
     d->cm.t_end = -1.0;
     d->prop = ls_malloc((size_t)p->draft_max * sizeof *d->prop);
@@ -349,8 +364,9 @@ fail:
     return NULL;
 }
 
-static int32_t draft_ngram(ls_drafter *d, const int32_t *h, int32_t n, int32_t *out, int32_t max) {
-    const int32_t nmin = d->p.ngram_min, nmax = d->p.ngram_max;
+/* Prompt lookup over n-grams of nmin..ngram_max tokens (ngram's drafts; lookup_min's). */
+static int32_t draft_ngram(ls_drafter *d, const int32_t *h, int32_t n, int32_t *out, int32_t max, int32_t nmin) {
+    const int32_t nmax = d->p.ngram_max;
     if (d->indexed > n) { /* a different history: start over */
         for (int i = 0; i < 17; i++) {
             free(d->idx[i].keys);
@@ -571,11 +587,14 @@ int32_t ls_drafter_draft(void *ud, const int32_t *hist, int32_t n_hist, int32_t 
     d->draft_ms += t1 - t0;
     /* A draft call also catches up with the tokens since the last one (mtp: the module's K/V),
      * so only a call right after a drafting call shows what drafting at every step costs; one
-     * after an idle spell (or the prompt) would charge the whole spell to its drafts. */
-    if (n > 0 && m->k_last > 0) {
+     * after an idle spell (or the prompt, or lookup's proposals) would charge the whole spell to
+     * its drafts.  Lookup's own proposals cost nothing to draft and are not the drafter's. */
+    const bool own = n > 0 && !d->prop_lookup;
+    if (own && d->own_last) {
         m->tw = LS_COST_DECAY * m->tw + 1.0;
         m->ty = LS_COST_DECAY * m->ty + (t1 - t0) / n;
     }
+    d->own_last = own;
     m->t_end = t1;
     m->k_last = n;
     m->n_calls++;
@@ -590,6 +609,11 @@ static int32_t settle(ls_drafter *d, const int32_t *hist, int32_t n_hist) {
     int32_t a = 0;
     while (a < d->n_prop && d->prop_at + a < n_hist && hist[d->prop_at + a] == d->prop[a]) a++;
     d->n_props++;
+    if (d->prop_lookup) {
+        d->lk_props++;
+        d->lk_drafted += d->n_prop;
+        d->lk_accepted += a;
+    }
     for (int32_t j = 0; j < d->n_prop && j < 16; j++) {
         d->pos_drafted[j]++;
         d->pos_accepted[j] += j < a;
@@ -609,31 +633,70 @@ void ls_drafter_get_stats(ls_drafter *d, const int32_t *hist, int32_t n_hist, ls
     ls_drafter_costs(d, &s.draft_cost, &s.row_cost);
     s.draft_ms = d->draft_ms;
     s.forward_ms = d->fwd_ms;
+    s.lookup_proposals = d->lk_props;
+    s.lookup_drafted = d->lk_drafted;
+    s.lookup_accepted = d->lk_accepted;
     size_t n = out->size < sizeof s ? out->size : sizeof s;
     memcpy(out, &s, n);
     out->size = n;
 }
 
+/* The draft length 1..max with the best expected tokens per unit of cost at acceptance p
+ * (*best: that ratio; under 1, plain decoding is faster). */
+static int32_t best_length(double p, int32_t max, double dc, double rc, double *best) {
+    int32_t k = max;
+    *best = 0.0;
+    for (int32_t j = 1; j <= max; j++) {
+        const double g = spec_gain(p, j, dc, rc);
+        if (g > *best) {
+            *best = g;
+            k = j;
+        }
+    }
+    return k;
+}
+
+/* lookup_min: where the sequence repeats itself, what followed before is the proposal, at the
+ * length its own acceptance (kept apart from the drafter's) pays for; a lookup costs nothing
+ * to draft, only its verify rows.  0: no match, or none that pays (the drafter's turn; one
+ * token in 16 such matches is proposed anyway, so the estimate can recover). */
+static int32_t draft_lookup(ls_drafter *d, const int32_t *hist, int32_t n_hist, int32_t *out, int32_t max) {
+    int32_t n = draft_ngram(d, hist, n_hist, out, max, d->p.lookup_min);
+    if (n <= 0 || d->p.fixed_length) return n;
+    double dc, rc, best;
+    ls_drafter_costs(d, &dc, &rc);
+    const int32_t k = best_length(d->lk_s / d->lk_t, n, 0.0, rc, &best);
+    if (best >= 1.0) return k;
+    if (++d->lk_idle < 16) return 0;
+    d->lk_idle = 0;
+    return 1;
+}
+
 static int32_t drafter_draft(ls_drafter *d, const int32_t *hist, int32_t n_hist, int32_t *out, int32_t max) {
     if (d->n_prop > 0 && n_hist > d->prop_at) {
-        int32_t a = settle(d, hist, n_hist);
-        d->acc_s = 0.8 * d->acc_s + a;
-        d->acc_t = 0.8 * d->acc_t + a + (a < d->n_prop ? 1 : 0);
+        const int32_t a = settle(d, hist, n_hist);
+        double *s = d->prop_lookup ? &d->lk_s : &d->acc_s, *t = d->prop_lookup ? &d->lk_t : &d->acc_t;
+        *s = 0.8 * *s + a;
+        *t = 0.8 * *t + a + (a < d->n_prop ? 1 : 0);
         d->n_prop = 0;
     }
     if (max > d->p.draft_max) max = d->p.draft_max;
-    if (max <= 0 || d->hopeless) return 0;
+    if (max <= 0) return 0;
+    int32_t n = 0;
+    if (d->p.kind != LS_SPEC_NGRAM && d->p.lookup_min > 0 && (n = draft_lookup(d, hist, n_hist, out, max)) > 0) {
+        if (n < d->p.draft_min) return 0;
+        memcpy(d->prop, out, (size_t)n * sizeof *out);
+        d->n_prop = n;
+        d->prop_at = n_hist;
+        d->prop_lookup = true;
+        return n;
+    }
+    if (d->hopeless) return 0;
     int32_t k = max;
     if (!d->p.fixed_length) { /* the length with the best expected tokens per unit of cost */
-        double p = d->acc_s / d->acc_t, best = 0.0, dc, rc;
+        double best, dc, rc;
         ls_drafter_costs(d, &dc, &rc);
-        for (int32_t j = 1; j <= max; j++) {
-            double g = spec_gain(p, j, dc, rc);
-            if (g > best) {
-                best = g;
-                k = j;
-            }
-        }
+        k = best_length(d->acc_s / d->acc_t, max, dc, rc, &best);
         if (best < 1.0 && !d->again) { /* not worth it now: draft only now and then, to notice a change */
             if (++d->idle < d->explore) return 0;
             d->explore = d->explore * 2 > 64 ? 64 : d->explore * 2;
@@ -649,13 +712,14 @@ static int32_t drafter_draft(ls_drafter *d, const int32_t *hist, int32_t n_hist,
             (d->cm.n_calls & 7) == 7 && --k == 0)
             return 0;
     }
-    int32_t n = d->p.kind == LS_SPEC_NGRAM ? draft_ngram(d, hist, n_hist, out, k)
-                : d->p.kind == LS_SPEC_MTP ? draft_mtp(d, hist, n_hist, out, k)
-                                           : draft_model(d, hist, n_hist, out, k);
+    n = d->p.kind == LS_SPEC_NGRAM  ? draft_ngram(d, hist, n_hist, out, k, d->p.ngram_min)
+        : d->p.kind == LS_SPEC_MTP ? draft_mtp(d, hist, n_hist, out, k)
+                                   : draft_model(d, hist, n_hist, out, k);
     if (n < d->p.draft_min || n <= 0) return 0;
     memcpy(d->prop, out, (size_t)n * sizeof *out);
     d->n_prop = n;
     d->prop_at = n_hist;
+    d->prop_lookup = false;
     return n;
 }
 

@@ -20,6 +20,10 @@
  *              output hidden state for longer drafts.  It sees every position's hidden
  *              state through the engine's draft_observe hook.
  *
+ * lookup_min (mtp, draft, layerskip): where the history's last lookup_min..ngram_max tokens
+ * occurred before, ngram's proposal comes first and the drafter runs only where nothing
+ * matches; lookup keeps an acceptance estimate of its own for its length.
+ *
  * Every drafter adapts its length with a cost model: from a decayed estimate p of
  * how often a drafted token is accepted it picks the k (1..draft_max) that maximizes
  * the expected tokens per step, (1 - p^(k+1)) / (1 - p), over the step's cost,

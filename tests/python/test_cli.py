@@ -51,6 +51,10 @@ def test_help(cmd):
         (["info", "-m", "/nonexistent/x.gguf"], "cannot read model file"),
         (["tokenize"], "give exactly one TEXT argument"),
         (["run", "-p"], "flag -p needs a value"),
+        (["run", "-p", "hi", "--spec", "ngram", "--draft-lookup", "2"], "--draft-lookup applies to --spec mtp"),
+        (["run", "-p", "hi", "--spec", "layerskip", "--draft-lookup", "5"], "--draft-lookup 5 exceeds --ngram-max 4"),
+        (["run", "-p", "hi", "--spec", "layerskip", "--draft-lookup", "x"], "invalid value 'x' for --draft-lookup"),
+        (["serve", "--spec", "off", "--draft-lookup", "2"], "--draft-lookup applies to --spec mtp"),
     ],
 )
 def test_bad_flags_exit_2(args, needle):
@@ -291,6 +295,30 @@ def test_run_declines_speculation_when_the_probe_fails(model):
                        env=env)
     oa = json.loads(a.stdout)
     assert not oa["spec_declined"] and oa["draft_n"] > 0
+
+
+def test_mtp_with_lookup_first_keeps_the_plain_answer(model):
+    """--spec mtp --draft-lookup 2 with the shipped module: where the answer repeats itself,
+    prompt lookup drafts (and is accepted), elsewhere the module does; the tokens equal plain
+    decoding's at temperature 0 (where this answer repeats a line) and 0.8."""
+    module = ROOT / "mtp" / "SmolLM2-135M-Instruct.Q4_1.mtp.gguf"
+    if "SmolLM2-135M-Instruct.Q4_1" not in str(model) or not module.exists():
+        pytest.skip("the shipped module fits the default model only")
+    for temp in ("0", "0.8"):
+        common = ["run", "-m", model, "--chat", "Write a poem about autumn leaves.",
+                  "-n", "64", "--temp", temp, "--seed", "5", "-t", "2", "--json", "--no-probe"]
+        plain = json.loads(run(*common).stdout)
+        r = run(*common, "--spec", "mtp", "--draft-model", str(module), "--draft-max", "4", "--draft-lookup", "2")
+        assert r.returncode == 0, r.stderr
+        o = json.loads(r.stdout)
+        assert o["tokens"] == plain["tokens"], temp
+        assert o["lookup_proposals"] < o["draft_proposals"] and o["lookup_accepted"] <= o["lookup_drafted"], o
+        if temp == "0":
+            assert o["lookup_proposals"] > 0 and o["lookup_accepted"] > 0, o
+    t = run(*common[:-2], "--no-probe", "--spec", "mtp", "--draft-model", str(module))  # 2: mtp's default
+    assert "lookup made" in t.stderr, t.stderr
+    o = json.loads(run(*common, "--spec", "mtp", "--draft-model", str(module), "--draft-lookup", "0").stdout)
+    assert o["tokens"] == plain["tokens"] and "lookup_proposals" not in o
 
 
 def test_the_shipped_binary_plants_no_fault(model):

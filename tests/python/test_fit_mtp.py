@@ -96,9 +96,10 @@ def run_cli(*args, timeout=300):
 
 
 def assert_drafts_keep_plain_text(model, module, *prompt):
-    """`run --spec mtp` with the module drafts, and answers with plain decoding's text (T = 0)."""
+    """`run --spec mtp` with the module drafts (alone: no prompt lookup first), and answers with
+    plain decoding's text (T = 0)."""
     common = ("run", "-m", str(model), *prompt, "--temp", "0", "--json", "--no-probe")
-    r = run_cli(*common, "--spec", "mtp", "--draft-model", str(module))
+    r = run_cli(*common, "--spec", "mtp", "--draft-model", str(module), "--draft-lookup", "0")
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
     assert j["spec"] == "mtp" and j["draft_n"] > 0

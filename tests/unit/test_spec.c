@@ -83,6 +83,83 @@ static void test_ngram_matches_brute_force(void **state) {
     }
 }
 
+/* lookup_min: where the history's last lookup_min..ngram_max tokens occurred before, the
+ * proposal is what followed them (the brute-force search above, from lookup_min); elsewhere
+ * it is the drafter's own (layer-skip over 2 layers here), and the stats count the settled
+ * lookup proposals, their tokens and the accepted ones. */
+static void test_lookup_first(void **state) {
+    (void)state;
+    FX_NEED(g_model);
+    uint64_t rs = 11;
+    int32_t matched = 0, own = 0;
+    for (int trial = 0; trial < 6; trial++) {
+        ls_spec_params p = LS_SPEC_PARAMS_INIT;
+        p.kind = LS_SPEC_LAYERSKIP;
+        p.skip_first = 2;
+        p.draft_max = 6;
+        p.fixed_length = true;
+        p.lookup_min = 2 + trial % 2;
+        p.ngram_max = 4;
+        ls_sampler_params sp = {.top_p = 1.0f};
+        ls_err err;
+        ls_drafter *d = ls_drafter_create_for(g_model, 512, NULL, LS_ISA_AUTO, &p, &sp, &err);
+        if (!d) fail_msg("drafter: %s", err.msg);
+        int32_t h[200], n = 0, n_lookup = 0, lk_tokens = 0, lk_acc = 0;
+        int32_t prev[6], n_prev = 0, prev_at = 0;
+        bool prev_lookup = false;
+        const int32_t alpha = trial < 3 ? 6 : 60; /* few tokens: mostly repeats; many: mostly not */
+        for (int step = 0; step < 24; step++) {
+            const int32_t add = 1 + (int32_t)(rng_next(&rs) % 5);
+            for (int32_t i = 0; i < add; i++) h[n++] = 100 + (int32_t)(rng_next(&rs) % (uint64_t)alpha);
+            int32_t want[6], nw = 0;
+            for (int32_t k = p.ngram_max; k >= p.lookup_min && !nw; k--) {
+                if (k > n) continue;
+                for (int32_t e = n - 1; e >= k; e--)
+                    if (!memcmp(h + e - k, h + n - k, sizeof(int32_t) * (size_t)k)) {
+                        while (nw < 6 && e + nw < n) {
+                            want[nw] = h[e + nw];
+                            nw++;
+                        }
+                        break;
+                    }
+            }
+            if (prev_lookup) { /* the last proposal is settled now: how much of it the history took */
+                int32_t a = 0;
+                while (a < n_prev && prev_at + a < n && h[prev_at + a] == prev[a]) a++;
+                n_lookup++;
+                lk_tokens += n_prev;
+                lk_acc += a;
+            }
+            int32_t out[6];
+            const int32_t got = ls_drafter_draft(d, h, n, out, 6);
+            ls_drafter_stats s = LS_DRAFTER_STATS_INIT;
+            ls_drafter_get_stats(d, NULL, 0, &s);
+            if (nw) {
+                assert_int_equal(got, nw);
+                assert_memory_equal(out, want, sizeof(int32_t) * (size_t)nw);
+                matched++;
+            } else {
+                assert_int_equal(got, 6); /* layer-skip's own chain, at the fixed length */
+                own++;
+            }
+            assert_int_equal(s.lookup_proposals, n_lookup);
+            assert_int_equal(s.lookup_drafted, lk_tokens);
+            assert_int_equal(s.lookup_accepted, lk_acc);
+            memcpy(prev, out, sizeof out);
+            n_prev = got;
+            prev_at = n;
+            prev_lookup = nw > 0;
+            if (got > 0 && (rng_next(&rs) & 1)) { /* accept a prefix of it: the next history continues with it */
+                const int32_t a = (int32_t)(rng_next(&rs) % (uint64_t)(got + 1));
+                for (int32_t i = 0; i < a && n < 190; i++) h[n++] = out[i];
+            }
+        }
+        ls_drafter_free(d);
+    }
+    print_message("lookup first: %d proposals by lookup, %d by the drafter\n", matched, own);
+    assert_true(matched > 10 && own > 10);
+}
+
 typedef struct {
     int32_t toks[64];
     int32_t n;
@@ -276,6 +353,14 @@ static void test_spec_bad_params(void **state) {
     p = (ls_spec_params){.size = sizeof(ls_spec_params), .kind = LS_SPEC_NGRAM, .draft_max = 0};
     assert_int_equal(ls_spec_check_model(g_model, 64, &p, &err), LS_E_INVALID);
     assert_non_null(strstr(err.msg, "--draft-max"));
+    p = (ls_spec_params){.size = sizeof(ls_spec_params), .kind = LS_SPEC_NGRAM, .draft_max = 4, .ngram_min = 2,
+                         .ngram_max = 4, .lookup_min = 2};
+    assert_int_equal(ls_spec_check_model(g_model, 64, &p, &err), LS_E_INVALID);
+    assert_non_null(strstr(err.msg, "--draft-lookup applies to"));
+    p = (ls_spec_params){.size = sizeof(ls_spec_params), .kind = LS_SPEC_LAYERSKIP, .draft_max = 4, .ngram_min = 2,
+                         .ngram_max = 4, .lookup_min = 5};
+    assert_int_equal(ls_spec_check_model(g_model, 64, &p, &err), LS_E_INVALID);
+    assert_non_null(strstr(err.msg, "--draft-lookup 5 is out of range"));
 }
 
 /* ---- MTP: a synthetic module written with the project's GGUF writer ---------
@@ -697,18 +782,20 @@ static void test_mtp_shipped_module(void **state) {
             outcome ref = {0};
             ref.logits = malloc(sizeof(float) * (size_t)g_V * 64);
             run(prompt, (int32_t)n, sp, 48, NULL, &ref);
-            for (int v = 0; v < 2; v++) { /* adaptive with the confidence stop; a fixed chain of 3 */
+            for (int v = 0; v < 3; v++) { /* adaptive with the confidence stop; a fixed chain of 3; adaptive
+                                           * with prompt lookup first */
                 ls_spec_params p = LS_SPEC_PARAMS_INIT;
                 p.kind = LS_SPEC_MTP;
-                p.draft_max = v ? 3 : 4;
+                p.draft_max = v == 1 ? 3 : 4;
                 p.fixed_length = v == 1;
+                p.lookup_min = v == 2 ? 2 : 0;
                 outcome o = {0};
                 o.logits = malloc(sizeof(float) * (size_t)g_V * 64);
                 run(prompt, (int32_t)n, sp, 48, &p, &o);
                 if (o.n != ref.n || memcmp(o.toks, ref.toks, sizeof(int32_t) * (size_t)o.n) ||
                     memcmp(o.logits, ref.logits, sizeof(float) * (size_t)g_V * (size_t)o.n))
                     fail_msg("shipped mtp, chat %zu, %s, temperature %.1f: differs from plain decoding", ci,
-                             v ? "fixed 3" : "adaptive", (double)temps[ti]);
+                             v == 1 ? "fixed 3" : v ? "adaptive, lookup first" : "adaptive", (double)temps[ti]);
                 drafted += o.n_drafted;
                 accepted += o.n_accepted;
                 free(o.logits);
@@ -727,6 +814,7 @@ int main(int argc, char **argv) {
     if (argc > 1) cmocka_set_test_filter(argv[1]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ngram_matches_brute_force),
+        cmocka_unit_test(test_lookup_first),
         cmocka_unit_test(test_spec_bad_params),
         cmocka_unit_test(test_adaptive_declines_costly_drafter),
         cmocka_unit_test(test_measured_costs),
