@@ -13,6 +13,10 @@ held-out chat prompts (tools/mtp_prompts_heldout.txt: prompts the fit never saw)
    AVX2 on an AVX-512 CPU), decode tok/s per run, medians and the median of the per-pair
    ratios.
 
+--lookups 0,2 runs every mtp measurement once per value of `--draft-lookup` (0, the default
+here: the module alone; N: prompt lookup first where the last N tokens occurred before, the
+module elsewhere; `lockstep run --spec mtp` takes 2 unless told).
+
 Each run is one `lockstep run --json` process (--no-probe: the bench compares the tokens
 itself).  Writes OUT/runs.jsonl (every run) and OUT/summary.json, and prints a markdown
 table."""
@@ -28,12 +32,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run(a, prompt, temp, spec, isa, draft_max, fixed=False, costs="measured"):
+def run(a, prompt, temp, spec, isa, draft_max, fixed=False, costs="measured", lookup=0):
     cmd = [str(a.lockstep), "run", "-m", a.model, "-p" if a.raw else "--chat", prompt, "-n", str(a.n), "--temp", str(temp),
            "--seed", str(a.seed), "-t", str(a.threads), "--json", "--no-probe", "--device", a.device]
     if spec:
         cmd += ["--spec", "mtp", "--draft-model", a.module, "--draft-max", str(draft_max),
-                "--draft-p-min", str(a.p_min), "--draft-costs", costs] + (["--draft-fixed"] if fixed else [])
+                "--draft-p-min", str(a.p_min), "--draft-costs", costs] + (["--draft-fixed"] if fixed else []) + \
+               ["--draft-lookup", str(lookup)]
     env = dict(os.environ)
     env.pop("LOCKSTEP_ISA", None)
     if isa != "auto":
@@ -44,6 +49,7 @@ def run(a, prompt, temp, spec, isa, draft_max, fixed=False, costs="measured"):
     j = json.loads(r.stdout)
     j.update({"prompt": prompt, "temp": temp, "spec": "mtp" if spec else "off", "isa_req": isa, "costs": costs,
               "draft_max": draft_max if spec else 0, "p_min": a.p_min if spec else None, "fixed": fixed,
+              "lookup": lookup if spec else None,
               "time": time.time()})
     return j
 
@@ -70,6 +76,7 @@ def main():
     ap.add_argument("--device", default="cpu", help="cpu or cuda (lockstep run --device)")
     ap.add_argument("--costs", default="measured",
                     help="the speed part's --draft-costs modes, each beside plain decoding (e.g. measured,static)")
+    ap.add_argument("--lookups", default="0", help="--draft-lookup values of the mtp runs (0: none)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     out = Path(a.out)
@@ -81,14 +88,16 @@ def main():
 
     # 1. acceptance (and parity) per temperature: the module's own, with a fixed chain of
     # --draft-max (every position measured), and what the adaptive length does with it
-    for temp, fixed in () if a.no_acceptance else ((0.0, True), (0.8, True), (0.0, False), (0.8, False)):
+    lookups = [int(x) for x in a.lookups.split(",") if x]
+    cases = [(t, f, lk) for t, f in ((0.0, True), (0.8, True), (0.0, False), (0.8, False)) for lk in lookups]
+    for temp, fixed, lk in () if a.no_acceptance else cases:
         drafted, accepted = [0] * 16, [0] * 16
-        props = 0
+        props = lk_props = lk_drafted = lk_accepted = 0
         per_step = []
-        n_drafted = n_accepted = 0
+        n_drafted = n_accepted = n_gen = n_steps = 0
         for p in prompts[:a.n_prompts]:
             base = run(a, p, temp, False, "auto", 0)
-            m = run(a, p, temp, True, "auto", a.draft_max, fixed)
+            m = run(a, p, temp, True, "auto", a.draft_max, fixed, lookup=lk)
             for j in (base, m):
                 log.write(json.dumps(j) + "\n")
             if base["tokens"] != m["tokens"]:
@@ -97,11 +106,18 @@ def main():
                 drafted[i] += d
                 accepted[i] += c
             props += m.get("draft_proposals", 0)
+            lk_props += m.get("lookup_proposals", 0)
+            lk_drafted += m.get("lookup_drafted", 0)
+            lk_accepted += m.get("lookup_accepted", 0)
             per_step.append(m["mean_accepted_len"])
+            n_gen += m["step_tokens"]
+            n_steps += m["target_steps"]
             n_drafted += m["draft_n"]
             n_accepted += m["draft_accepted"]
         k = max([i + 1 for i in range(16) if drafted[i]] or [0])
-        summary["acceptance"]["%g %s" % (temp, "fixed" if fixed else "adaptive")] = {
+        summary["acceptance"]["%g %s%s" % (temp, "fixed" if fixed else "adaptive", ", lookup %d" % lk if lk else "")] = {
+            "lookup": lk, "lookup_proposals": lk_props, "lookup_drafted": lk_drafted, "lookup_accepted": lk_accepted,
+            "tokens_per_target_step_all": n_gen / n_steps if n_steps else None,
             "prompts": a.n_prompts, "proposals": props, "drafted": n_drafted, "accepted": n_accepted,
             "per_position": [{"pos": i + 1, "drafted": drafted[i], "accepted": accepted[i],
                               "rate": accepted[i] / drafted[i]} for i in range(k)],
@@ -114,21 +130,25 @@ def main():
     # 2. speed, interleaved, per ISA: plain and one mtp run per cost mode, the order rotated
     modes = [x for x in a.costs.split(",") if x]
     for isa in [x for x in a.isas.split(",") if x]:
-        for mode in modes:
-            summary["speed"]["%s %s" % (isa, mode)] = {"plain": [], "mtp": [], "ratios": [], "drafted": 0, "accepted": 0,
-                                                        "draft_cost": [], "row_cost": []}
+        mvs = [(mode, lk) for mode in modes for lk in lookups]
+        for mode, lk in mvs:
+            summary["speed"]["%s %s%s" % (isa, mode, " lookup%d" % lk if lk else "")] = {
+                "plain": [], "mtp": [], "ratios": [], "drafted": 0, "accepted": 0, "draft_cost": [], "row_cost": []}
         for rep in range(a.reps):
             for i, p in enumerate(prompts[:a.speed_prompts]):
-                variants = [None] + modes
+                variants = [None] + mvs
                 r = (rep + i) % len(variants)
                 res = {}
                 for v in variants[r:] + variants[:r]:
-                    res[v] = run(a, p, 0.0, v is not None, isa, a.draft_max, costs=v or "measured")
+                    res[v] = run(a, p, 0.0, v is not None, isa, a.draft_max, costs=v[0] if v else "measured",
+                                 lookup=v[1] if v else 0)
                     log.write(json.dumps(res[v]) + "\n")
-                for mode in modes:
-                    if res[None]["tokens"] != res[mode]["tokens"]:
-                        sys.exit("mtp_bench: PARITY BROKEN under %s (%s) for %r" % (isa, mode, p))
-                    s_ = summary["speed"]["%s %s" % (isa, mode)]
+                for mode, lk in mvs:
+                    if res[None]["tokens"] != res[(mode, lk)]["tokens"]:
+                        sys.exit("mtp_bench: PARITY BROKEN under %s (%s, lookup %d) for %r" % (isa, mode, lk, p))
+                    mode_ = mode
+                    mode = (mode, lk)
+                    s_ = summary["speed"]["%s %s%s" % (isa, mode_, " lookup%d" % lk if lk else "")]
                     s_["isa"] = res[None]["isa"]
                     s_["plain"].append(res[None]["decode_tok_s"])
                     s_["mtp"].append(res[mode]["decode_tok_s"])
@@ -147,19 +167,21 @@ def main():
     log.close()
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
 
-    print("| temperature, draft length | proposals | acceptance by draft position | mean accepted tokens per verify |")
-    print("| --- | --- | --- | --- |")
+    print("| temperature, draft length | proposals (by lookup) | acceptance by draft position | mean accepted tokens "
+          "per verify | tokens per target step |")
+    print("| --- | --- | --- | --- | --- |")
     for t, s in summary["acceptance"].items():
         pos = ", ".join("%d: %.0f %% (%d)" % (x["pos"], 100 * x["rate"], x["drafted"]) for x in s["per_position"])
-        mv = s["mean_accepted_per_verify"]
-        print("| %s | %d | %s | %s |" % (t, s["proposals"], pos, "%.2f" % mv if mv else "-"))
+        mv, ts = s["mean_accepted_per_verify"], s["tokens_per_target_step_all"]
+        print("| %s | %d (%d) | %s | %s | %s |" % (t, s["proposals"], s["lookup_proposals"], pos,
+                                                 "%.2f" % mv if mv else "-", "%.2f" % ts if ts else "-"))
     print()
     print("| ISA, costs | plain tok/s (median) | --spec mtp tok/s (median) | speed-up (median of pairs, min-max) "
           "| drafts accepted | draft / row cost (median) |")
     print("| --- | --- | --- | --- | --- | --- |")
     for k, s in summary["speed"].items():
         print("| %s (%s) | %.1f | %.1f | %.2fx (%.2f-%.2f) | %d of %d | %.3f / %.3f |" % (
-            s["isa"], k.split()[1], s["plain_tok_s_median"], s["mtp_tok_s_median"], s["speedup_median_of_pairs"],
+            s["isa"], " ".join(k.split()[1:]), s["plain_tok_s_median"], s["mtp_tok_s_median"], s["speedup_median_of_pairs"],
             s["speedup_min"], s["speedup_max"], s["accepted"], s["drafted"], s["draft_cost_median"],
             s["row_cost_median"]))
 
