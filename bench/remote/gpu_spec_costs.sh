@@ -11,7 +11,9 @@
 #                                   and the 8B-shaped file in the background (once per call)
 #        gpu_spec_costs.sh spec     join the model, check its sha256, then bench/mtp_bench.py on
 #                                   the GPU: plain beside --spec mtp with measured and with static
-#                                   draft costs, for each module in W, and the n-gram drafter
+#                                   draft costs (COSTS), module alone or with prompt lookup first
+#                                   (LOOKUPS: --draft-lookup values, default 0), for each module in
+#                                   W, and the n-gram drafter (NGRAM=0: not)
 #        gpu_spec_costs.sh tests    make test-cuda's programs (those carried): test_cuda, test_engine_cuda,
 #                                   and the mutant test_cuda_mut, which must fail
 #        gpu_spec_costs.sh kern     bench_cuda's kernels and decode suites (the warp kernel's rows per
@@ -72,14 +74,15 @@ part)
 spec)
     [ -s "$M" ] || cat "$W"/m.* > "$M"
     echo "$SHA  $M" | sha256sum -c - > "$L/model_sha.txt" 2>&1 || { cat "$L/model_sha.txt"; pack; exit 1; }
-    cp mtp/SmolLM2-135M-Instruct.Q4_1.mtp.gguf "$W/full-head.mtp.gguf"
+    cp mtp/SmolLM2-135M-Instruct.Q4_1.mtp.gguf "$W/shipped.mtp.gguf"
     for mod in "$W"/*.mtp.gguf; do
         b=$(basename "$mod" .mtp.gguf)
-        step "mtp_$b" 240 python3 bench/mtp_bench.py --lockstep "$W/bin/lockstep" --model "$M" --module "$mod" \
-            --device cuda --no-acceptance --isas auto --costs measured,static --reps "${REPS:-2}" --threads 2 \
-            --out "$L/mtp_$b"
+        step "mtp_$b" "${MTP_T:-240}" python3 bench/mtp_bench.py --lockstep "$W/bin/lockstep" --model "$M" --module "$mod" \
+            --device cuda --no-acceptance --isas auto --costs "${COSTS:-measured,static}" --lookups "${LOOKUPS:-0}" \
+            --reps "${REPS:-2}" --speed-prompts "${SPEED_PROMPTS:-4}" --threads 2 --out "$L/mtp_$b"
     done
-    step ngram 120 env LS="$W/bin/lockstep" M="$M" OUT="$L/ngram" PAIRS=3 COSTS_AB=1 bash bench/remote/gpu_spec.sh
+    [ "${NGRAM:-1}" = 0 ] ||
+        step ngram 120 env LS="$W/bin/lockstep" M="$M" OUT="$L/ngram" PAIRS=3 COSTS_AB=1 bash bench/remote/gpu_spec.sh
     cat "$L/summary.txt"
     ;;
 tests)
