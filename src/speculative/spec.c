@@ -672,6 +672,17 @@ static int32_t draft_lookup(ls_drafter *d, const int32_t *hist, int32_t n_hist, 
     return 1;
 }
 
+/* Records out[0..n) as the proposal that follows n_hist tokens (settled at the next call);
+ * one shorter than draft_min is not worth a verify block: 0. */
+static int32_t propose(ls_drafter *d, const int32_t *out, int32_t n, int32_t n_hist, bool lookup) {
+    if (n < d->p.draft_min || n <= 0) return 0;
+    memcpy(d->prop, out, (size_t)n * sizeof *out);
+    d->n_prop = n;
+    d->prop_at = n_hist;
+    d->prop_lookup = lookup;
+    return n;
+}
+
 static int32_t drafter_draft(ls_drafter *d, const int32_t *hist, int32_t n_hist, int32_t *out, int32_t max) {
     if (d->n_prop > 0 && n_hist > d->prop_at) {
         const int32_t a = settle(d, hist, n_hist);
@@ -683,14 +694,8 @@ static int32_t drafter_draft(ls_drafter *d, const int32_t *hist, int32_t n_hist,
     if (max > d->p.draft_max) max = d->p.draft_max;
     if (max <= 0) return 0;
     int32_t n = 0;
-    if (d->p.kind != LS_SPEC_NGRAM && d->p.lookup_min > 0 && (n = draft_lookup(d, hist, n_hist, out, max)) > 0) {
-        if (n < d->p.draft_min) return 0;
-        memcpy(d->prop, out, (size_t)n * sizeof *out);
-        d->n_prop = n;
-        d->prop_at = n_hist;
-        d->prop_lookup = true;
-        return n;
-    }
+    if (d->p.kind != LS_SPEC_NGRAM && d->p.lookup_min > 0 && (n = draft_lookup(d, hist, n_hist, out, max)) > 0)
+        return propose(d, out, n, n_hist, true);
     if (d->hopeless) return 0;
     int32_t k = max;
     if (!d->p.fixed_length) { /* the length with the best expected tokens per unit of cost */
@@ -715,11 +720,6 @@ static int32_t drafter_draft(ls_drafter *d, const int32_t *hist, int32_t n_hist,
     n = d->p.kind == LS_SPEC_NGRAM  ? draft_ngram(d, hist, n_hist, out, k, d->p.ngram_min)
         : d->p.kind == LS_SPEC_MTP ? draft_mtp(d, hist, n_hist, out, k)
                                    : draft_model(d, hist, n_hist, out, k);
-    if (n < d->p.draft_min || n <= 0) return 0;
-    memcpy(d->prop, out, (size_t)n * sizeof *out);
-    d->n_prop = n;
-    d->prop_at = n_hist;
-    d->prop_lookup = false;
-    return n;
+    return propose(d, out, n, n_hist, false);
 }
 
